@@ -1,0 +1,49 @@
+"""The ``trace`` command: a thin shell over library functions, one module per subcommand.
+
+Every user error is a :class:`tracebench.errors.TraceError`; it is printed as one line on
+stderr and the command exits with status 2, without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from .. import __version__
+from ..errors import TraceError
+from . import parse as parse_cmd
+from . import templates as templates_cmd
+
+__all__ = ["main", "build_parser"]
+
+_SUBCOMMANDS = (parse_cmd, templates_cmd)
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line and exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: {message} (see '{self.prog} --help')\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _OneLineParser(prog="trace", description="Build, run and diagnose TRACE-Bench-style benchmarks.")
+    parser.add_argument("--version", action="version", version=f"tracebench {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_OneLineParser)
+    for module in _SUBCOMMANDS:
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args) or 0)
+    except TraceError as err:
+        print(f"trace {args.command}: {err}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `trace templates | head`: the reader left, nothing is wrong
+        sys.stderr.close()
+        return 0

@@ -1,0 +1,40 @@
+"""``trace parse FORMULA``: canonical form, slot count and terms of one formula."""
+
+from __future__ import annotations
+
+import json
+
+from ..formula import analyze, canonical, compose_depth, parse, slot_count, template_of, to_text
+
+
+def register(sub) -> None:
+    p = sub.add_parser("parse", help="check a formula; print its canonical form and slot count",
+                       description="Parse and validate one formula of the TRACE language.")
+    p.add_argument("formula", help='the formula, e.g. "C(f1, T_e ⊕ g1) ⊕ g_global" (+ works for ⊕)')
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--ascii", action="store_true", help="write + for ⊕")
+    p.set_defaults(run=run)
+
+
+def describe(formula: str) -> dict:
+    """Everything ``trace parse --json`` reports about a formula."""
+    expr = parse(formula, validate=False)
+    terms = analyze(expr)
+    canon = canonical(expr)
+    return {
+        "canonical": to_text(canon),
+        "ascii": to_text(canon, ascii=True),
+        "template": to_text(template_of(expr)),
+        "slots": slot_count(expr),
+        "depth": compose_depth(expr),
+        "terms": [t.to_json() for t in terms],
+    }
+
+
+def run(args) -> int:
+    info = describe(args.formula)
+    if args.json:
+        print(json.dumps(info, ensure_ascii=False))
+    else:
+        print(f"{info['ascii'] if args.ascii else info['canonical']}\tslots={info['slots']}")
+    return 0

@@ -1,0 +1,14 @@
+"""The one error type a user sees.
+
+Every error caused by the user's input (a formula, a file, an argument) is a
+:class:`TraceError`. The CLI prints it as one line and exits with status 2; anything
+else escaping is a bug in tracebench.
+"""
+
+from __future__ import annotations
+
+__all__ = ["TraceError"]
+
+
+class TraceError(ValueError):
+    """Bad input, reported to the user as one line naming the place."""

@@ -1,0 +1,69 @@
+"""The formula language: parse, validate, print, canonicalize, count.
+
+>>> from tracebench.formula import parse, to_text, slot_count
+>>> f = parse("C(f1, T_e + g1 + g2) + g_global")
+>>> slot_count(f), to_text(f)
+(4, 'C(f1, T_e ⊕ g1 ⊕ g2) ⊕ g_global')
+"""
+
+from __future__ import annotations
+
+from ._analysis import Term, analyze, compose_depth, slot_count
+from ._ast import (
+    Anchor,
+    AnchorBinding,
+    Apply,
+    Compose,
+    Disentangle,
+    DisentangleBinding,
+    Expr,
+    Modifier,
+    Node,
+    Text,
+    walk,
+)
+from ._canonical import canonical, template_of
+from ._errors import FormulaConstraintError, FormulaError, FormulaSyntaxError
+from ._language import Language, language
+from ._parser import parse_syntax
+from ._printer import symbol, to_text
+
+__all__ = [
+    "Anchor",
+    "AnchorBinding",
+    "Apply",
+    "Compose",
+    "Disentangle",
+    "DisentangleBinding",
+    "Expr",
+    "FormulaConstraintError",
+    "FormulaError",
+    "FormulaSyntaxError",
+    "Language",
+    "Modifier",
+    "Node",
+    "Term",
+    "analyze",
+    "canonical",
+    "compose_depth",
+    "language",
+    "parse",
+    "parse_syntax",
+    "slot_count",
+    "symbol",
+    "template_of",
+    "to_text",
+    "walk",
+]
+
+
+def parse(text: str, *, validate: bool = True) -> Expr:
+    """Parse a formula; with ``validate`` (the default) also check the language's rules.
+
+    Raises :class:`FormulaSyntaxError` or :class:`FormulaConstraintError`, both
+    :class:`FormulaError`, with the column of the problem.
+    """
+    expr = parse_syntax(text)
+    if validate:
+        analyze(expr)
+    return expr

@@ -1,0 +1,184 @@
+"""The immutable AST of the formula language.
+
+Nodes are frozen, slotted dataclasses holding tuples, so they hash, compare by value and
+can be shared freely. Source positions (``column``/``line``) are carried for error
+messages but take no part in equality or hashing: ``parse(print(ast)) == ast`` holds.
+
+A chain ``X ⊕ m1 ⊕ m2`` is one :class:`Apply` whose ``carrier`` is never itself an
+Apply: every modifier of a chain acts on the same carrier (METHOD.md §3), so the AST
+states that directly instead of nesting binary nodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterator, Union
+
+__all__ = [
+    "Anchor",
+    "AnchorBinding",
+    "Apply",
+    "Compose",
+    "Disentangle",
+    "DisentangleBinding",
+    "Expr",
+    "Modifier",
+    "Node",
+    "Text",
+    "walk",
+]
+
+
+def _check_label(value: str, what: str) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a string, got {type(value).__name__}")
+    if any(ch in value for ch in "\n\r"):
+        raise ValueError(f"{what} may not contain a line break: {value!r}")
+
+
+def _check_index(index: int | None, what: str) -> None:
+    if index is not None and (not isinstance(index, int) or isinstance(index, bool) or index < 0):
+        raise ValueError(f"{what} index must be a non-negative integer, got {index!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class AnchorBinding:
+    """What a bound anchor keeps: entity ``entity`` of reference image ``I<image>``."""
+
+    image: int
+    entity: str
+
+    def __post_init__(self) -> None:
+        _check_index(self.image, "image")
+        _check_label(self.entity, "anchor entity")
+
+
+@dataclass(frozen=True, slots=True)
+class DisentangleBinding:
+    """What a bound g term extracts: attribute ``attribute`` of ``entities`` in ``I<image>``.
+
+    ``entities`` keeps its written order (a relation's roles may depend on it) and is
+    empty for image-level conditions such as a style.
+    """
+
+    image: int
+    entities: tuple[str, ...]
+    attribute: str
+
+    def __post_init__(self) -> None:
+        _check_index(self.image, "image")
+        if not isinstance(self.entities, tuple):
+            raise TypeError("entities must be a tuple")
+        for entity in self.entities:
+            _check_label(entity, "g entity")
+        _check_label(self.attribute, "g attribute")
+        if not self.attribute:
+            raise ValueError("g attribute may not be empty")
+
+
+@dataclass(frozen=True, slots=True)
+class Anchor:
+    """``f``: keep the identity of an entity of a reference image."""
+
+    index: int | None = None
+    binding: AnchorBinding | None = None
+    column: int | None = field(default=None, compare=False, repr=False)
+    line: int | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        _check_index(self.index, "anchor")
+
+
+@dataclass(frozen=True, slots=True)
+class Disentangle:
+    """``g`` / ``g_<kind>``: extract one attribute. ``kind`` None is the plain ``g``."""
+
+    kind: str | None = None
+    index: int | None = None
+    binding: DisentangleBinding | None = None
+    column: int | None = field(default=None, compare=False, repr=False)
+    line: int | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        _check_index(self.index, "g")
+        if self.kind is not None and (not self.kind or not all(p.isalpha() and p.islower() for p in self.kind.split("_"))):
+            raise ValueError(f"g kind must be lowercase letters and underscores, got {self.kind!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Text:
+    """``T_<name>``: content named only in text (``T_e`` an entity, ``T_rel`` a relation).
+
+    Carries no reference and counts zero slots; ``description`` is the text a bound case
+    uses for it (``T_e("a wizard")``).
+    """
+
+    name: str = "e"
+    index: int | None = None
+    description: str | None = None
+    column: int | None = field(default=None, compare=False, repr=False)
+    line: int | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        _check_index(self.index, "text")
+        if not self.name or not all(p.isalpha() and p.islower() for p in self.name.split("_")):
+            raise ValueError(f"text symbol name must be lowercase letters, got {self.name!r}")
+        if self.description is not None:
+            _check_label(self.description, "text description")
+
+
+@dataclass(frozen=True, slots=True)
+class Compose:
+    """``C(E1, ..., En)``: arrange contents into one scene."""
+
+    args: tuple["Expr", ...]
+    index: int | None = None
+    column: int | None = field(default=None, compare=False, repr=False)
+    line: int | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        _check_index(self.index, "C")
+        if not isinstance(self.args, tuple) or not self.args:
+            raise ValueError("C needs a non-empty tuple of arguments")
+        for arg in self.args:
+            if not isinstance(arg, (Anchor, Text, Compose, Apply)):
+                raise TypeError(f"a C argument is f, T, C or an Apply, got {type(arg).__name__}")
+
+
+@dataclass(frozen=True, slots=True)
+class Apply:
+    """``carrier ⊕ m1 ⊕ ... ⊕ mk``: bind each modifier to the same carrier."""
+
+    carrier: "Expr"
+    modifiers: tuple["Modifier", ...]
+    column: int | None = field(default=None, compare=False, repr=False)
+    line: int | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.carrier, Apply):
+            raise ValueError("an Apply's carrier is never an Apply: flatten the chain")
+        if not isinstance(self.carrier, (Anchor, Text, Compose)):
+            raise TypeError(f"a carrier is f, T or C, got {type(self.carrier).__name__}")
+        if not isinstance(self.modifiers, tuple) or not self.modifiers:
+            raise ValueError("Apply needs a non-empty tuple of modifiers")
+        for modifier in self.modifiers:
+            if not isinstance(modifier, (Disentangle, Text)):
+                raise TypeError(f"a modifier is a g term or a text symbol, got {type(modifier).__name__}")
+
+
+Modifier = Union[Disentangle, Text]
+# A g term never stands alone: it is always a modifier of some carrier.
+Expr = Union[Anchor, Text, Compose, Apply]
+Node = Union[Anchor, Disentangle, Text, Compose, Apply]
+
+
+def walk(expr: Expr) -> Iterator[Node]:
+    """Every node in order of appearance in the printed formula (pre-order)."""
+    yield expr
+    if isinstance(expr, Compose):
+        for arg in expr.args:
+            yield from walk(arg)
+    elif isinstance(expr, Apply):
+        yield from walk(expr.carrier)
+        for modifier in expr.modifiers:
+            yield modifier

@@ -1,0 +1,85 @@
+"""The language's vocabulary and limits, read from taxonomy/kinds.toml and grammar/language.toml."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from types import MappingProxyType
+from typing import Mapping
+
+from ..resources import read_toml
+
+__all__ = ["KindSpec", "Language", "ROLES", "language"]
+
+# Every role a term can play; the order is the order of modifiers in canonical forms
+# when the kind order does not decide.
+ROLES = ("anchor", "local", "attach", "ip", "relation", "global", "text")
+
+
+@dataclass(frozen=True, slots=True)
+class KindSpec:
+    name: str
+    roles: frozenset[str]
+    description: str
+    order: int
+
+
+@dataclass(frozen=True, slots=True)
+class TextSpec:
+    name: str
+    role: str
+    description: str
+    order: int
+
+
+@dataclass(frozen=True)
+class Language:
+    """Kinds of g term, text symbols, aliases and structural limits."""
+
+    kinds: Mapping[str, KindSpec]
+    kind_aliases: Mapping[str, str]
+    texts: Mapping[str, TextSpec]
+    max_compose_depth: int
+    min_relation_arguments: int
+
+    def resolve_kind(self, spelled: str) -> str | None:
+        """Canonical kind for a spelling (``background`` -> ``bg``), None if unknown."""
+        return self.kind_aliases.get(spelled)
+
+    def kind_roles(self, kind: str | None) -> frozenset[str]:
+        """Roles a g term of ``kind`` may take; the plain ``g`` is a local attribute."""
+        if kind is None:
+            return frozenset({"local"})
+        return self.kinds[kind].roles
+
+    def kind_order(self, kind: str | None) -> int:
+        return -1 if kind is None else self.kinds[kind].order
+
+
+@cache
+def language() -> Language:
+    raw = read_toml("taxonomy", "kinds.toml")
+    limits = read_toml("grammar", "language.toml")
+    kinds: dict[str, KindSpec] = {}
+    aliases: dict[str, str] = {}
+    for order, (name, spec) in enumerate(raw["kinds"].items()):
+        roles = frozenset(spec["roles"])
+        unknown = roles - set(ROLES)
+        if unknown:
+            raise ValueError(f"taxonomy/kinds.toml: kind {name!r} has unknown roles {sorted(unknown)}")
+        kinds[name] = KindSpec(name, roles, spec.get("description", ""), order)
+        for spelling in (name, *spec.get("aliases", ())):
+            if spelling in aliases:
+                raise ValueError(f"taxonomy/kinds.toml: spelling {spelling!r} names two kinds")
+            aliases[spelling] = name
+    texts = {
+        name: TextSpec(name, spec["role"], spec.get("description", ""), order)
+        for order, (name, spec) in enumerate(raw["text"].items())
+    }
+    return Language(
+        kinds=MappingProxyType(kinds),
+        kind_aliases=MappingProxyType(aliases),
+        texts=MappingProxyType(texts),
+        max_compose_depth=int(limits["max_compose_depth"]),
+        min_relation_arguments=int(limits["min_relation_arguments"]),
+    )

@@ -1,0 +1,195 @@
+"""The unbound template space: every template of slot 1..8 under templates/space.toml.
+
+Two independent methods give its size per slot level:
+
+- :func:`enumerate_templates` builds every template as an AST by the shapes of
+  space.toml, canonicalizes it and collects it in a set (so a shape built twice would
+  be counted once, and a canonicalization bug would show as a count mismatch);
+- :func:`count_by_generating_function` never builds a template: it counts multisets
+  with Pólya's exponential formula over sympy polynomials in ``x`` (slots) and ``r``
+  (relation terms).
+
+A test compares the two.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from itertools import combinations_with_replacement
+from typing import Iterable, Iterator, Sequence
+
+import sympy
+
+from ..resources import read_toml
+from ._ast import Anchor, Apply, Compose, Disentangle, Expr, Text
+from ._canonical import canonical
+from ._language import language
+
+__all__ = ["SpaceBounds", "space_bounds", "enumerate_templates", "count_by_generating_function", "template_counts"]
+
+
+@dataclass(frozen=True, slots=True)
+class SpaceBounds:
+    """The bounds of templates/space.toml."""
+
+    min_slot: int
+    max_slot: int
+    max_args_per_composition: int
+    max_attributes_per_carrier: int
+    max_global_terms: int
+    max_relation_terms: int
+    attribute_kinds: tuple[str, ...]
+
+
+@cache
+def space_bounds() -> SpaceBounds:
+    raw = read_toml("templates", "space.toml")
+    return SpaceBounds(
+        min_slot=int(raw["min_slot"]),
+        max_slot=int(raw["max_slot"]),
+        max_args_per_composition=int(raw["max_args_per_composition"]),
+        max_attributes_per_carrier=int(raw["max_attributes_per_carrier"]),
+        max_global_terms=int(raw["max_global_terms"]),
+        max_relation_terms=int(raw["max_relation_terms"]),
+        attribute_kinds=tuple(raw["attribute_kinds"]),
+    )
+
+
+def _attribute_term(spelled: str) -> Disentangle:
+    if spelled == "g":
+        return Disentangle()
+    kind = language().resolve_kind(spelled.removeprefix("g_"))
+    if kind is None:
+        raise ValueError(f"templates/space.toml: unknown attribute kind {spelled!r}")
+    return Disentangle(kind)
+
+
+# Items of the enumeration carry their slot and relation counts, so sizes are added up
+# rather than recounted; the tests check them against slot_count on every template.
+_Item = tuple[int, int, Expr]  # (slots, relation terms, expression)
+
+
+def _multisets(items: Sequence[_Item], sizes: range, budget: int) -> Iterator[tuple[_Item, ...]]:
+    """Multisets of ``items`` (sorted by slot) with a size in ``sizes`` and slot sum <= budget."""
+
+    def grow(start: int, chosen: list[_Item], used: int) -> Iterator[tuple[_Item, ...]]:
+        if len(chosen) in sizes:
+            yield tuple(chosen)
+        if len(chosen) == sizes.stop - 1:
+            return
+        for i in range(start, len(items)):
+            if used + items[i][0] > budget:
+                break  # items are sorted by slot: nothing further fits
+            chosen.append(items[i])
+            yield from grow(i, chosen, used + items[i][0])
+            chosen.pop()
+
+    yield from grow(0, [], 0)
+
+
+def _compose(group: tuple[_Item, ...]) -> _Item:
+    return (sum(i[0] for i in group), sum(i[1] for i in group), Compose(tuple(i[2] for i in group)))
+
+
+def _apply(item: _Item, modifiers: tuple[Disentangle, ...], relations: int = 0) -> _Item:
+    slots, rels, expr = item
+    if isinstance(expr, Apply):
+        expr = Apply(expr.carrier, expr.modifiers + modifiers)
+    else:
+        expr = Apply(expr, modifiers)
+    return (slots + len(modifiers), rels + relations, expr)
+
+
+def enumerate_templates(max_slot: int | None = None, bounds: SpaceBounds | None = None) -> dict[int, frozenset[Expr]]:
+    """Every canonical template with slot ``min_slot..max_slot``, by slot level."""
+    b = bounds or space_bounds()
+    top = b.max_slot if max_slot is None else min(max_slot, b.max_slot)
+    kinds = [_attribute_term(k) for k in b.attribute_kinds]
+    attribute_sets = [tuple(c) for k in range(b.max_attributes_per_carrier + 1)
+                      for c in combinations_with_replacement(kinds, k)]
+    entities: list[_Item] = []
+    for attrs in attribute_sets:
+        entities.append(_apply((1, 0, Anchor()), attrs) if attrs else (1, 0, Anchor()))
+        if attrs:
+            entities.append(_apply((0, 0, Text("e")), attrs))
+    entities = sorted((e for e in entities if e[0] <= top), key=lambda e: e[0])
+    args = range(2, b.max_args_per_composition + 1)
+    relation = (Disentangle("rel"),)
+    subscenes = [_apply(_compose(group), relation, 1)
+                 for group in _multisets(entities, args, top - 1)] if b.max_relation_terms else []
+    outer_items = sorted((e for e in [*entities, *subscenes] if e[0] <= top), key=lambda e: e[0])
+    scenes: list[_Item] = []
+    for group in _multisets(outer_items, args, top):
+        scene = _compose(group)
+        scenes.append(scene)
+        if b.max_relation_terms:
+            scenes.append(_apply(scene, relation, 1))
+    found: dict[int, set[Expr]] = {s: set() for s in range(b.min_slot, top + 1)}
+    for body in [*entities, *scenes]:
+        for n_global in range(b.max_global_terms + 1):
+            slots, rels, template = _apply(body, (Disentangle("global"),) * n_global) if n_global else body
+            if b.min_slot <= slots <= top and rels <= b.max_relation_terms:
+                found[slots].add(canonical(template))
+    return {s: frozenset(found[s]) for s in found}
+
+
+def count_by_generating_function(bounds: SpaceBounds | None = None) -> dict[int, int]:
+    """Templates per slot level, counted without building any (Pólya's multiset formula).
+
+    A class with counting polynomial ``F(x, r)`` has multisets of size n counted by
+    ``[u^n] exp(sum_k F(x^k, r^k) u^k / k)``, computed with the recurrence
+    ``h_n = (1/n) sum_k F(x^k, r^k) h_{n-k}``.
+    """
+    b = bounds or space_bounds()
+    x, r = sympy.symbols("x r")
+
+    def trunc(expr) -> sympy.Expr:
+        poly = sympy.Poly(sympy.expand(expr), x, r)
+        return sum((c * x**i * r**j for (i, j), c in poly.terms() if i <= b.max_slot and j <= b.max_relation_terms),
+                   sympy.Integer(0))
+
+    def multisets(cls, sizes: range) -> sympy.Expr:
+        powers = {k: trunc(cls.subs({x: x**k, r: r**k}, simultaneous=True)) for k in range(1, sizes.stop)}
+        h = [sympy.Integer(1)]
+        for n in range(1, sizes.stop):
+            h.append(trunc(sum(powers[k] * h[n - k] for k in range(1, n + 1)) / n))
+        return trunc(sum(h[n] for n in sizes))
+
+    n_kinds = len(b.attribute_kinds)
+    # multisets of k attribute kinds: C(k + n_kinds - 1, k)
+    attributes = sum(sympy.binomial(k + n_kinds - 1, k) * x**k for k in range(b.max_attributes_per_carrier + 1))
+    entity = trunc(x * attributes + (attributes - 1))  # f ⊕ a*, Te ⊕ a+
+    args = range(2, b.max_args_per_composition + 1)
+    subscene = trunc(x * r * multisets(entity, args)) if b.max_relation_terms else sympy.Integer(0)
+    outer = trunc(entity + subscene)
+    relation_choice = (1 + x * r) if b.max_relation_terms else 1
+    scene = trunc(multisets(outer, args) * relation_choice)
+    globals_ = sum(x**k for k in range(b.max_global_terms + 1))
+    total = sympy.Poly(trunc((entity + scene) * globals_), x, r)
+    counts = {s: 0 for s in range(b.min_slot, b.max_slot + 1)}
+    for (i, _j), c in total.terms():
+        if i in counts:
+            counts[i] += int(c)
+    return counts
+
+
+@cache
+def _cached_space(max_slot: int) -> dict[int, frozenset[Expr]]:
+    return enumerate_templates(max_slot)
+
+
+def template_counts(slots: Iterable[int]) -> dict[int, int]:
+    """Number of canonical templates per requested slot level (by enumeration)."""
+    wanted = sorted(set(slots))
+    space = _cached_space(max(wanted))
+    return {s: len(space.get(s, ())) for s in wanted}
+
+
+def templates(slots: Iterable[int]) -> dict[int, list[Expr]]:
+    """The canonical templates of the requested slot levels, each list in printed order."""
+    from ._printer import to_text
+
+    wanted = sorted(set(slots))
+    space = _cached_space(max(wanted))
+    return {s: sorted(space.get(s, ()), key=lambda e: to_text(e, ascii=True)) for s in wanted}

@@ -116,6 +116,8 @@ class _Walker:
 
     def _modifier(self, modifier: Node, carrier: Expr, at_top: bool) -> Term:
         name = symbol(modifier)
+        if isinstance(modifier, Disentangle) and modifier.binding is not None and not modifier.binding.attribute.strip():
+            raise _fail(modifier, f"{name} names no attribute: write the attribute it extracts, e.g. {name}(I1, pattern)")
         if isinstance(modifier, Text):
             if self.lang.texts[modifier.name].role != "relation":
                 raise _fail(modifier, f"{name} cannot be applied with ⊕: only g terms and T_rel modify a carrier")

@@ -72,8 +72,6 @@ class DisentangleBinding:
         for entity in self.entities:
             _check_label(entity, "g entity")
         _check_label(self.attribute, "g attribute")
-        if not self.attribute:
-            raise ValueError("g attribute may not be empty")
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,117 @@
+"""The `trace` command as a user runs it: the installed console script, in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tracebench.formula import parse, slot_count
+from tracebench.formula._space import count_by_generating_function
+
+
+def _trace_executable() -> list[str]:
+    script = Path(sys.executable).parent / "trace"
+    if script.exists():
+        return [str(script)]
+    found = shutil.which("trace")
+    if found:
+        return [found]
+    pytest.fail("the `trace` console script is not installed next to this Python")
+
+
+def run_trace(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run([*_trace_executable(), *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_parse_prints_canonical_form_and_slots():
+    result = run_trace("parse", "C(T_e + g1 + g2, f1) + g_global")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "C(f1, T_e ⊕ g1 ⊕ g2) ⊕ g_global\tslots=4\n"
+    ascii_result = run_trace("parse", "--ascii", "C(T_e ⊕ g1 ⊕ g2, f1) ⊕ g_global")
+    assert ascii_result.stdout == "C(f1, T_e + g1 + g2) + g_global\tslots=4\n"
+
+
+def test_parse_json_has_the_documented_keys():
+    result = run_trace("parse", "--json", 'C( C(f1, T_e ⊕ g1) ⊕ g_rel , f2(I2, "dog") ⊕ g2 ⊕ g3 ) ⊕ g_global')
+    assert result.returncode == 0, result.stderr
+    info = json.loads(result.stdout)
+    assert info["slots"] == 7
+    assert info["depth"] == 2
+    assert info["canonical"] == 'C(f2(I2, "dog") ⊕ g2 ⊕ g3, C(f1, T_e ⊕ g1) ⊕ g_rel) ⊕ g_global'
+    assert info["ascii"] == info["canonical"].replace("⊕", "+")
+    assert info["template"] == "C(f ⊕ g ⊕ g, C(f, T_e ⊕ g) ⊕ g_rel) ⊕ g_global"
+    assert [(t["symbol"], t["op"], t["role"]) for t in info["terms"]] == [
+        ("f1", "f", "anchor"), ("T_e", "T", "text"), ("g1", "g", "local"), ("g_rel", "g", "relation"),
+        ("f2", "f", "anchor"), ("g2", "g", "local"), ("g3", "g", "local"), ("g_global", "g", "global"),
+    ]
+    assert info["terms"][4]["binding"] == {"image": 2, "entity": "dog"}
+    assert {"symbol", "op", "kind", "role"} <= set(info["terms"][0])
+
+
+@pytest.mark.parametrize(
+    "formula,fragment",
+    [
+        ("", "empty formula"),
+        ("C(f1 ⊕ g1", "formula column 10: the formula ends too early"),
+        ("f ⊕ g_nope", "formula column 5: unknown g kind"),
+        ("C(C(C(f1, f2) ⊕ g_rel, f3), f4)", "formula column 5: C nested 3 levels"),
+        ("C(f1, f2) ⊕ g_pattern", "formula column 13: g_pattern binds to one entity"),
+    ],
+)
+def test_bad_formulas_give_one_line_and_exit_2(formula, fragment):
+    result = run_trace("parse", formula)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("trace parse: ")
+    assert fragment in lines[0]
+    assert "Traceback" not in result.stderr
+
+
+def test_templates_count_json_matches_the_generating_function():
+    result = run_trace("templates", "--slots", "1-5", "--count", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    expected = {str(s): n for s, n in count_by_generating_function().items() if s <= 5}
+    assert data == {"counts": expected, "total": sum(expected.values())}
+
+
+def test_templates_listing_parses_back_with_its_slot_level():
+    result = run_trace("templates", "--slots", "2,4")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == sum(n for s, n in count_by_generating_function().items() if s in (2, 4))
+    for line in lines:
+        level, formula = line.split("\t")
+        assert slot_count(parse(formula)) == int(level)
+    assert len(set(lines)) == len(lines)
+
+
+def test_templates_json_listing():
+    result = run_trace("templates", "--slots", "1", "--json", "--ascii")
+    data = json.loads(result.stdout)
+    assert sorted(t["template"] for t in data["templates"]) == ["T_e + g", "T_e + g_attach", "T_e + g_ip", "f"]
+    assert {t["slots"] for t in data["templates"]} == {1}
+
+
+@pytest.mark.parametrize("spec", ["0-9", "9", "3-1", "x", "1-", ""])
+def test_bad_slot_specs_give_one_line_and_exit_2(spec):
+    result = run_trace("templates", "--count", "--slots", spec)
+    assert result.returncode == 2
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    assert "--slots" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_unknown_subcommand_is_one_line():
+    result = run_trace("frobnicate")
+    assert result.returncode == 2
+    assert len(result.stderr.splitlines()) == 1

@@ -115,12 +115,13 @@ class _Walker:
             raise TypeError(f"not a formula node: {type(node).__name__}")
 
     def _modifier(self, modifier: Node, carrier: Expr, at_top: bool) -> Term:
-        name = symbol(modifier)
+        # symbol() only runs on the error paths: this is on the parser's hot path
         if isinstance(modifier, Disentangle) and modifier.binding is not None and not modifier.binding.attribute.strip():
+            name = symbol(modifier)
             raise _fail(modifier, f"{name} names no attribute: write the attribute it extracts, e.g. {name}(I1, pattern)")
         if isinstance(modifier, Text):
             if self.lang.texts[modifier.name].role != "relation":
-                raise _fail(modifier, f"{name} cannot be applied with ⊕: only g terms and T_rel modify a carrier")
+                raise _fail(modifier, f"{symbol(modifier)} cannot be applied with ⊕: only g terms and T_rel modify a carrier")
             self._check_relation_carrier(modifier, carrier)
             return Term(modifier, "T", "relation", carrier)
         roles = self.lang.kind_roles(modifier.kind)
@@ -131,9 +132,9 @@ class _Walker:
         if "global" in roles and (scene_level or (at_top and roles == {"global"})):
             return Term(modifier, "g", "global", carrier)
         if roles == {"global"}:
-            raise _fail(modifier, f"{name} is a global condition: apply it to the whole formula, not inside C(...)")
+            raise _fail(modifier, f"{symbol(modifier)} is a global condition: apply it to the whole formula, not inside C(...)")
         if isinstance(carrier, Compose):
-            raise _fail(modifier, f"{name} binds to one entity, not to a composition: apply it to an entity inside C(...)")
+            raise _fail(modifier, f"{symbol(modifier)} binds to one entity, not to a composition: apply it to an entity inside C(...)")
         local_role = next(r for r in ("local", "attach", "ip") if r in roles)
         return Term(modifier, "g", local_role, carrier)
 
@@ -144,14 +145,14 @@ class _Walker:
 
     def check_numbering(self) -> None:
         """A numbered symbol names one term: ``f1`` may not appear twice."""
-        seen: dict[str, Node] = {}
+        seen: dict[tuple, Node] = {}
         for term in self.terms:
             node = term.node
             if node.index is None:
                 continue
-            name = term.symbol
-            if name in seen:
-                first = seen[name]
+            key = (term.op, term.kind, node.index)
+            if key in seen:
+                first = seen[key]
                 where = f" (first at column {first.column})" if first.column is not None else ""
-                raise _fail(node, f"{name} appears twice{where}; number each term once")
-            seen[name] = node
+                raise _fail(node, f"{term.symbol} appears twice{where}; number each term once")
+            seen[key] = node

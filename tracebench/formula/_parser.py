@@ -8,9 +8,9 @@ every failure becomes a :class:`FormulaSyntaxError` naming the column.
 from __future__ import annotations
 
 import re
-from functools import cache
+from functools import cache, lru_cache
 
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from ..resources import read_text
@@ -48,67 +48,88 @@ def _index(digits: str) -> int | None:
 
 
 def _string(token: Token) -> str:
-    if token.type == "STRING":
-        return _UNESCAPE.sub(r"\1", token[1:-1])
-    return str(token)
+    if token.type != "STRING":
+        return str(token)
+    inner = token[1:-1]
+    return _UNESCAPE.sub(r"\1", inner) if "\\" in inner else inner
 
 
-@v_args(inline=True)
+@lru_cache(maxsize=1024)
+def _g_symbol(spelling: str) -> tuple[str | None, int | None] | None:
+    """``g_attach1`` -> ("attach", 1); None for an unknown kind."""
+    spelled, digits = _GSYM.fullmatch(spelling).groups()
+    if spelled is None:
+        return None, _index(digits)
+    kind = language().resolve_kind(spelled)
+    return None if kind is None else (kind, _index(digits))
+
+
+@lru_cache(maxsize=256)
+def _t_symbol(spelling: str) -> tuple[str, int | None] | None:
+    """``T_s1`` -> ("s", 1), ``Te`` -> ("e", None); None for an unknown name."""
+    spelled, digits = _TSYM.fullmatch(spelling).groups()
+    name = spelled or "e"
+    return (name, _index(digits)) if name in language().texts else None
+
+
 class _Builder(Transformer):
-    """One method per grammar rule; each returns an AST node (or a binding part)."""
+    """One method per grammar rule, each taking the rule's children and returning an AST
+    node (or a part of a binding). The methods take the children list as Lark passes it
+    (no ``v_args`` wrapper): the builder runs once per reduction, on the parse's hot path.
+    """
 
     def __init__(self) -> None:
         super().__init__(visit_tokens=False)
-        self._language = language()
 
-    def start(self, expr: Expr) -> Expr:
-        return expr
+    def start(self, children: list) -> Expr:
+        return children[0]
 
-    def apply(self, carrier: Expr, *modifiers):
+    def apply(self, children: list) -> Apply:
+        carrier, modifiers = children[0], tuple(children[1:])
         if isinstance(carrier, Apply):  # "(f ⊕ g1) ⊕ g2" is the chain f ⊕ g1 ⊕ g2
             return Apply(carrier.carrier, carrier.modifiers + modifiers, column=carrier.column, line=carrier.line)
         return Apply(carrier, modifiers, column=carrier.column, line=carrier.line)
 
-    def compose(self, symbol: Token, *args: Expr) -> Compose:
-        return Compose(args, _index(symbol[1:]), column=symbol.column, line=symbol.line)
+    def compose(self, children: list) -> Compose:
+        symbol = children[0]
+        return Compose(tuple(children[1:]), _index(symbol[1:]), column=symbol.column, line=symbol.line)
 
-    def anchor(self, symbol: Token, image: Token | None, entity: Token | None) -> Anchor:
+    def anchor(self, children: list) -> Anchor:
+        symbol, image, entity = children
         binding = None if image is None else AnchorBinding(int(image[1:]), _string(entity))
         return Anchor(_index(symbol[1:]), binding, column=symbol.column, line=symbol.line)
 
-    def gterm(self, symbol: Token, image: Token | None, entities, attribute: Token | None) -> Disentangle:
-        spelled, digits = _GSYM.fullmatch(symbol).groups()
-        kind = None
-        if spelled is not None:
-            kind = self._language.resolve_kind(spelled)
-            if kind is None:
-                known = ", ".join(f"g_{name}" for name in self._language.kinds)
-                raise FormulaSyntaxError(
-                    f"unknown g kind 'g_{spelled}' (known: g, {known}; add kinds in taxonomy/kinds.toml)",
-                    column=symbol.column,
-                    line=symbol.line,
-                )
+    def gterm(self, children: list) -> Disentangle:
+        symbol, image, entities, attribute = children
+        decoded = _g_symbol(symbol)
+        if decoded is None:
+            known = ", ".join(f"g_{name}" for name in language().kinds)
+            raise FormulaSyntaxError(
+                f"unknown g kind '{symbol.rstrip('0123456789')}' (known: g, {known}; add kinds in taxonomy/kinds.toml)",
+                column=symbol.column,
+                line=symbol.line,
+            )
         binding = None
         if image is not None:
             binding = DisentangleBinding(int(image[1:]), entities or (), _string(attribute))
-        return Disentangle(kind, _index(digits), binding, column=symbol.column, line=symbol.line)
+        return Disentangle(decoded[0], decoded[1], binding, column=symbol.column, line=symbol.line)
 
-    def text(self, symbol: Token, description: Token | None) -> Text:
-        spelled, digits = _TSYM.fullmatch(symbol).groups()
-        name = spelled or "e"
-        if name not in self._language.texts:
-            known = ", ".join(f"T_{n}" for n in self._language.texts)
+    def text(self, children: list) -> Text:
+        symbol, description = children
+        decoded = _t_symbol(symbol)
+        if decoded is None:
+            known = ", ".join(f"T_{n}" for n in language().texts)
             raise FormulaSyntaxError(
                 f"unknown text symbol '{symbol}' (known: Te, {known})", column=symbol.column, line=symbol.line
             )
-        return Text(name, _index(digits), None if description is None else _string(description),
+        return Text(decoded[0], decoded[1], None if description is None else _string(description),
                     column=symbol.column, line=symbol.line)
 
-    def entity_set(self, *strings: Token | None) -> tuple[str, ...]:
-        return tuple(_string(s) for s in strings if s is not None)
+    def entity_set(self, children: list) -> tuple[str, ...]:
+        return tuple(_string(s) for s in children if s is not None)
 
-    def entity_one(self, string: Token) -> tuple[str, ...]:
-        return (_string(string),)
+    def entity_one(self, children: list) -> tuple[str, ...]:
+        return (_string(children[0]),)
 
 
 @cache

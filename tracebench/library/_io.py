@@ -1,0 +1,84 @@
+"""A library on disk: ``tags.jsonl`` (one :class:`TaggedImage` a line), the images, and
+``library.json`` (:class:`LibraryInfo`, with a content hash of tags and images).
+
+Writing is atomic: a library is assembled in a temporary folder beside its destination
+and renamed into place, so a failure never leaves a half-written library.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from .. import __version__
+from ..errors import TraceError
+from ._models import LibraryInfo, TaggedImage
+
+__all__ = ["TAGS_FILE", "INFO_FILE", "content_hash", "load_library", "write_library", "staged_output"]
+
+TAGS_FILE = "tags.jsonl"
+INFO_FILE = "library.json"
+
+
+def tags_line(image: TaggedImage) -> str:
+    """The canonical one-line JSON of a tagged image (sorted keys: byte-stable)."""
+    return json.dumps(image.model_dump(mode="json"), ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+def content_hash(root: Path, images: Iterable[TaggedImage]) -> str:
+    """SHA-256 over tags.jsonl and every image file, in the order of tags.jsonl."""
+    digest = hashlib.sha256()
+    digest.update((root / TAGS_FILE).read_bytes())
+    for image in images:
+        digest.update(b"\0" + image.path.encode() + b"\0")
+        digest.update((root / image.path).read_bytes())
+    return digest.hexdigest()
+
+
+@contextmanager
+def staged_output(out: Path, *, overwrite: bool = False) -> Iterator[Path]:
+    """Yield a temporary folder that becomes ``out`` only if the block succeeds."""
+    out = Path(out)
+    occupied = out.exists() and not (out.is_dir() and not any(out.iterdir()))
+    if occupied and not overwrite:
+        raise TraceError(f"{out}: already exists and is not empty; choose another --out")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        yield stage
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    if out.exists():
+        shutil.rmtree(out) if out.is_dir() else out.unlink()
+    os.replace(stage, out)
+
+
+def write_library(root: Path, name: str, images: Iterable[TaggedImage], *, version: str = "1") -> LibraryInfo:
+    """Write tags.jsonl and library.json into ``root``, where the image files already are."""
+    images = list(images)
+    root = Path(root)
+    with open(root / TAGS_FILE, "w", encoding="utf-8", newline="\n") as handle:
+        for image in images:
+            handle.write(tags_line(image) + "\n")
+    info = LibraryInfo(name=name, version=version, images=len(images), content_hash=content_hash(root, images),
+                       created_by=f"tracebench {__version__}")
+    (root / INFO_FILE).write_text(json.dumps(info.model_dump(mode="json"), indent=2) + "\n", encoding="utf-8")
+    return info
+
+
+def load_library(root: Path) -> tuple[LibraryInfo, list[TaggedImage]]:
+    """Read a library that is known to be valid (use ``validate_library`` for user input)."""
+    root = Path(root)
+    if not (root / TAGS_FILE).is_file():
+        raise TraceError(f"{root}: not a library (no {TAGS_FILE})")
+    info = LibraryInfo.model_validate_json((root / INFO_FILE).read_text(encoding="utf-8"))
+    images = [TaggedImage.model_validate_json(line)
+              for line in (root / TAGS_FILE).read_text(encoding="utf-8").splitlines() if line.strip()]
+    return info, images

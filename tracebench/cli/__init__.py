@@ -11,13 +11,14 @@ import sys
 from typing import Sequence
 
 from .. import __version__
-from ..errors import TraceError
+from ..errors import TraceError, ValidationFailed
+from . import library as library_cmd
 from . import parse as parse_cmd
 from . import templates as templates_cmd
 
 __all__ = ["main", "build_parser"]
 
-_SUBCOMMANDS = (parse_cmd, templates_cmd)
+_SUBCOMMANDS = (parse_cmd, templates_cmd, library_cmd)
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -36,13 +37,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command_name(args) -> str:
+    action = getattr(args, "action", None)
+    return f"trace {args.command}" + (f" {action}" if action else "")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args.run(args) or 0)
+    except ValidationFailed as err:
+        for problem in err.problems:
+            print(problem, file=sys.stderr)
+        print(f"{_command_name(args)}: {err}", file=sys.stderr)
+        return 2
     except TraceError as err:
-        print(f"trace {args.command}: {err}", file=sys.stderr)
+        print(f"{_command_name(args)}: {err}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `trace templates | head`: the reader left, nothing is wrong
         sys.stderr.close()

@@ -93,6 +93,13 @@ class Entity(_Record):
         default=(), description="whole-entity uses: an attachable component (g_attach), a design (g_ip)"
     )
 
+    def subtype_tags(self) -> dict[str, Tags]:
+        """Non-empty tags by subtype key (``"1.1_pattern_texture"`` ...), across the three groups."""
+        tags: dict[str, Tags] = {}
+        for group in self.tag_dict.model_dump(by_alias=True).values():
+            tags.update({key: value for key, value in group.items() if value})
+        return tags
+
 
 class TaggedImage(_Record):
     """One line of ``tags.jsonl``: a reference image and its tags."""
@@ -109,6 +116,10 @@ class TaggedImage(_Record):
     render: dict[str, Any] | None = Field(
         default=None, description="for synthetic images: the exact render parameters (the ground truth)"
     )
+
+    def global_tags(self) -> dict[str, Tags]:
+        """Non-empty image-level tags by subtype key (``"4.1_style"`` ...)."""
+        return {key: value for key, value in self.global_tag.model_dump(by_alias=True).items() if value}
 
 
 class LibraryInfo(_Record):

@@ -1,0 +1,50 @@
+"""Small real libraries for tests: Pillow images on disk plus hand-written tags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PIL import Image
+
+from tracebench.library import TaggedImage, write_library
+
+
+def record(image_id: str, entities: list[dict], *, size=(64, 48), **extra) -> dict:
+    return {"id": image_id, "path": f"images/{image_id}.png", "width": size[0], "height": size[1],
+            "source": "test", "license": "CC0-1.0", "ent_list": entities, **extra}
+
+
+def entity(category: str, desc: str, **tags) -> dict:
+    groups = {"1_Appearance": {}, "2_Form": {}, "3_Dynamics": {}}
+    for key, values in tags.items():
+        key = key.replace("__", ".").lstrip("_")  # _1__1_pattern_texture -> 1.1_pattern_texture
+        group = {"1": "1_Appearance", "2": "2_Form", "3": "3_Dynamics"}[key[0]]
+        groups[group][key] = values
+    return {"category": category, "ent_desc": desc, "tag_dict": groups}
+
+
+def write_images(root: Path, records: list[dict]) -> None:
+    for i, rec in enumerate(records):
+        path = root / rec["path"]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (rec["width"], rec["height"]), (10 * i % 255, 80, 160)).save(path)
+
+
+def make_library(root: Path, records: list[dict], name: str = "test-lib") -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    write_images(root, records)
+    write_library(root, name, [TaggedImage.model_validate(r) for r in records])
+    return root
+
+
+def sample_records() -> list[dict]:
+    return [
+        record("cat", [entity("Animal", "the striped cat", _1__1_pattern_texture=["stripes"],
+                              _3__1_action_pose=["sitting"])],
+               background=["a brick wall"], global_tag={"4.1_style": ["flat"]}),
+        record("pair", [entity("Human", "the woman with a bun", _2__1_hairstyle=["bun"]),
+                        {**entity("Clothing", "the red scarf", _1__2_material=["wool"]), "usable_as": ["attach"]}],
+               global_tag={"4.6_inter_instance_relation": ["the woman holding the scarf"]}),
+        record("sign", [entity("Text", "the OPEN sign", _1__4_font=["serif"]),
+                        entity("Structure", "the blue house"), entity("Food", "the round cake")]),
+    ]

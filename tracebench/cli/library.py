@@ -1,0 +1,114 @@
+"""``trace library validate|stats|balance|import|synth``: tagged reference libraries."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import TraceError, ValidationFailed
+
+
+def register(sub) -> None:
+    p = sub.add_parser("library", help="check, describe, balance, import or synthesize a tagged library",
+                       description="Tagged reference libraries: a folder with tags.jsonl, library.json and images.")
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION", parser_class=type(p))
+
+    v = actions.add_parser("validate", help="check a library; list every problem")
+    v.add_argument("dir", type=Path)
+    v.set_defaults(run=run_validate)
+
+    s = actions.add_parser("stats", help="coverage of categories, subtypes and global tags")
+    s.add_argument("dir", type=Path, nargs="?", help="a library (default: the shipped synthetic library)")
+    s.add_argument("--json", action="store_true", help="print one JSON object")
+    s.set_defaults(run=run_stats)
+
+    b = actions.add_parser("balance", help="greedy balanced selection of K images (METHOD.md §4, Eq. 1)")
+    b.add_argument("dir", type=Path)
+    b.add_argument("--n", type=int, required=True, metavar="K", help="how many images to select")
+    b.add_argument("--out", type=Path, required=True, help="folder of the new library")
+    b.set_defaults(run=run_balance)
+
+    i = actions.add_parser("import", help="build a library from your images and tags")
+    i.add_argument("images_dir", type=Path)
+    i.add_argument("--tags", type=Path, required=True, help="tags as JSONL or one JSON list; paths relative to IMAGES_DIR")
+    i.add_argument("--out", type=Path, required=True)
+    i.add_argument("--name", help="library name (default: the images folder's name)")
+    i.set_defaults(run=run_import)
+
+    y = actions.add_parser("synth", help="render a synthetic library whose tags are true by construction")
+    y.add_argument("--out", type=Path, required=True)
+    y.add_argument("--n", type=int, default=400, help="number of images (default 400)")
+    y.add_argument("--seed", type=int, default=0)
+    y.set_defaults(run=run_synth)
+
+
+def _checked(root: Path):
+    from ..library import load_library
+    from ..library._validate import validate_library
+
+    problems = validate_library(root)
+    if problems:
+        raise ValidationFailed(problems)
+    return load_library(root)
+
+
+def run_validate(args) -> int:
+    info, images = _checked(args.dir)
+    entities = sum(len(i.ent_list) for i in images)
+    print(f"{args.dir}: valid library {info.name!r} v{info.version}: {len(images)} images, {entities} entities")
+    return 0
+
+
+def run_stats(args) -> int:
+    from ..library._stats import library_stats
+
+    if args.dir is None:
+        from ..library._synth import default_library
+
+        root = default_library()
+    else:
+        root = args.dir
+    info, images = _checked(root)
+    stats = library_stats(images)
+    if args.json:
+        print(json.dumps(stats))
+        return 0
+    print(f"library {info.name!r}: {stats['images']} images, {stats['entities']} entities, "
+          f"{stats['multi_entity_share']:.0%} with 2+ entities")
+    for section in ("categories", "subtypes", "global", "usable_as"):
+        print(f"{section}:")
+        for key, count in stats[section].items():
+            print(f"  {key:32s} {count}")
+    print("entities per image: " + ", ".join(f"{k}: {v}" for k, v in stats["entities_per_image"].items()))
+    return 0
+
+
+def run_balance(args) -> int:
+    from ..library._balance import balanced_selection
+    from ..library._import import copy_selection
+
+    info, images = _checked(args.dir)
+    if not 1 <= args.n <= len(images):
+        raise TraceError(f"--n: {args.n} is not between 1 and the library's {len(images)} images")
+    chosen = [images[i] for i in balanced_selection(images, args.n)]
+    new = copy_selection(args.dir, chosen, args.out, name=f"{info.name}-balanced-{args.n}")
+    print(f"{args.out}: {new.images} images selected from {len(images)}")
+    return 0
+
+
+def run_import(args) -> int:
+    from ..library._import import import_library
+
+    info = import_library(args.images_dir, args.tags, args.out, name=args.name)
+    print(f"{args.out}: library {info.name!r} with {info.images} images")
+    return 0
+
+
+def run_synth(args) -> int:
+    from ..library._synth import synthesize_library
+
+    if args.n < 1:
+        raise TraceError(f"--n: {args.n} must be at least 1")
+    info = synthesize_library(args.out, n=args.n, seed=args.seed)
+    print(f"{args.out}: synthetic library {info.name!r} with {info.images} images (seed {args.seed})")
+    return 0

@@ -21,17 +21,17 @@ from ._ast import Anchor, Apply, Compose, Disentangle, Expr, Modifier, Text
 from ._language import language
 from ._printer import to_text
 
-__all__ = ["canonical", "template_of"]
+__all__ = ["canonical", "template_of", "arg_sort_key", "modifier_sort_key"]
 
 _CARRIER_RANK = {Anchor: 0, Text: 1, Compose: 2}
 
 
-def _arg_key(expr: Expr) -> tuple[int, str]:
+def arg_sort_key(expr: Expr) -> tuple[int, str]:
     base = expr.carrier if isinstance(expr, Apply) else expr
     return (_CARRIER_RANK[type(base)], to_text(expr, ascii=True))
 
 
-def _modifier_key(modifier: Modifier) -> tuple[float, str]:
+def modifier_sort_key(modifier: Modifier) -> tuple[float, str]:
     lang = language()
     if isinstance(modifier, Disentangle):
         rank: float = lang.kind_order(modifier.kind)
@@ -48,9 +48,9 @@ def canonical(expr: Expr) -> Expr:
     result carry none.
     """
     if isinstance(expr, Compose):
-        return Compose(tuple(sorted((canonical(a) for a in expr.args), key=_arg_key)), expr.index)
+        return Compose(tuple(sorted((canonical(a) for a in expr.args), key=arg_sort_key)), expr.index)
     if isinstance(expr, Apply):
-        return Apply(canonical(expr.carrier), tuple(sorted(expr.modifiers, key=_modifier_key)))
+        return Apply(canonical(expr.carrier), tuple(sorted(expr.modifiers, key=modifier_sort_key)))
     return expr
 
 

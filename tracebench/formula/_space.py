@@ -19,11 +19,10 @@ from functools import cache
 from itertools import combinations_with_replacement
 from typing import Iterable, Iterator, Sequence
 
-import sympy
 
 from ..resources import read_toml
 from ._ast import Anchor, Apply, Compose, Disentangle, Expr, Text
-from ._canonical import canonical
+from ._canonical import arg_sort_key, modifier_sort_key
 from ._language import language
 
 __all__ = ["SpaceBounds", "space_bounds", "enumerate_templates", "count_by_generating_function", "template_counts"]
@@ -66,8 +65,9 @@ def _attribute_term(spelled: str) -> Disentangle:
 
 
 # Items of the enumeration carry their slot and relation counts, so sizes are added up
-# rather than recounted; the tests check them against slot_count on every template.
-_Item = tuple[int, int, Expr]  # (slots, relation terms, expression)
+# rather than recounted, and their canonical sort key, so a composition is built already
+# in canonical order (the tests check slot_count and canonical() on every template).
+_Item = tuple[int, int, Expr, tuple]  # (slots, relation terms, expression, canonical sort key)
 
 
 def _multisets(items: Sequence[_Item], sizes: range, budget: int) -> Iterator[tuple[_Item, ...]]:
@@ -88,49 +88,59 @@ def _multisets(items: Sequence[_Item], sizes: range, budget: int) -> Iterator[tu
     yield from grow(0, [], 0)
 
 
-def _compose(group: tuple[_Item, ...]) -> _Item:
-    return (sum(i[0] for i in group), sum(i[1] for i in group), Compose(tuple(i[2] for i in group)))
+def _item(slots: int, rels: int, expr: Expr) -> _Item:
+    return (slots, rels, expr, arg_sort_key(expr))
 
 
-def _apply(item: _Item, modifiers: tuple[Disentangle, ...], relations: int = 0) -> _Item:
-    slots, rels, expr = item
+def _compose(group: tuple[_Item, ...]) -> tuple[int, int, Compose]:
+    ordered = sorted(group, key=lambda item: item[3])
+    return (sum(i[0] for i in group), sum(i[1] for i in group), Compose(tuple(i[2] for i in ordered)))
+
+
+def _apply(expr: Expr, modifiers: tuple[Disentangle, ...]) -> Apply:
+    """Append modifiers; callers append in canonical order (attributes, relation, globals)."""
     if isinstance(expr, Apply):
-        expr = Apply(expr.carrier, expr.modifiers + modifiers)
-    else:
-        expr = Apply(expr, modifiers)
-    return (slots + len(modifiers), rels + relations, expr)
+        return Apply(expr.carrier, expr.modifiers + modifiers)
+    return Apply(expr, modifiers)
 
 
 def enumerate_templates(max_slot: int | None = None, bounds: SpaceBounds | None = None) -> dict[int, frozenset[Expr]]:
     """Every canonical template with slot ``min_slot..max_slot``, by slot level."""
     b = bounds or space_bounds()
     top = b.max_slot if max_slot is None else min(max_slot, b.max_slot)
-    kinds = [_attribute_term(k) for k in b.attribute_kinds]
+    kinds = sorted((_attribute_term(k) for k in b.attribute_kinds), key=modifier_sort_key)
     attribute_sets = [tuple(c) for k in range(b.max_attributes_per_carrier + 1)
                       for c in combinations_with_replacement(kinds, k)]
     entities: list[_Item] = []
     for attrs in attribute_sets:
-        entities.append(_apply((1, 0, Anchor()), attrs) if attrs else (1, 0, Anchor()))
+        entities.append(_item(1 + len(attrs), 0, _apply(Anchor(), attrs) if attrs else Anchor()))
         if attrs:
-            entities.append(_apply((0, 0, Text("e")), attrs))
+            entities.append(_item(len(attrs), 0, _apply(Text("e"), attrs)))
     entities = sorted((e for e in entities if e[0] <= top), key=lambda e: e[0])
     args = range(2, b.max_args_per_composition + 1)
     relation = (Disentangle("rel"),)
-    subscenes = [_apply(_compose(group), relation, 1)
-                 for group in _multisets(entities, args, top - 1)] if b.max_relation_terms else []
+    subscenes = []
+    if b.max_relation_terms:
+        for group in _multisets(entities, args, top - 1):
+            slots, rels, scene = _compose(group)
+            subscenes.append(_item(slots + 1, rels + 1, _apply(scene, relation)))
     outer_items = sorted((e for e in [*entities, *subscenes] if e[0] <= top), key=lambda e: e[0])
-    scenes: list[_Item] = []
+    bodies: list[tuple[int, int, Expr]] = [e[:3] for e in entities]
     for group in _multisets(outer_items, args, top):
-        scene = _compose(group)
-        scenes.append(scene)
+        slots, rels, scene = _compose(group)
+        bodies.append((slots, rels, scene))
         if b.max_relation_terms:
-            scenes.append(_apply(scene, relation, 1))
+            bodies.append((slots + 1, rels + 1, _apply(scene, relation)))
+    global_chains = [(Disentangle("global"),) * n for n in range(1, b.max_global_terms + 1)]
     found: dict[int, set[Expr]] = {s: set() for s in range(b.min_slot, top + 1)}
-    for body in [*entities, *scenes]:
-        for n_global in range(b.max_global_terms + 1):
-            slots, rels, template = _apply(body, (Disentangle("global"),) * n_global) if n_global else body
-            if b.min_slot <= slots <= top and rels <= b.max_relation_terms:
-                found[slots].add(canonical(template))
+    for slots, rels, body in bodies:
+        if rels > b.max_relation_terms:
+            continue
+        if b.min_slot <= slots <= top:
+            found[slots].add(body)
+        for chain in global_chains:
+            if b.min_slot <= slots + len(chain) <= top:
+                found[slots + len(chain)].add(_apply(body, chain))
     return {s: frozenset(found[s]) for s in found}
 
 
@@ -141,6 +151,8 @@ def count_by_generating_function(bounds: SpaceBounds | None = None) -> dict[int,
     ``[u^n] exp(sum_k F(x^k, r^k) u^k / k)``, computed with the recurrence
     ``h_n = (1/n) sum_k F(x^k, r^k) h_{n-k}``.
     """
+    import sympy  # only this check needs it; keep it off the import path of the CLI
+
     b = bounds or space_bounds()
     x, r = sympy.symbols("x r")
 

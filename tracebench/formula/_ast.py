@@ -41,18 +41,16 @@ def _check_index(index: int | None, what: str) -> None:
         raise ValueError(f"{what} index must be a non-negative integer, got {index!r}")
 
 
-def _seal(node, key: tuple) -> None:
-    """Store a node's identity key and its hash once (the sympy habit: hashing is cached).
-
-    Formulas are hashed constantly (canonical-form caches, template sets, node dedupe in
-    diagnostic trees); a recursive dataclass hash would walk the whole subtree every time.
-    """
-    object.__setattr__(node, "_key", key)
-    object.__setattr__(node, "_hash", hash((type(node).__name__, key)))
-
+# Hashes are computed on first use and cached (the sympy habit). Formulas are hashed
+# constantly (canonical-form caches, template sets, node dedupe in diagnostic trees): a
+# dataclass hash would walk the whole subtree every time. Lazy, so parsing pays nothing.
 
 def _node_hash(self) -> int:
-    return self._hash
+    cached = self._hash
+    if cached is None:
+        cached = hash((type(self).__name__, self._identity()))
+        object.__setattr__(self, "_hash", cached)
+    return cached
 
 
 def _node_eq(self, other: object) -> bool:
@@ -60,7 +58,7 @@ def _node_eq(self, other: object) -> bool:
         return True
     if type(other) is not type(self):
         return NotImplemented
-    return self._hash == other._hash and self._key == other._key
+    return hash(self) == hash(other) and self._identity() == other._identity()
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,14 +102,15 @@ class Anchor:
     binding: AnchorBinding | None = None
     column: int | None = field(default=None, compare=False, repr=False)
     line: int | None = field(default=None, compare=False, repr=False)
-    _key: tuple = field(default=(), init=False, repr=False, compare=False)
-    _hash: int = field(default=0, init=False, repr=False, compare=False)
+    _hash: int | None = field(default=None, init=False, repr=False, compare=False)
     __hash__ = _node_hash
     __eq__ = _node_eq
 
     def __post_init__(self) -> None:
         _check_index(self.index, "anchor")
-        _seal(self, (self.index, self.binding))
+
+    def _identity(self) -> tuple:
+        return (self.index, self.binding)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,8 +122,7 @@ class Disentangle:
     binding: DisentangleBinding | None = None
     column: int | None = field(default=None, compare=False, repr=False)
     line: int | None = field(default=None, compare=False, repr=False)
-    _key: tuple = field(default=(), init=False, repr=False, compare=False)
-    _hash: int = field(default=0, init=False, repr=False, compare=False)
+    _hash: int | None = field(default=None, init=False, repr=False, compare=False)
     __hash__ = _node_hash
     __eq__ = _node_eq
 
@@ -132,7 +130,9 @@ class Disentangle:
         _check_index(self.index, "g")
         if self.kind is not None and (not self.kind or not all(p.isalpha() and p.islower() for p in self.kind.split("_"))):
             raise ValueError(f"g kind must be lowercase letters and underscores, got {self.kind!r}")
-        _seal(self, (self.kind, self.index, self.binding))
+
+    def _identity(self) -> tuple:
+        return (self.kind, self.index, self.binding)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,8 +148,7 @@ class Text:
     description: str | None = None
     column: int | None = field(default=None, compare=False, repr=False)
     line: int | None = field(default=None, compare=False, repr=False)
-    _key: tuple = field(default=(), init=False, repr=False, compare=False)
-    _hash: int = field(default=0, init=False, repr=False, compare=False)
+    _hash: int | None = field(default=None, init=False, repr=False, compare=False)
     __hash__ = _node_hash
     __eq__ = _node_eq
 
@@ -159,7 +158,9 @@ class Text:
             raise ValueError(f"text symbol name must be lowercase letters, got {self.name!r}")
         if self.description is not None:
             _check_label(self.description, "text description")
-        _seal(self, (self.name, self.index, self.description))
+
+    def _identity(self) -> tuple:
+        return (self.name, self.index, self.description)
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,8 +171,7 @@ class Compose:
     index: int | None = None
     column: int | None = field(default=None, compare=False, repr=False)
     line: int | None = field(default=None, compare=False, repr=False)
-    _key: tuple = field(default=(), init=False, repr=False, compare=False)
-    _hash: int = field(default=0, init=False, repr=False, compare=False)
+    _hash: int | None = field(default=None, init=False, repr=False, compare=False)
     __hash__ = _node_hash
     __eq__ = _node_eq
 
@@ -182,7 +182,9 @@ class Compose:
         for arg in self.args:
             if not isinstance(arg, (Anchor, Text, Compose, Apply)):
                 raise TypeError(f"a C argument is f, T, C or an Apply, got {type(arg).__name__}")
-        _seal(self, (self.args, self.index))
+
+    def _identity(self) -> tuple:
+        return (self.args, self.index)
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,8 +195,7 @@ class Apply:
     modifiers: tuple["Modifier", ...]
     column: int | None = field(default=None, compare=False, repr=False)
     line: int | None = field(default=None, compare=False, repr=False)
-    _key: tuple = field(default=(), init=False, repr=False, compare=False)
-    _hash: int = field(default=0, init=False, repr=False, compare=False)
+    _hash: int | None = field(default=None, init=False, repr=False, compare=False)
     __hash__ = _node_hash
     __eq__ = _node_eq
 
@@ -208,7 +209,9 @@ class Apply:
         for modifier in self.modifiers:
             if not isinstance(modifier, (Disentangle, Text)):
                 raise TypeError(f"a modifier is a g term or a text symbol, got {type(modifier).__name__}")
-        _seal(self, (self.carrier, self.modifiers))
+
+    def _identity(self) -> tuple:
+        return (self.carrier, self.modifiers)
 
 
 Modifier = Union[Disentangle, Text]

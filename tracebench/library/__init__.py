@@ -20,4 +20,17 @@ __all__ = [
     "load_library",
     "staged_output",
     "write_library",
+    "tag_images",
+    "TagReport",
 ]
+
+_LAZY = {"tag_images", "TagReport", "SkippedImage", "ModelTags", "tag_schema"}
+
+
+def __getattr__(name: str):
+    # the tagger pulls in the openai client (~0.4 s); import it only when asked for
+    if name in _LAZY:
+        from . import _tag
+
+        return getattr(_tag, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,371 @@
+"""Tag real images with a vision-language model (``trace tag``).
+
+Each image goes to an OpenAI-compatible chat endpoint as a base64 data URL, with a prompt
+built from the taxonomy (taxonomy/categories.toml, taxonomy/subtypes.toml) and a JSON
+schema derived from the library records (:class:`ModelTags`). A reply is kept only when it
+validates completely: a reply that is not JSON, does not match the records or names an
+unknown category is sent back once with the error; if the second reply fails too, or the
+API fails after the client's own retries, the image is reported and left out. Nothing is
+written half-way: the library is assembled in a staging folder (:func:`staged_output`).
+
+The API key is read from an environment variable and handed to the client only; it is
+scrubbed from every reason and error message, in case a server echoes it back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+import ipaddress
+import json
+import os
+import re
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import openai
+from openai.types.chat import ChatCompletionMessage
+from PIL import Image, UnidentifiedImageError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import TraceError
+from ..resources import read_toml
+from ..templating import render
+from ._io import staged_output, write_library
+from ._models import Entity, GlobalTag, LibraryInfo, TaggedImage, Tags
+
+__all__ = ["IMAGE_SUFFIXES", "ModelTags", "SkippedImage", "TagReport", "tag_images", "tag_schema"]
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
+IMAGES_FOLDER = "images"
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+LOCAL_API_KEY = "unused"  # loopback servers (vLLM, the test stubs) check no key, but the client wants one
+SCHEMA_NAME = "tagged_image"
+_REASON_LIMIT = 300  # characters of a one-line reason in the report
+# The image formats vision APIs accept, as Pillow names them (MPO: a camera JPEG with extra frames).
+_MIME_TYPES = {"PNG": "image/png", "JPEG": "image/jpeg", "MPO": "image/jpeg", "WEBP": "image/webp"}
+
+
+class ModelTags(BaseModel):
+    """What the model must return for one image: the tag fields of a :class:`TaggedImage`.
+
+    The identity fields (id, path, size, source, license) are the caller's, never the model's.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, serialize_by_alias=True)
+
+    ent_list: tuple[Entity, ...] = Field(description="foreground entities, one object each")
+    background: Tags = Field(description="salient background content that is not a foreground instance")
+    global_tag: GlobalTag = Field(description="image-level tags")
+
+
+class SkippedImage(BaseModel):
+    """An image that was not tagged, and why."""
+
+    model_config = ConfigDict(frozen=True)
+
+    path: str = Field(description="image path relative to the images folder")
+    reason: str = Field(description="one line: why the image was left out")
+
+
+class TagReport(BaseModel):
+    """What ``trace tag`` did."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tagged: int = Field(ge=0, description="images tagged and written to the library")
+    skipped: tuple[SkippedImage, ...] = Field(default=(), description="images left out, in path order")
+    calls: int = Field(ge=0, description="chat requests sent (the client's own retries of one request not counted)")
+    library: LibraryInfo = Field(description="the library written")
+
+
+def tag_images(images_dir: Path, out: Path, *, model: str, base_url: str | None = None,
+               api_key_env: str = "OPENAI_API_KEY", concurrency: int = 4, name: str | None = None,
+               max_retries: int = 2, timeout: float = 120.0) -> TagReport:
+    """Tag every image under ``images_dir`` with ``model`` and write a library to ``out``.
+
+    ``base_url`` defaults to ``$OPENAI_BASE_URL``, then to OpenAI's. The key is read from
+    the variable ``api_key_env``; a loopback server needs none. ``concurrency`` bounds the
+    requests in flight; ``max_retries`` and ``timeout`` (seconds) go to the openai client.
+    Images are copied to ``out/images/`` (keeping their relative paths); the library name
+    defaults to the name of ``out``. Raises :class:`TraceError` on bad arguments, when no
+    image is found, when the endpoint refuses the key or the model, or when every image fails.
+    """
+    images_dir, out = Path(images_dir), Path(out)
+    if not model.strip():
+        raise TraceError("--model: empty model name")
+    if concurrency < 1:
+        raise TraceError(f"--concurrency: must be at least 1, got {concurrency}")
+    if max_retries < 0:
+        raise TraceError(f"--max-retries: must be 0 or more, got {max_retries}")
+    base_url = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+    api_key = _api_key(api_key_env, base_url)
+    jobs, unreadable = _find_images(images_dir)
+    name = name or out.resolve().name or "library"
+
+    with staged_output(out) as root:
+        client = {"api_key": api_key, "base_url": base_url, "max_retries": max_retries, "timeout": timeout}
+        tagger = _Tagger(model=model, secret="" if api_key == LOCAL_API_KEY else api_key)
+        outcomes = asyncio.run(tagger.tag_all(jobs, client=client, concurrency=concurrency))
+        if tagger.fatal:
+            raise TraceError(tagger.fatal)
+        skipped = sorted(unreadable + [SkippedImage(path=o.job.rel, reason=o.reason)
+                                       for o in outcomes if o.reason is not None], key=lambda s: s.path)
+        tagged = [o for o in outcomes if o.tags is not None]
+        if not tagged:
+            first = skipped[0]
+            raise TraceError(f"{images_dir}: no image could be tagged ({len(skipped)} failed; "
+                             f"first: {first.path}: {first.reason})")
+        records = []
+        for outcome in tagged:
+            records.append(outcome.job.record(outcome.tags, source=f"tagged:{model}"))
+            target = root / records[-1].path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(outcome.job.file, target)
+        info = write_library(root, name, records)
+    return TagReport(tagged=len(records), skipped=tuple(skipped), calls=tagger.calls, library=info)
+
+
+# -- the prompt and the schema, from the taxonomy ------------------------------------------
+
+
+@cache
+def _categories() -> dict[str, dict[str, Any]]:
+    return read_toml("taxonomy", "categories.toml")["categories"]
+
+
+def tag_schema() -> dict[str, Any]:
+    """The JSON schema of a reply (:class:`ModelTags`), with the categories as an enum."""
+    return copy.deepcopy(_tag_schema())
+
+
+@cache
+def _tag_schema() -> dict[str, Any]:
+    schema = ModelTags.model_json_schema(by_alias=True)
+    # The records keep `category` a plain string (the taxonomy is data, not code); an enum here
+    # lets servers with constrained decoding keep the model inside the taxonomy.
+    schema["$defs"]["Entity"]["properties"]["category"]["enum"] = list(_categories())
+    return schema
+
+
+SYSTEM_TEMPLATE = "tagging/system.j2"
+
+
+@cache
+def _system_prompt() -> str:
+    """The tagging instructions (templates/tagging/system.j2), filled from the taxonomy."""
+    subtypes = read_toml("taxonomy", "subtypes.toml")
+    groups: dict[str, list[tuple[str, str, str]]] = {}
+    for key, spec in subtypes["subtypes"].items():
+        applies = spec.get("categories") or []
+        scope = "" if not applies else "all categories" if applies == ["*"] else ", ".join(applies)
+        groups.setdefault(spec["group"], []).append((key, spec["definition"], scope))
+    targets = [('"global_tag"' if group == "4_Global" else f'"tag_dict" group "{group}"', entries)
+               for group, entries in groups.items()]
+    uses = [(use, spec["definition"], ", ".join(spec["categories"]))
+            for use, spec in subtypes["special"].items() if use != "background"]
+    categories = [(name, spec["description"], bool(spec.get("humanoid"))) for name, spec in _categories().items()]
+    return render(SYSTEM_TEMPLATE, categories=categories, subtype_groups=targets,
+                  background=subtypes["special"]["background"]["definition"], uses=uses)
+
+
+# -- one request per image, one corrective retry ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Job:
+    rel: str      # path relative to images_dir, posix
+    file: Path
+    id: str
+    width: int
+    height: int
+    mime: str
+
+    def data_url(self) -> str:
+        return f"data:{self.mime};base64,{base64.b64encode(self.file.read_bytes()).decode('ascii')}"
+
+    def record(self, tags: ModelTags, *, source: str) -> TaggedImage:
+        return TaggedImage(id=self.id, path=f"{IMAGES_FOLDER}/{self.rel}", width=self.width, height=self.height,
+                           source=source, license="unknown", ent_list=tags.ent_list, background=tags.background,
+                           global_tag=tags.global_tag)
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    job: _Job
+    tags: ModelTags | None = None
+    reason: str | None = None
+
+
+class _InvalidReply(ValueError):
+    """A reply that is not a valid :class:`ModelTags`; the message is sent back to the model."""
+
+
+class _Tagger:
+    """Sends the requests of one ``tag_images`` call and counts them."""
+
+    def __init__(self, *, model: str, secret: str) -> None:
+        self.model = model
+        self.secret = secret
+        self.calls = 0
+        self.fatal: str | None = None  # set when no further request can succeed (key or model refused)
+
+    async def tag_all(self, jobs: list[_Job], *, client: dict[str, Any], concurrency: int) -> list[_Outcome]:
+        limit = asyncio.Semaphore(concurrency)
+        async with openai.AsyncOpenAI(**client) as api:
+            async def one(job: _Job) -> _Outcome:
+                async with limit:
+                    if self.fatal:
+                        return _Outcome(job, reason="not sent: " + self.fatal)
+                    return await self.tag(api, job)
+            return list(await asyncio.gather(*(one(job) for job in jobs)))
+
+    async def tag(self, api: openai.AsyncOpenAI, job: _Job) -> _Outcome:
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": _system_prompt()},
+            {"role": "user", "content": [
+                {"type": "text", "text": f"Tag this image ({job.width}x{job.height} pixels)."},
+                {"type": "image_url", "image_url": {"url": job.data_url()}},
+            ]},
+        ]
+        for _ in range(2):
+            try:
+                reply = await self._ask(api, messages)
+            except (openai.AuthenticationError, openai.NotFoundError) as err:
+                self.fatal = f"the endpoint refused the request: {self._api_error(err)}"
+                return _Outcome(job, reason=self.fatal)
+            except openai.APIError as err:
+                return _Outcome(job, reason=self._api_error(err))
+            try:
+                return _Outcome(job, tags=_parse_reply(reply))
+            except _InvalidReply as err:
+                problem = self._one_line(str(err))
+            messages += [
+                {"role": "assistant", "content": (reply.content if reply else None) or ""},
+                {"role": "user", "content": f"That reply is not valid: {problem}. "
+                                            "Reply again with the corrected JSON object only."},
+            ]
+        return _Outcome(job, reason=f"invalid reply after one retry: {problem}")
+
+    async def _ask(self, api: openai.AsyncOpenAI, messages: list[dict[str, Any]]) -> ChatCompletionMessage | None:
+        self.calls += 1
+        response = await api.chat.completions.create(
+            model=self.model, messages=messages,  # type: ignore[arg-type]
+            response_format={"type": "json_schema",
+                             "json_schema": {"name": SCHEMA_NAME, "schema": _tag_schema(), "strict": False}},
+        )
+        return response.choices[0].message if response.choices else None
+
+    def _api_error(self, err: openai.APIError) -> str:
+        if isinstance(err, openai.APIStatusError):
+            return self._one_line(f"API error {err.status_code}: {err.message}")
+        cause = f" ({err.__cause__})" if err.__cause__ else ""
+        return self._one_line(f"API error: {err.message}{cause}")
+
+    def _one_line(self, text: str) -> str:
+        text = " ".join(text.split())
+        if self.secret:
+            text = text.replace(self.secret, "***")
+        return text if len(text) <= _REASON_LIMIT else text[:_REASON_LIMIT - 1] + "…"
+
+
+_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+
+
+def _parse_reply(reply: ChatCompletionMessage | None) -> ModelTags:
+    """A reply as :class:`ModelTags`, or :class:`_InvalidReply` saying what is wrong."""
+    content = reply.content if reply else None
+    if not content or not content.strip():
+        refusal = getattr(reply, "refusal", None)
+        raise _InvalidReply(f"the model refused: {refusal}" if refusal else "the reply is empty")
+    text = content.strip()
+    if fenced := _FENCE.match(text):  # servers that ignore response_format often fence their JSON
+        text = fenced.group(1)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise _InvalidReply(f"the reply is not JSON ({err.msg} at line {err.lineno} column {err.colno})") from None
+    try:
+        tags = ModelTags.model_validate(data)
+    except ValidationError as err:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'reply'}: {e['msg']}" for e in err.errors())
+        raise _InvalidReply(f"the reply does not match the tag format: {problems}") from None
+    known = _categories()
+    for i, entity in enumerate(tags.ent_list):
+        if entity.category not in known:
+            raise _InvalidReply(f"ent_list.{i}.category: unknown category {entity.category!r}; "
+                                f"use one of {', '.join(known)}")
+    return tags
+
+
+# -- inputs ------------------------------------------------------------------------------------
+
+
+def _api_key(variable: str, base_url: str) -> str:
+    key = os.environ.get(variable, "")
+    if key:
+        return key
+    if _is_loopback(base_url):
+        return LOCAL_API_KEY
+    host = urlsplit(base_url).hostname or base_url
+    raise TraceError(f"environment variable {variable} is not set; it must hold the API key for {host}")
+
+
+def _is_loopback(url: str) -> bool:
+    host = urlsplit(url).hostname
+    if not host:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _find_images(images_dir: Path) -> tuple[list[_Job], list[SkippedImage]]:
+    """The images under ``images_dir`` in path order, and those Pillow cannot read."""
+    if not images_dir.is_dir():
+        raise TraceError(f"{images_dir}: not a folder")
+    files = sorted((f for f in images_dir.rglob("*") if f.suffix.lower() in IMAGE_SUFFIXES and f.is_file()
+                    and not any(part.startswith(".") for part in f.relative_to(images_dir).parts)),
+                   key=lambda f: f.relative_to(images_dir).as_posix())
+    if not files:
+        raise TraceError(f"{images_dir}: no images ({', '.join(s[1:] for s in IMAGE_SUFFIXES)}) found")
+    jobs, unreadable = [], []
+    for file, image_id in zip(files, _unique_ids(f.stem for f in files)):
+        rel = file.relative_to(images_dir).as_posix()
+        try:
+            with Image.open(file) as image:
+                width, height, found = image.width, image.height, image.format or "unknown"
+        except (UnidentifiedImageError, Image.DecompressionBombError, OSError) as err:
+            unreadable.append(SkippedImage(path=rel, reason=" ".join(f"not a readable image: {err}".split())))
+            continue
+        # The declared type is what Pillow found, not the suffix: a .png that is a JPEG is sent as one.
+        if found not in _MIME_TYPES:
+            unreadable.append(SkippedImage(path=rel, reason=f"a {found} image; only PNG, JPEG and WebP are sent"))
+            continue
+        jobs.append(_Job(rel=rel, file=file, id=image_id, width=width, height=height, mime=_MIME_TYPES[found]))
+    return jobs, unreadable
+
+
+def _unique_ids(stems: Iterable[str]) -> list[str]:
+    """File stems made unique in order: ``cat``, ``cat-2`` ..., never taking another file's stem."""
+    stems = list(stems)
+    taken: set[str] = set()
+    reserved = set(stems)
+    ids = []
+    for stem in stems:
+        candidate, n = stem, 1
+        while candidate in taken or (candidate != stem and candidate in reserved):
+            n += 1
+            candidate = f"{stem}-{n}"
+        taken.add(candidate)
+        ids.append(candidate)
+    return ids

@@ -36,7 +36,7 @@ import PIL
 
 from tracebench import __version__
 from tracebench.library._io import load_library
-from tracebench.library._synth import synthesize_library
+from tracebench.library.synth import synthesize_library
 
 
 def machine() -> dict[str, object]:

@@ -18,10 +18,13 @@ from pathlib import Path
 import pytest
 from PIL import Image, ImageChops
 
+from tracebench import __version__
 from tracebench.errors import TraceError
-from tracebench.library import _synth as synth
+from tracebench.library import synth
 from tracebench.library._io import INFO_FILE, TAGS_FILE, load_library, tags_line
 from tracebench.library._models import TaggedImage
+from tracebench.library.synth import _build
+from tracebench.library.synth._world import World, _world_hash
 from tracebench.resources import read_toml
 
 MIN_PER_SUBTYPE = 20
@@ -83,7 +86,7 @@ def test_same_seed_gives_byte_identical_library_and_another_seed_differs(tmp_pat
 def test_build_does_not_depend_on_the_process(tmp_path):
     """Another interpreter with another hash seed writes the same bytes (content hash)."""
     here = synth.synthesize_library(tmp_path / "here", n=10, seed=9)
-    code = ("import sys; from pathlib import Path; from tracebench.library._synth import synthesize_library; "
+    code = ("import sys; from pathlib import Path; from tracebench.library.synth import synthesize_library; "
             "print(synthesize_library(Path(sys.argv[1]), n=10, seed=9).content_hash)")
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "there")], capture_output=True, text=True,
@@ -228,11 +231,11 @@ def test_world_refuses_a_subtype_on_a_category_it_does_not_apply_to():
     data = json.loads(json.dumps(WORLD))
     data["figures"]["apple"]["poses"] = ["standing"]  # 3.1_action_pose is for Human and Animal only
     with pytest.raises(ValueError, match="apple.*poses"):
-        synth.World(data, SUBTYPES, read_toml("taxonomy", "categories.toml"))
+        World(data, SUBTYPES, read_toml("taxonomy", "categories.toml"))
     data = json.loads(json.dumps(WORLD))
     data["figures"]["teapot"]["patterns"] = ["blotches"]  # an Animal-only pattern
     with pytest.raises(ValueError, match="teapot.*blotches"):
-        synth.World(data, SUBTYPES, read_toml("taxonomy", "categories.toml"))
+        World(data, SUBTYPES, read_toml("taxonomy", "categories.toml"))
 
 
 # ----------------------------------------------------------------------------- records and images
@@ -296,7 +299,7 @@ def test_output_is_atomic(tmp_path, monkeypatch):
             raise RuntimeError("disk on fire")
         return real(index, seed=seed)
 
-    monkeypatch.setattr(synth, "synthesize_image", failing)
+    monkeypatch.setattr(_build, "synthesize_image", failing)
     with pytest.raises(RuntimeError):
         synth.synthesize_library(tmp_path / "new", n=6)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["occupied"]
@@ -306,14 +309,14 @@ def test_default_library_is_built_once_and_reused(default_lib, monkeypatch):
     cache, path, info, _ = default_lib
     assert path.parent == cache
     assert f"n{synth.DEFAULT_N}" in path.name and f"seed{synth.DEFAULT_SEED}" in path.name
-    assert synth._world_hash()[:12] in path.name
+    assert _world_hash()[:12] in path.name
     assert [p.name for p in cache.iterdir()] == [path.name]  # no leftovers of the build
 
     def no_rebuild(*args, **kwargs):
         raise AssertionError("rebuilt although the cache holds the library")
 
     monkeypatch.setenv("TRACEBENCH_CACHE", str(cache))
-    monkeypatch.setattr(synth, "synthesize_library", no_rebuild)
+    monkeypatch.setattr(_build, "synthesize_library", no_rebuild)
     stamp = (path / INFO_FILE).stat().st_mtime_ns
     assert synth.default_library() == path
     assert (path / INFO_FILE).stat().st_mtime_ns == stamp
@@ -321,20 +324,20 @@ def test_default_library_is_built_once_and_reused(default_lib, monkeypatch):
 
 def test_default_library_race_uses_the_folder_another_process_finished(tmp_path, monkeypatch):
     monkeypatch.setenv("TRACEBENCH_CACHE", str(tmp_path))
-    monkeypatch.setattr(synth, "DEFAULT_N", 3)
+    monkeypatch.setattr(_build, "DEFAULT_N", 3)
     real = synth.synthesize_library
     winner: list[Path] = []
 
     def slow_build(out, **kwargs):
         info = real(out, **kwargs)
         # meanwhile another process finished the same library and renamed it into place
-        name = f"synthetic-{synth.__version__}-n3-seed{synth.DEFAULT_SEED}-{synth._world_hash()[:12]}"
+        name = f"synthetic-{__version__}-n3-seed{synth.DEFAULT_SEED}-{_world_hash()[:12]}"
         other = tmp_path / name
         real(other, n=3, seed=synth.DEFAULT_SEED, name="other-process")
         winner.append(other)
         return info
 
-    monkeypatch.setattr(synth, "synthesize_library", slow_build)
+    monkeypatch.setattr(_build, "synthesize_library", slow_build)
     path = synth.default_library()
     assert winner and path == winner[0]
     assert json.loads((path / INFO_FILE).read_text())["name"] == "other-process"

@@ -63,7 +63,7 @@ def run_stats(args) -> int:
     from ..library._stats import library_stats
 
     if args.dir is None:
-        from ..library._synth import default_library
+        from ..library.synth import default_library
 
         root = default_library()
     else:
@@ -105,7 +105,7 @@ def run_import(args) -> int:
 
 
 def run_synth(args) -> int:
-    from ..library._synth import synthesize_library
+    from ..library.synth import synthesize_library
 
     if args.n < 1:
         raise TraceError(f"--n: {args.n} must be at least 1")

@@ -22,6 +22,7 @@ class SubtypeSpec:
     definition: str
     categories: frozenset[str]  # categories it applies to (empty for global subtypes)
     kinds: tuple[str, ...]  # the g kinds that extract it
+    receivers: frozenset[str] = frozenset()  # attach/ip: categories that can receive it whole
 
     def applies_to(self, category: str) -> bool:
         return category in self.categories
@@ -40,6 +41,10 @@ class Taxonomy:
     def global_subtypes(self) -> list[SubtypeSpec]:
         return [s for s in self.subtypes.values() if s.group == GLOBAL_GROUP]
 
+    def subtypes_of_kind(self, kind: str) -> list[SubtypeSpec]:
+        """The subtypes (and specials) a g kind extracts: ``style`` -> 4.1_style."""
+        return [s for s in (*self.subtypes.values(), *self.special.values()) if kind in s.kinds]
+
 
 @cache
 def taxonomy() -> Taxonomy:
@@ -53,7 +58,10 @@ def taxonomy() -> Taxonomy:
         unknown = chosen - names
         if unknown:
             raise ValueError(f"taxonomy/subtypes.toml: {key} names unknown categories {sorted(unknown)}")
-        return SubtypeSpec(key, group, entry.get("definition", ""), chosen, tuple(entry.get("kinds", ())))
+        receivers = frozenset(entry.get("receivers", ()))
+        if receivers - names:
+            raise ValueError(f"taxonomy/subtypes.toml: {key} names unknown receivers {sorted(receivers - names)}")
+        return SubtypeSpec(key, group, entry.get("definition", ""), chosen, tuple(entry.get("kinds", ())), receivers)
 
     subtypes = {key: spec(key, entry, entry["group"]) for key, entry in raw["subtypes"].items()}
     special = {key: spec(key, entry, "special") for key, entry in raw["special"].items()}

@@ -13,7 +13,7 @@ import jinja2
 
 from .resources import data_dir, data_hash
 
-__all__ = ["environment", "render", "template_hash"]
+__all__ = ["environment", "render", "template_hash", "compile_string"]
 
 
 @cache
@@ -36,3 +36,44 @@ def render(name: str, **context: Any) -> str:
 def template_hash(*names: str) -> str:
     """SHA-256 of the named templates, for manifests."""
     return data_hash(*(("templates", name) for name in names))
+
+
+def compile_string(text: str):
+    """A Jinja2 string template as a function ``f(context: dict) -> str``.
+
+    Templates that are only text and ``{{ name }}`` substitutions (all prompt lines and
+    checklist questions today) render by joining strings, about ten times faster than a
+    Jinja2 render call: ``trace sample`` renders some thirty of them per case. Anything
+    else (filters, tags, attribute access) goes through Jinja2. Both raise
+    ``jinja2.UndefinedError`` for a missing variable.
+    """
+    env = environment()
+    body = env.parse(text).body
+    parts: list[tuple[bool, str]] = []  # (is a variable, text or name)
+    simple = all(isinstance(node, jinja2.nodes.Output) for node in body)
+    if simple:
+        for node in body:
+            for child in node.nodes:
+                if isinstance(child, jinja2.nodes.TemplateData):
+                    parts.append((False, child.data))
+                elif isinstance(child, jinja2.nodes.Name) and child.ctx == "load":
+                    parts.append((True, child.name))
+                else:
+                    simple = False
+    if not simple:
+        template = env.from_string(text)
+        return lambda context: template.render(context)
+
+    def render_simple(context: dict) -> str:
+        out = []
+        for is_name, value in parts:
+            if not is_name:
+                out.append(value)
+                continue
+            try:
+                out.append(str(context[value]))
+            except KeyError:
+                raise jinja2.UndefinedError(f"{value!r} is undefined") from None
+        return "".join(out)
+
+    return render_simple

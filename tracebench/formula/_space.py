@@ -25,7 +25,8 @@ from ._ast import Anchor, Apply, Compose, Disentangle, Expr, Text
 from ._canonical import arg_sort_key, modifier_sort_key
 from ._language import language
 
-__all__ = ["SpaceBounds", "space_bounds", "enumerate_templates", "count_by_generating_function", "template_counts"]
+__all__ = ["SpaceBounds", "space_bounds", "enumerate_templates", "count_by_generating_function", "template_counts",
+           "space_by_slot", "templates"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,8 +105,12 @@ def _apply(expr: Expr, modifiers: tuple[Disentangle, ...]) -> Apply:
     return Apply(expr, modifiers)
 
 
-def enumerate_templates(max_slot: int | None = None, bounds: SpaceBounds | None = None) -> dict[int, frozenset[Expr]]:
-    """Every canonical template with slot ``min_slot..max_slot``, by slot level."""
+def enumerate_templates(max_slot: int | None = None, bounds: SpaceBounds | None = None) -> dict[int, tuple[Expr, ...]]:
+    """Every canonical template with slot ``min_slot..max_slot``, by slot level.
+
+    Each level lists its templates once, in construction order: deterministic for a given
+    space.toml, and cheaper than sorting 155,520 printed forms.
+    """
     b = bounds or space_bounds()
     top = b.max_slot if max_slot is None else min(max_slot, b.max_slot)
     kinds = sorted((_attribute_term(k) for k in b.attribute_kinds), key=modifier_sort_key)
@@ -132,16 +137,16 @@ def enumerate_templates(max_slot: int | None = None, bounds: SpaceBounds | None 
         if b.max_relation_terms:
             bodies.append((slots + 1, rels + 1, _apply(scene, relation)))
     global_chains = [(Disentangle("global"),) * n for n in range(1, b.max_global_terms + 1)]
-    found: dict[int, set[Expr]] = {s: set() for s in range(b.min_slot, top + 1)}
+    found: dict[int, dict[Expr, None]] = {s: {} for s in range(b.min_slot, top + 1)}  # ordered sets
     for slots, rels, body in bodies:
         if rels > b.max_relation_terms:
             continue
         if b.min_slot <= slots <= top:
-            found[slots].add(body)
+            found[slots][body] = None
         for chain in global_chains:
             if b.min_slot <= slots + len(chain) <= top:
-                found[slots + len(chain)].add(_apply(body, chain))
-    return {s: frozenset(found[s]) for s in found}
+                found[slots + len(chain)][_apply(body, chain)] = None
+    return {s: tuple(found[s]) for s in found}
 
 
 def count_by_generating_function(bounds: SpaceBounds | None = None) -> dict[int, int]:
@@ -187,7 +192,7 @@ def count_by_generating_function(bounds: SpaceBounds | None = None) -> dict[int,
 
 
 @cache
-def _cached_space(max_slot: int) -> dict[int, frozenset[Expr]]:
+def _cached_space(max_slot: int) -> dict[int, tuple[Expr, ...]]:
     return enumerate_templates(max_slot)
 
 
@@ -196,6 +201,12 @@ def template_counts(slots: Iterable[int]) -> dict[int, int]:
     wanted = sorted(set(slots))
     space = _cached_space(max(wanted))
     return {s: len(space.get(s, ())) for s in wanted}
+
+
+def space_by_slot(slots: Iterable[int]) -> dict[int, tuple[Expr, ...]]:
+    """The canonical templates of the requested slot levels, in (deterministic) construction order."""
+    space = _cached_space(space_bounds().max_slot)  # one enumeration serves every level
+    return {s: space.get(s, ()) for s in sorted(set(slots))}
 
 
 def templates(slots: Iterable[int]) -> dict[int, list[Expr]]:

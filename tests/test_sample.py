@@ -1,0 +1,251 @@
+"""`trace sample`: the benchmark folder, case by case, against the rules of the issue."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+from pathlib import Path
+
+import networkx as nx
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from library_helpers import entity, make_library, record
+from test_cli import run_trace
+from tracebench.errors import TraceError
+from tracebench.formula import parse, slot_count, template_of, to_text
+from tracebench.formula._space import space_by_slot
+from tracebench.library import default_library, load_library
+from tracebench.records import Case, SampleManifest
+from tracebench.sample import BindingError, LibraryIndex, bind, draw_templates, read_cases, sample_benchmark
+from tracebench.sample._quotas import Quotas
+from tracebench.taxonomy import taxonomy
+
+GOLDEN = Path(__file__).parent / "golden" / "sample_cases.json"
+GOLDEN_IDS = ["s1-00000", "s3-00001", "s5-00002", "s8-00000", "app-try_on-000", "app-relation_transfer-001"]
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("bench") / "small"
+    result = run_trace("sample", "--slots", "1-8", "--per-slot", "12", "--seed", "3", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""  # no progress bar when stderr is not a terminal
+    return out
+
+
+@pytest.fixture(scope="module")
+def cases(small) -> list[Case]:
+    return list(read_cases(small))
+
+
+def test_folder_layout_and_manifest(small, cases):
+    manifest = SampleManifest.model_validate_json((small / "manifest.json").read_text())
+    assert manifest.cases == len(cases) == 8 * 12 + sum(manifest.counts_per_application.values())
+    assert manifest.counts_per_slot == {str(s): 12 for s in range(1, 9)}
+    assert set(manifest.counts_per_application) == {c.application for c in cases if c.application}
+    assert {"template_space", "quotas", "applications", "prompts", "questions"} <= set(manifest.hashes)
+    assert manifest.library["content_hash"]
+    assert len({c.id for c in cases}) == len(cases)
+
+
+def test_formulas_parse_with_their_slot_level(cases):
+    for case in cases:
+        formula = parse(case.formula)
+        assert slot_count(formula) == case.slot, case.id
+        assert to_text(template_of(formula)) == case.template, case.id
+
+
+def test_references_are_numbered_named_and_present(small, cases):
+    library = default_library()
+    _, images = load_library(library)
+    paths = {image.id: library / image.path for image in images}
+    for case in cases:
+        named = set(re.findall(r"Image \d+", case.prompt))
+        listed = [r.image for r in case.references]
+        assert listed == [f"Image {k}" for k in range(1, len(listed) + 1)], case.id
+        assert named == set(listed), case.id
+        for ref in case.references:
+            assert (small / ref.path).read_bytes() == paths[ref.source_id].read_bytes()
+        # images are numbered in order of first mention in the formula
+        mentions = [int(m) for m in re.findall(r"\(I(\d+)\b", case.formula)]
+        assert list(dict.fromkeys(mentions)) == list(range(1, len(listed) + 1)), case.id
+
+
+def test_every_handle_has_its_lines_and_questions(cases):
+    for case in cases:
+        lines = case.prompt.splitlines()
+        paragraph = lines[0]
+        for term in case.terms:
+            if term.handle:
+                handle = f"('{term.handle}')"
+                assert handle in paragraph, (case.id, handle)
+                assert any(q.target == term.symbol or q.target.startswith(term.symbol + "⊕") or handle in q.question
+                           for q in case.checklist), (case.id, handle)
+            if term.op == "f":
+                assert f"('{term.handle}') references [{term.entity} in {term.image}]." in lines, case.id
+            if term.op == "g" and term.role in ("local", "attach", "ip"):
+                carrier = next(t for t in case.terms if t.symbol == term.carrier)
+                assert any(line.startswith(f"('{carrier.handle}')") and f"in {term.image}]" in line
+                           for line in lines[1:]), (case.id, term.symbol)
+
+
+def test_question_counts_per_operator_instance(cases):
+    for case in cases:
+        by_target: dict[tuple[str, str], int] = {}
+        for q in case.checklist:
+            by_target[(q.op, q.target)] = by_target.get((q.op, q.target), 0) + 1
+        for term in case.terms:
+            if term.op == "f":
+                assert by_target[("anchor", term.symbol)] >= 2, case.id
+            if term.op == "g":
+                assert by_target[("disentangle", term.symbol)] >= 2, case.id
+                assert by_target[("apply", f"{term.carrier}⊕{term.symbol}")] >= 2, case.id
+        for symbol in set(re.findall(r"\b(C\d+)\(", case.formula)):
+            assert by_target[("compose", symbol)] >= 3, (case.id, symbol)
+
+
+def test_dependencies_form_a_dag_of_existing_questions(cases):
+    for case in cases:
+        ids = [q.id for q in case.checklist]
+        assert len(ids) == len(set(ids)), case.id
+        graph = nx.DiGraph()
+        graph.add_nodes_from(ids)
+        for q in case.checklist:
+            for parent in q.depends_on:
+                assert parent in ids, (case.id, q.id, parent)
+                graph.add_edge(parent, q.id)
+        assert nx.is_directed_acyclic_graph(graph), case.id
+
+
+def test_failure_worded_questions_expect_no(cases):
+    for case in cases:
+        for q in case.checklist:
+            assert q.expected == ("no" if q.aspect in ("duplication", "leakage", "exclusivity") else "yes")
+
+
+_HOLES = re.compile(r"\{\{|\}\}|\bNone\b|\[\s*\]|\(\s*\)|\[ in |''|\(\)|  ")
+
+
+def test_no_placeholders_or_empty_brackets(cases):
+    for case in cases:
+        for text in [case.prompt, case.text_only_prompt, *(q.question for q in case.checklist)]:
+            assert not _HOLES.search(text), (case.id, text)
+        assert "Image" not in case.text_only_prompt and "('" not in case.text_only_prompt, case.id
+        assert not re.search(r"\bf\d|\bg_\w+\d|\bT_e\d", " ".join(q.question for q in case.checklist)), case.id
+
+
+def test_same_command_twice_is_byte_identical_and_another_seed_differs(small, tmp_path):
+    again = tmp_path / "again"
+    assert run_trace("sample", "--per-slot", "12", "--seed", "3", "--out", str(again)).returncode == 0
+    for name in ("cases.jsonl", "manifest.json"):
+        assert (again / name).read_bytes() == (small / name).read_bytes()
+    other = tmp_path / "other"
+    assert run_trace("sample", "--per-slot", "12", "--seed", "4", "--out", str(other)).returncode == 0
+    assert (other / "cases.jsonl").read_bytes() != (small / "cases.jsonl").read_bytes()
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["--slots", "0-9"], "--slots"),
+    (["--per-slot", "0"], "--per-slot"),
+    (["--library", "/nonexistent/library"], "not a directory"),
+])
+def test_bad_arguments_leave_no_output(tmp_path, args, fragment):
+    out = tmp_path / "out"
+    result = run_trace("sample", *args, "--out", str(out))
+    assert result.returncode == 2
+    assert fragment in result.stderr and "Traceback" not in result.stderr
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_existing_output_folder_is_refused(small):
+    result = run_trace("sample", "--per-slot", "1", "--out", str(small))
+    assert result.returncode == 2 and "already exists" in result.stderr
+
+
+def test_unsatisfiable_quota_is_reported():
+    quotas = Quotas(per_slot=10, whole=0.0, relations={2: (0.0, 1.0, 0.0)}, globals={2: (1.0, 0.0, 0.0)})
+    with pytest.raises(TraceError, match="unsatisfiable quota for slot 2"):
+        draw_templates(2, 10, random.Random(0), quotas)
+
+
+def test_a_library_without_relations_is_reported_not_relaxed(tmp_path):
+    records = [record(f"im{i}", [entity("Animal", f"the cat number {i}", _1__1_pattern_texture=["stripes"])],
+                      global_tag={"4.1_style": ["flat"]}) for i in range(6)]
+    library = make_library(tmp_path / "lib", records)
+    out = tmp_path / "bench"
+    result = run_trace("sample", "--slots", "3", "--per-slot", "20", "--no-applications",
+                       "--library", str(library), "--out", str(out))
+    assert result.returncode == 2
+    assert "cannot bind" in result.stderr and "the library has no" in result.stderr
+    assert len(result.stderr.splitlines()) == 1
+    assert not out.exists()
+    info, images = load_library(library)
+    with pytest.raises(BindingError, match="relation"):
+        bind(parse("C(f, f) ⊕ g_rel"), LibraryIndex.build(library, info, images), random.Random(0))
+
+
+def test_the_default_benchmark(tmp_path):
+    out = tmp_path / "benchmark"
+    manifest = sample_benchmark(out, slots=tuple(range(1, 9)))
+    assert manifest.counts_per_slot == {str(s): 180 for s in range(1, 9)}
+    assert 1500 <= manifest.cases <= 1700
+    assert manifest.distinct_templates >= 631
+    assert all(0.1 <= share <= 0.35 for share in manifest.whole_share.values())
+
+
+def _golden_view(case: Case) -> dict:
+    return {"formula": case.formula, "prompt": case.prompt, "text_only_prompt": case.text_only_prompt,
+            "checklist": [f"{q.id} [{q.expected}] {q.question}" for q in case.checklist]}
+
+
+def test_golden_cases(tmp_path):
+    """A few realized cases, checked word for word (TRACEBENCH_UPDATE_GOLDEN=1 rewrites them)."""
+    out = tmp_path / "golden"
+    sample_benchmark(out, slots=(1, 3, 5, 8), per_slot=3, seed=0)
+    found = {c.id: _golden_view(c) for c in read_cases(out) if c.id in GOLDEN_IDS}
+    assert set(found) == set(GOLDEN_IDS)
+    if os.environ.get("TRACEBENCH_UPDATE_GOLDEN"):
+        GOLDEN.write_text(json.dumps(found, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    assert found == json.loads(GOLDEN.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def index() -> LibraryIndex:
+    root = default_library()
+    info, images = load_library(root)
+    return LibraryIndex.build(root, info, images)
+
+
+_POOL = [t for s in range(1, 9) for t in space_by_slot([s])[s][::97]]
+
+
+@settings(max_examples=80)
+@given(template=st.sampled_from(_POOL), seed=st.integers(0, 10**6))
+def test_binding_never_breaks_a_taxonomy_rule(index, template, seed):
+    tax = taxonomy()
+    bound = bind(template, index, random.Random(seed))
+    terms = {t.symbol: t for t in bound.terms}
+    assert slot_count(bound.formula) == slot_count(template)
+    anchored = [(t.source_id, t.entity_index) for t in bound.terms if t.op == "f"]
+    assert len(anchored) == len(set(anchored))
+    for t in bound.terms:
+        carrier = terms.get(t.carrier) if t.carrier else None
+        if t.role == "local":
+            assert tax.subtypes[t.subtype].applies_to(carrier.category), (t.subtype, carrier.category)
+            image = index.images[[i.id for i in index.images].index(t.source_id)]
+            assert t.value in image.ent_list[t.entity_index].subtype_tags()[t.subtype]
+        if t.role in ("attach", "ip"):
+            assert carrier.category in tax.special[t.role].receivers
+            image = index.images[[i.id for i in index.images].index(t.source_id)]
+            assert t.role in image.ent_list[t.entity_index].usable_as
+        if t.role == "text":
+            assert t.category in tax.categories
+    locals_per_carrier: dict[str, list[str]] = {}
+    for t in bound.terms:
+        if t.role == "local":
+            locals_per_carrier.setdefault(t.carrier, []).append(t.subtype)
+    assert all(len(v) == len(set(v)) for v in locals_per_carrier.values())

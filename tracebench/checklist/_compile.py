@@ -1,0 +1,95 @@
+"""Compiling the checklist of a bound case from templates/checklist/questions.toml.
+
+Deterministic and traceable, no LLM: every question names its operator, its target (a term
+``f2``, a binding ``f2⊕g_pattern1``, a composition ``C1``) and its aspect; its id is
+``<target>:<aspect>`` (ASCII ``+`` for ``⊕``), so diagnostic sub-cases keep the same ids.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from ..records import Question, TermBinding
+from ..resources import read_toml
+from ..realize import phrase_name
+from ..templating import compile_string
+
+__all__ = ["QUESTION_FILE", "compile_checklist"]
+
+QUESTION_FILE = "checklist/questions.toml"
+
+
+@cache
+def _templates() -> dict[str, list[dict]]:
+    raw = read_toml("templates", QUESTION_FILE)
+    return {group: [{**q, "compiled": compile_string(q["question"])} for q in entries] for group, entries in raw.items()}
+
+
+def _join(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _qid(target: str, aspect: str) -> str:
+    return f"{target.replace('⊕', '+')}:{aspect}"
+
+
+def compile_checklist(terms: tuple[TermBinding, ...],
+                      compositions: tuple[tuple[str, tuple[str, ...], str | None], ...]) -> tuple[Question, ...]:
+    """Questions for every operator instance of a bound case, in formula order."""
+    by_symbol = {t.symbol: t for t in terms}
+    questions: list[Question] = []
+
+    def handle(symbol: str) -> str:
+        return f"('{by_symbol[symbol].handle}')"
+
+    def noun_handle(symbol: str) -> str:
+        return f"the {by_symbol[symbol].noun} {handle(symbol)}"
+
+    def emit(group: str, op: str, target: str, context: dict, links: dict[str, list[str]], image: str | None,
+             all_images: tuple[str, ...] = ()) -> None:
+        for entry in _templates()[group]:
+            depends: list[str] = []
+            for dep in entry.get("depends_on", ()):
+                scope, _, aspect = dep.rpartition(".")
+                depends += [_qid(t, aspect) for t in links.get(scope, [target])]
+            wanted = entry.get("images")
+            images = (image,) if wanted == "term" and image else all_images if wanted == "all" else ()
+            questions.append(Question(
+                id=_qid(target, entry["aspect"]), op=op, target=target, aspect=entry["aspect"],
+                question=entry["compiled"](context), expected=entry.get("expected", "yes"),
+                depends_on=tuple(depends), images=images))
+
+    relation_of: dict[str, TermBinding] = {}
+    for t in terms:
+        if t.role == "anchor":
+            emit("anchor", "anchor", t.symbol, {"noun": t.noun, "handle": handle(t.symbol), "source": t.entity,
+                                                "image": t.image}, {}, t.image)
+        elif t.op == "g":
+            carrier = by_symbol.get(t.carrier or "")
+            participants = _join([handle(p) for p in t.participants]) if t.participants else ""
+            context = {"name": phrase_name(t.subtype), "value": t.value, "source": t.entity, "image": t.image,
+                       "carrier_handle": handle(carrier.symbol) if carrier else "",
+                       "carrier_noun": carrier.noun if carrier else "", "participants": participants}
+            emit(t.role, "disentangle", t.symbol, context, {}, t.image)
+            group = {"global": "apply_global", "relation": "apply_relation"}.get(t.role, "apply_local")
+            links = {"term": [t.symbol], "carrier": [carrier.symbol] if carrier and carrier.op == "f" else []}
+            emit(group, "apply", f"{t.carrier}⊕{t.symbol}", context, links, t.image)
+        if t.role == "relation":
+            relation_of[t.carrier] = t
+    nested = {symbol: {symbol} for symbol, _, _ in compositions}
+    for symbol, _, parent in reversed(compositions):  # inner compositions come later in the tuple
+        if parent is not None:
+            nested[parent] |= nested[symbol]
+    for symbol, members, _parent in compositions:
+        inside = set(members) | nested[symbol]
+        member_images = tuple(dict.fromkeys(
+            t.image for t in terms if t.image and (t.symbol in inside or t.carrier in inside)))
+        anchors = [m for m in members if by_symbol[m].op == "f"]
+        context = {"members": _join([noun_handle(m) for m in members]), "images": _join(list(member_images)) or "the references"}
+        emit("compose", "compose", symbol, context, {"members": anchors}, None, member_images)
+        relation = relation_of.get(symbol)
+        if relation is not None:
+            emit("compose_relation", "compose", symbol,
+                 {"participants": _join([handle(p) for p in relation.participants]), "value": relation.value},
+                 {"members": [p for p in relation.participants if by_symbol[p].op == "f"]}, None)
+    return tuple(questions)

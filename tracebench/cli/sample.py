@@ -1,0 +1,35 @@
+"""``trace sample --slots 1-8 --out DIR``: build a benchmark folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ._args import slot_levels
+
+
+def register(sub) -> None:
+    p = sub.add_parser("sample", help="build a benchmark: templates, bindings, prompts, checklists",
+                       description="Sample a TRACE benchmark from a tagged library (default: the shipped synthetic one).")
+    p.add_argument("--slots", type=slot_levels, default=slot_levels("1-8"), metavar="LEVELS",
+                   help="slot levels: 3, 1-8 or 2,4,6 (default 1-8)")
+    p.add_argument("--per-slot", type=int, default=None, metavar="N",
+                   help="cases per slot level (default: templates/quotas.toml, 180)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--library", type=Path, help="a tagged library folder (default: the shipped synthetic library)")
+    apps = p.add_mutually_exclusive_group()
+    apps.add_argument("--applications", dest="applications", action="store_true", default=True,
+                      help="add the application cases of templates/applications.toml (default)")
+    apps.add_argument("--no-applications", dest="applications", action="store_false")
+    p.add_argument("--out", type=Path, required=True, help="the benchmark folder to write (must not exist, or be empty)")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from ..sample import sample_benchmark
+
+    manifest = sample_benchmark(args.out, slots=args.slots, per_slot=args.per_slot, seed=args.seed,
+                                library=args.library, applications=args.applications)
+    slots = ", ".join(f"{s}: {n}" for s, n in manifest.counts_per_slot.items())
+    print(f"{args.out}: {manifest.cases} cases ({slots}; applications: "
+          f"{sum(manifest.counts_per_application.values())}), {manifest.distinct_templates} distinct templates")
+    return 0

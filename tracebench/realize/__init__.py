@@ -1,0 +1,7 @@
+"""Prompt realization: a bound case -> the paper's two-part prompt and its text-only twin."""
+
+from __future__ import annotations
+
+from ._prompt import PROMPT_FILES, Prompts, phrase_name, realize
+
+__all__ = ["PROMPT_FILES", "Prompts", "phrase_name", "realize"]

@@ -1,0 +1,118 @@
+"""Realizing a bound case as prompts (METHOD.md §6), from templates/prompts/.
+
+The prompt is a scene paragraph in which every reference-conditioned target appears as a
+readable handle, ``('corgi_A')``, followed by one line per reference operation naming the
+image, the source content (the grounding phrase from the tags) and the target. The
+text-only counterpart says the same with every reference replaced by its description: a
+no-reference baseline.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from functools import cache
+
+from ..records import TermBinding
+from ..resources import read_toml
+from ..templating import compile_string, render
+
+__all__ = ["PROMPT_FILES", "Prompts", "phrase_name", "realize"]
+
+PROMPT_FILES = ("prompts/prompt.j2", "prompts/lines.toml", "prompts/phrases.toml")
+_ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth")
+
+
+@dataclass(frozen=True)
+class Prompts:
+    prompt: str
+    text_only: str
+
+
+@cache
+def _phrases() -> dict:
+    return read_toml("templates", "prompts/phrases.toml")
+
+
+@cache
+def _lines() -> dict:
+    raw = read_toml("templates", "prompts/lines.toml")
+    return {part: {role: compile_string(text) for role, text in table.items()} for part, table in raw.items()}
+
+
+def phrase_name(subtype: str | None) -> str:
+    """What a g term carries over, as a noun phrase: "pattern", "style", "item"."""
+    return _phrases()["subtypes"].get(subtype or "", {}).get("name", "attribute")
+
+
+def _join(items: list[str]) -> str:
+    if len(items) <= 1:
+        return "".join(items)
+    return ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _quoted(handle: str) -> str:
+    return f"('{handle}')"
+
+
+def realize(terms: tuple[TermBinding, ...], has_scene: bool, rng: random.Random) -> Prompts:
+    """The prompt and its text-only counterpart for a case's bound terms."""
+    by_symbol = {t.symbol: t for t in terms}
+    carriers = [t for t in terms if t.handle]
+    frames = _phrases()["frames"]
+    takes_background = any(t.role == "global" and t.subtype == "background" for t in terms)
+    frame = rng.choice(frames["neutral"] if takes_background else frames["settings"])
+    pattern = rng.choice(frames["together"] if has_scene and len(carriers) > 1 else frames["alone"])
+
+    noun_counts: dict[str, int] = {}
+    for t in carriers:
+        noun_counts[t.noun] = noun_counts.get(t.noun, 0) + 1
+
+    def mention(t: TermBinding) -> str:  # in the prompt
+        return _quoted(t.handle) if t.op == "f" else f"{t.value} {_quoted(t.handle)}"
+
+    def text_name(t: TermBinding) -> str:  # "the teapot", or "the second child" when nouns repeat
+        if noun_counts[t.noun] == 1:
+            return f"the {t.noun}"
+        return f"the {_ORDINALS[ord(t.handle.rsplit('_', 1)[1][0]) - ord('A')]} {t.noun}"
+
+    def members(render_one, texts: bool) -> str:
+        names = [render_one(t) for t in carriers]
+        return pattern.format(members=_join(names), member=names[0] if names else "")
+
+    paragraph = f"{frame} " + members(mention, False)
+    text_paragraph = f"{frame} " + members(lambda t: t.value, True)
+    text_paragraph = text_paragraph[0].upper() + text_paragraph[1:] if text_paragraph else text_paragraph
+
+    lines: list[str] = []
+    sentences: list[str] = []
+    templates = _lines()
+    for t in terms:
+        if t.role == "text":
+            continue
+        carrier = by_symbol.get(t.carrier) if t.carrier else None
+        role = "text_relation" if (t.role == "relation" and t.op == "T") else ("anchor" if t.op == "f" else t.role)
+        context = {
+            "carrier": _quoted(t.handle) if t.op == "f" else (_quoted(carrier.handle) if carrier and carrier.handle else ""),
+            "noun": (carrier.noun if carrier and carrier.noun else t.noun) or "",
+            "source": t.entity or "",
+            "image": t.image or "",
+            "name": phrase_name(t.subtype),
+            "value": t.value,
+            "participants": _join([_quoted(by_symbol[p].handle) for p in t.participants]),
+            "text_participants": _join([text_name(by_symbol[p]) for p in t.participants]).capitalize(),
+        }
+        line = templates["reference"][role](context)
+        if role == "text_relation":  # no reference: it belongs to the scene description
+            paragraph += " " + line
+            text_paragraph += " " + templates["text"][role](context)
+        elif line:
+            lines.append(line)
+        sentence = templates["text"][role](context)
+        if role != "anchor" and carrier is not None and carrier.handle:
+            sentence = sentence.replace(f"The {context['noun']}", text_name(carrier).capitalize(), 1)
+        if sentence and role != "text_relation":
+            sentences.append(sentence)
+    prompt = render("prompts/prompt.j2", paragraph=paragraph, lines=lines)
+    text_only = " ".join(["Generate a new scene.", text_paragraph, *sentences])
+    return Prompts(prompt.strip(), text_only.strip())

@@ -1,0 +1,23 @@
+"""Sampling a benchmark: templates under quotas, bound to a library, realized, compiled."""
+
+from __future__ import annotations
+
+from ._bind import BindingError, BoundCase, bind
+from ._index import LibraryIndex
+from ._quotas import draw_templates, quotas
+from ._sample import CASES_FILE, MANIFEST_FILE, REFERENCES_DIR, plan_cases, read_cases, sample_benchmark
+
+__all__ = [
+    "BindingError",
+    "BoundCase",
+    "CASES_FILE",
+    "LibraryIndex",
+    "MANIFEST_FILE",
+    "REFERENCES_DIR",
+    "bind",
+    "draw_templates",
+    "plan_cases",
+    "quotas",
+    "read_cases",
+    "sample_benchmark",
+]

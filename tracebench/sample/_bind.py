@@ -1,0 +1,309 @@
+"""Binding: fill every term of a template with concrete content from a library.
+
+An anchor gets an entity; a g term an attribute subtype of another entity (or a global tag,
+a relation, an attachable item, a design); a text entity a text carrier whose category fits
+the attributes it receives (no hairstyle on a teapot). Images are numbered Image 1..n in
+order of first mention. What cannot be satisfied raises :class:`BindingError`: it is
+reported, never relaxed.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+from ..errors import TraceError
+from ..formula import (
+    Anchor,
+    AnchorBinding,
+    Apply,
+    Compose,
+    Disentangle,
+    DisentangleBinding,
+    Expr,
+    Text,
+    analyze,
+    language,
+    to_text,
+)
+from ..records import TermBinding
+from ..taxonomy import ENTITY_GROUPS, taxonomy
+from ._index import EntityRef, GlobalRef, LibraryIndex, RelationRef, TextCarrier, text_carriers
+
+__all__ = ["BindingError", "BoundCase", "bind"]
+
+_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+class BindingError(TraceError):
+    """A template that the library cannot fill."""
+
+
+@dataclass(frozen=True)
+class BoundCase:
+    """A template with every term bound: what realization and the checklist read."""
+
+    template: Expr
+    formula: Expr
+    terms: tuple[TermBinding, ...]
+    images: tuple[int, ...]  # library image indices, Image 1..n
+    compositions: tuple[tuple[str, tuple[str, ...], str | None], ...]  # (C symbol, member carriers, parent C)
+
+    def term(self, symbol: str) -> TermBinding:
+        for term in self.terms:
+            if term.symbol == symbol:
+                return term
+        raise KeyError(symbol)
+
+
+@dataclass
+class _Draft:
+    """One term's choice before images are numbered."""
+
+    symbol: str
+    op: str
+    role: str
+    kind: str | None
+    value: str
+    carrier: str | None = None
+    handle: str | None = None
+    noun: str | None = None
+    category: str | None = None
+    library_image: int | None = None
+    entity: EntityRef | None = None
+    subtype: str | None = None
+    attribute: str | None = None
+    participants: tuple[str, ...] = ()
+    participant_entities: tuple[EntityRef, ...] = ()
+
+
+def _slug(noun: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", noun.lower()).strip("_") or "thing"
+
+
+def _short(key: str) -> str:
+    """ "1.1_pattern_texture" -> "pattern_texture"; "background" stays."""
+    return key.split("_", 1)[1] if key[:1].isdigit() else key
+
+
+@dataclass
+class _Binder:
+    index: LibraryIndex
+    rng: random.Random
+    carrier_categories: frozenset[str] | None
+    drafts: list[_Draft] = field(default_factory=list)
+    numbers: Counter = field(default_factory=Counter)
+    handles: Counter = field(default_factory=Counter)
+    used_entities: set = field(default_factory=set)
+    used_sources: set = field(default_factory=set)
+    used_phrases: set = field(default_factory=set)
+    used_globals: set = field(default_factory=set)
+    used_relations: set = field(default_factory=set)
+    compositions: dict = field(default_factory=dict)  # C symbol -> (member carriers, parent C, head of each arg)
+
+    def number(self, family: str) -> str:
+        self.numbers[family] += 1
+        return f"{family}{self.numbers[family]}"
+
+    def handle(self, noun: str) -> str:
+        slug = _slug(noun)
+        n = self.handles[slug]
+        self.handles[slug] += 1
+        return f"{slug}_{_LETTERS[n % 26]}" + ("" if n < 26 else str(n // 26))
+
+    def pick(self, items, what: str, accept=lambda item: True):
+        """A uniformly random acceptable item; tries a few draws, then scans."""
+        if not items:
+            raise BindingError(f"the library has no {what}")
+        for _ in range(8):
+            item = items[self.rng.randrange(len(items))]
+            if accept(item):
+                return item
+        usable = [item for item in items if accept(item)]
+        if not usable:
+            raise BindingError(f"the library has no unused {what} left for this case")
+        return usable[self.rng.randrange(len(usable))]
+
+    # -- the walk, in the order analyze() lists terms --------------------------------------
+
+    def expr(self, node: Expr, roles, parent: str | None) -> list[str]:
+        """Bind ``node``; returns the carrier symbols it holds."""
+        if isinstance(node, Compose):
+            symbol = self.number("C")
+            members: list[str] = []
+            heads: list[str] = []
+            for arg in node.args:
+                held = self.expr(arg, roles, symbol)
+                members += held
+                heads.append(held[0])
+            self.compositions[symbol] = (tuple(members), parent, tuple(heads))
+            return members
+        if isinstance(node, Apply):
+            if isinstance(node.carrier, Compose):
+                c_symbol = f"C{self.numbers['C'] + 1}"  # the number the composition is about to get
+                members = self.expr(node.carrier, roles, parent)
+                heads = self.compositions[c_symbol][2]
+                for modifier in node.modifiers:
+                    if next(roles) == "relation":
+                        self.relation(modifier, c_symbol, heads)
+                    else:
+                        self.global_(modifier, c_symbol)
+                return members
+            next(roles)  # the carrier's own role (anchor or text)
+            modifiers = [(m, next(roles)) for m in node.modifiers]
+            return [self.carrier(node.carrier, modifiers)]
+        next(roles)
+        return [self.carrier(node, [])]
+
+    def carrier(self, node: Expr, modifiers: list[tuple[Disentangle | Text, str]]) -> str:
+        tax = taxonomy()
+        needs_attach = any(r == "attach" for _, r in modifiers)
+        needs_ip = any(r == "ip" for _, r in modifiers)
+        plain = sum(1 for _, r in modifiers if r == "local")
+        restrict = self.carrier_categories if isinstance(node, Anchor) else None
+
+        def category_fits(category: str) -> bool:
+            if restrict is not None and category not in restrict:
+                return False
+            if needs_attach and category not in tax.special["attach"].receivers:
+                return False
+            if needs_ip and category not in tax.special["ip"].receivers:
+                return False
+            return plain <= sum(1 for s in tax.entity_subtypes()
+                                if s.applies_to(category) and self.index.by_subtype.get(s.key))
+
+        if isinstance(node, Anchor):
+            entity = self.pick(self.index.entities, "entity to anchor that takes these attributes",
+                               lambda e: (e.image, e.entity) not in self.used_entities and category_fits(e.category))
+            self.used_entities.add((entity.image, entity.entity))
+            symbol = self.number("f")
+            draft = _Draft(symbol, "f", "anchor", None, entity.description, handle=self.handle(entity.noun),
+                           noun=entity.noun, category=entity.category, library_image=entity.image, entity=entity)
+            carrier_entity = (entity.image, entity.entity)
+        else:
+            text: TextCarrier = self.pick(text_carriers(), "text carrier that takes these attributes",
+                                          lambda c: c.phrase not in self.used_phrases and category_fits(c.category))
+            self.used_phrases.add(text.phrase)
+            symbol = self.number("T_" + node.name)
+            draft = _Draft(symbol, "T", "text", node.name, text.phrase, handle=self.handle(text.noun),
+                           noun=text.noun, category=text.category)
+            carrier_entity = None
+        self.drafts.append(draft)
+        taken: set[str] = set()
+        for modifier, role in modifiers:
+            if role == "global":
+                self.global_(modifier, symbol)
+            else:
+                self.attribute(modifier, role, symbol, draft.category, carrier_entity, taken)
+        return symbol
+
+    def attribute(self, modifier: Disentangle, role: str, carrier: str, category: str, carrier_entity,
+                  taken: set[str]) -> None:
+        tax = taxonomy()
+        if role in ("attach", "ip"):
+            pool = self.index.attach if role == "attach" else self.index.ip
+            source = self.pick(pool, f"entity usable as {role}",
+                               lambda e: (e.image, e.entity) != carrier_entity
+                               and (e.image, e.entity) not in self.used_entities)
+            self.used_entities.add((source.image, source.entity))
+            self.drafts.append(_Draft(self.number(f"g_{role}"), "g", role, role, source.description,
+                                      carrier=carrier, category=source.category, library_image=source.image,
+                                      entity=source, subtype=role,
+                                      attribute="component" if role == "attach" else "design"))
+            return
+        specs = tax.entity_subtypes() if modifier.kind in (None, "local") else tax.subtypes_of_kind(modifier.kind)
+        options = [s.key for s in specs if s.group in ENTITY_GROUPS and s.applies_to(category)
+                   and s.key not in taken and self.index.by_subtype.get(s.key)]
+        if not options:
+            raise BindingError(f"no attribute subtype left that applies to a {category} carrier")
+        key = options[self.rng.randrange(len(options))]
+        taken.add(key)
+        source = self.pick(self.index.by_subtype[key], f"entity tagged {key}",
+                           lambda e: (e.image, e.entity) != carrier_entity
+                           and (e.image, e.entity, key) not in self.used_sources)
+        self.used_sources.add((source.image, source.entity, key))
+        kind = tax.subtypes[key].kinds[0]
+        self.drafts.append(_Draft(self.number(f"g_{kind}"), "g", "local", kind, dict(source.tags)[key],
+                                  carrier=carrier, category=source.category, library_image=source.image,
+                                  entity=source, subtype=key, attribute=_short(key)))
+
+    def global_(self, modifier: Disentangle, carrier: str) -> None:
+        tax = taxonomy()
+        if modifier.kind in (None, "global"):
+            keys = list(self.index.globals_by_subtype)
+        else:
+            keys = [s.key for s in tax.subtypes_of_kind(modifier.kind) if s.group not in ENTITY_GROUPS]
+        keys = [k for k in keys if k in self.index.globals_by_subtype and k not in self.used_globals]
+        if not keys:
+            raise BindingError(f"the library has no image-level tag left for {to_text(modifier)}")
+        key = keys[self.rng.randrange(len(keys))]
+        self.used_globals.add(key)
+        ref: GlobalRef = self.pick(self.index.globals_by_subtype[key], f"image tagged {key}")
+        kind = "bg" if key == "background" else tax.subtypes[key].kinds[0]
+        if not carrier.startswith("C") and language().kind_roles(kind) != {"global"}:
+            kind = "global"  # g_color on a lone entity would read as the entity's own color
+        self.drafts.append(_Draft(self.number(f"g_{kind}"), "g", "global", kind, ref.value, carrier=carrier,
+                                  library_image=ref.image, subtype=key, attribute=_short(key)))
+
+    def relation(self, modifier: Disentangle | Text, c_symbol: str, heads: tuple[str, ...]) -> None:
+        if isinstance(modifier, Text):
+            self.drafts.append(_Draft(self.number("T_rel"), "T", "relation", "rel",
+                                      modifier.description or "interacting", carrier=c_symbol, participants=heads))
+            return
+        ref: RelationRef = self.pick(self.index.relations, "relation (4.6_inter_instance_relation) to transfer",
+                                     lambda r: (r.image, r.value) not in self.used_relations)
+        self.used_relations.add((ref.image, ref.value))
+        self.drafts.append(_Draft(self.number("g_rel"), "g", "relation", "rel", ref.value, carrier=c_symbol,
+                                  library_image=ref.image, subtype="4.6_inter_instance_relation",
+                                  attribute=ref.phrase or "relation", participants=heads,
+                                  participant_entities=ref.participants))
+
+
+def _index_of(symbol: str) -> int:
+    return int(re.search(r"[0-9]+$", symbol).group())
+
+
+def _build(node: Expr, drafts, images: dict[int, int], c_numbers) -> Expr:
+    """The template again, each term replaced by its bound and numbered form (same walk order)."""
+    if isinstance(node, Compose):
+        index = next(c_numbers)
+        return Compose(tuple(_build(a, drafts, images, c_numbers) for a in node.args), index)
+    if isinstance(node, Apply):
+        carrier = _build(node.carrier, drafts, images, c_numbers)
+        return Apply(carrier, tuple(_build(m, drafts, images, c_numbers) for m in node.modifiers))
+    d: _Draft = next(drafts)
+    if isinstance(node, Anchor):
+        return Anchor(_index_of(d.symbol), AnchorBinding(images[d.library_image], d.entity.desc))
+    if isinstance(node, Text):
+        return Text(node.name, _index_of(d.symbol), d.value)
+    if d.role == "relation":
+        entities = tuple(e.desc for e in d.participant_entities)
+    elif d.role == "global":
+        entities = ()
+    else:
+        entities = (d.entity.desc,)
+    return Disentangle(d.kind, _index_of(d.symbol), DisentangleBinding(images[d.library_image], entities, d.attribute))
+
+
+def bind(template: Expr, index: LibraryIndex, rng: random.Random, *,
+         carrier_categories: frozenset[str] | None = None) -> BoundCase:
+    """Bind every term of ``template``; raises BindingError when the library cannot."""
+    binder = _Binder(index, rng, carrier_categories)
+    binder.expr(template, iter([t.role for t in analyze(template)]), None)
+    order: list[int] = []
+    for draft in binder.drafts:
+        if draft.library_image is not None and draft.library_image not in order:
+            order.append(draft.library_image)
+    images = {lib: k + 1 for k, lib in enumerate(order)}
+    terms = tuple(TermBinding(
+        symbol=d.symbol, op=d.op, role=d.role, kind=d.kind, carrier=d.carrier, handle=d.handle, noun=d.noun,
+        category=d.category, image=f"Image {images[d.library_image]}" if d.library_image is not None else None,
+        source_id=index.images[d.library_image].id if d.library_image is not None else None,
+        entity=d.entity.desc if d.entity else None, entity_index=d.entity.entity if d.entity else None,
+        subtype=d.subtype, value=d.value, participants=d.participants) for d in binder.drafts)
+    formula = _build(template, iter(binder.drafts), images, iter(range(1, binder.numbers["C"] + 1)))
+    compositions = tuple((c, members, parent) for c, (members, parent, _) in sorted(
+        binder.compositions.items(), key=lambda item: _index_of(item[0])))
+    return BoundCase(template, formula, terms, tuple(order), compositions)

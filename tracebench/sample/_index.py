@@ -1,0 +1,142 @@
+"""What a library offers to binding: entities by category and subtype, global tags, relations."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+from ..library import LibraryInfo, TaggedImage
+from ..resources import read_toml
+from ..taxonomy import taxonomy
+
+__all__ = ["EntityRef", "GlobalRef", "LibraryIndex", "RelationRef", "TextCarrier", "text_carriers"]
+
+_LOCATORS = re.compile(
+    r"\s+(?:on|in|at|near|by|with|behind|beside|under|over|above|below|next|held|worn|who|that|which|"
+    r"holding|wearing|facing|chasing|to|of|from|left|right)\b.*$"
+)
+_ARTICLE = re.compile(r"^(?:the|a|an)\s+", re.IGNORECASE)
+
+
+def noun_of(ent_desc: str) -> str:
+    """A short name for an entity from its grounding phrase: "the striped cat on the left" -> "cat"."""
+    head = _LOCATORS.sub("", _ARTICLE.sub("", ent_desc.strip()))
+    words = head.split()
+    return words[-1] if words else "thing"
+
+
+@dataclass(frozen=True, slots=True)
+class EntityRef:
+    image: int  # index in the library
+    entity: int  # index in ent_list
+    category: str
+    desc: str  # grounding phrase
+    noun: str
+    description: str  # the entity in words, for text-only prompts
+    tags: tuple[tuple[str, str], ...]  # (subtype, first value) of every tagged subtype
+
+
+@dataclass(frozen=True, slots=True)
+class GlobalRef:
+    image: int
+    subtype: str  # 4.1_style ... or "background"
+    value: str
+
+
+@dataclass(frozen=True, slots=True)
+class RelationRef:
+    image: int
+    value: str  # the tag: "a child holding an apple"
+    participants: tuple[EntityRef, ...]  # subject, object when the library knows them
+    phrase: str | None  # the relation alone, "holding", when it can be read off the tag
+
+
+@dataclass(frozen=True, slots=True)
+class TextCarrier:
+    phrase: str
+    noun: str
+    category: str
+
+
+@cache
+def text_carriers() -> tuple[TextCarrier, ...]:
+    raw = read_toml("templates", "text_carriers.toml")["carriers"]
+    carriers = tuple(TextCarrier(c["phrase"], c["noun"], c["category"]) for c in raw)
+    unknown = {c.category for c in carriers} - set(taxonomy().categories)
+    if unknown:
+        raise ValueError(f"templates/text_carriers.toml: unknown categories {sorted(unknown)}")
+    return carriers
+
+
+def _relation_phrase(value: str, subject: EntityRef, obj: EntityRef) -> str | None:
+    """ "a child holding an apple" with nouns child, apple -> "holding"."""
+    pattern = rf"^(?:a|an|the)\s+{re.escape(subject.noun)}\s+(.+?)\s+(?:a|an|the)\s+{re.escape(obj.noun)}$"
+    match = re.match(pattern, value.strip(), flags=re.IGNORECASE)
+    return match.group(1) if match else None
+
+
+_PLACE = re.compile(r"\s+(?:on|in|at|to) the (?:far )?(?:left|right|middle|center|centre|top|bottom|front|back)"
+                    r"(?: (?:left|right|corner|side))?$", re.IGNORECASE)
+
+
+def describe(ent_desc: str) -> str:
+    """The entity in words without its place in the source image, for text-only prompts:
+    "the child with a hair bun in the middle" -> "a child with a hair bun"."""
+    text = _PLACE.sub("", ent_desc.strip())
+    text = _ARTICLE.sub("", text)
+    article = "an" if text[:1].lower() in "aeiou" else "a"
+    return f"{article} {text}"
+
+
+@dataclass
+class LibraryIndex:
+    """A library arranged for binding: every list is in library order (deterministic)."""
+
+    root: Path
+    info: LibraryInfo
+    images: list[TaggedImage]
+    entities: list[EntityRef] = field(default_factory=list)
+    by_subtype: dict[str, list[EntityRef]] = field(default_factory=dict)
+    attach: list[EntityRef] = field(default_factory=list)
+    ip: list[EntityRef] = field(default_factory=list)
+    globals_by_subtype: dict[str, list[GlobalRef]] = field(default_factory=dict)
+    relations: list[RelationRef] = field(default_factory=list)
+
+    @classmethod
+    def build(cls, root: Path, info: LibraryInfo, images: list[TaggedImage]) -> "LibraryIndex":
+        index = cls(Path(root), info, list(images))
+        for i, image in enumerate(images):
+            render_entities = (image.render or {}).get("entities") or []
+            refs = []
+            for j, entity in enumerate(image.ent_list):
+                tags = entity.subtype_tags()
+                noun = render_entities[j].get("noun") if j < len(render_entities) else None
+                noun = noun or noun_of(entity.ent_desc)
+                ref = EntityRef(i, j, entity.category, entity.ent_desc, noun, describe(entity.ent_desc),
+                                tuple((key, values[0]) for key, values in tags.items()))
+                refs.append(ref)
+                index.entities.append(ref)
+                for key in tags:
+                    index.by_subtype.setdefault(key, []).append(ref)
+                if "attach" in entity.usable_as:
+                    index.attach.append(ref)
+                if "ip" in entity.usable_as:
+                    index.ip.append(ref)
+            for key, values in image.global_tags().items():
+                if key == "4.6_inter_instance_relation":
+                    continue
+                index.globals_by_subtype.setdefault(key, []).append(GlobalRef(i, key, values[0]))
+            if image.background:
+                index.globals_by_subtype.setdefault("background", []).append(GlobalRef(i, "background", image.background[0]))
+            known = (image.render or {}).get("relations") or []
+            for k, value in enumerate(image.global_tags().get("4.6_inter_instance_relation", ())):
+                participants: tuple[EntityRef, ...] = ()
+                if k < len(known):
+                    subject, obj = known[k].get("subject"), known[k].get("object")
+                    if isinstance(subject, int) and isinstance(obj, int) and max(subject, obj) < len(refs):
+                        participants = (refs[subject], refs[obj])
+                phrase = _relation_phrase(value, *participants) if participants else None
+                index.relations.append(RelationRef(i, value, participants, phrase))
+        return index

@@ -1,0 +1,191 @@
+"""``trace sample``: a whole benchmark folder, streamed to disk.
+
+Order of work: validate the library, draw every case's template (quotas per slot level,
+then the application mappings), then for each case bind, realize and compile its
+checklist, writing ``cases.jsonl`` line by line (memory does not grow with the count).
+Each case has its own random stream, derived from the seed and the case id, so a case does
+not depend on the cases before it. The folder is assembled beside ``--out`` and renamed into
+place at the end: a failure leaves nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Iterator
+
+from tqdm import tqdm
+
+from .. import __version__
+from ..checklist import QUESTION_FILE, compile_checklist
+from ..errors import TraceError, ValidationFailed
+from ..formula import Expr, parse, slot_count, template_of, to_text
+from ..formula._space import space_bounds
+from ..library import load_library, staged_output
+from ..library._validate import validate_library
+from ..realize import PROMPT_FILES, realize
+from ..records import Case, Reference, SampleManifest
+from ..resources import data_hash, read_toml
+from ._bind import BindingError, bind
+from ._index import LibraryIndex
+from ._quotas import QUOTA_FILE, draw_templates, quotas
+
+__all__ = ["CASES_FILE", "MANIFEST_FILE", "REFERENCES_DIR", "Plan", "plan_cases", "read_cases", "sample_benchmark"]
+
+CASES_FILE = "cases.jsonl"
+MANIFEST_FILE = "manifest.json"
+REFERENCES_DIR = "references"
+APPLICATIONS_FILE = "applications.toml"
+BIND_ATTEMPTS = 25
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One case to make: its id, template and where it comes from."""
+
+    case_id: str
+    slot: int
+    template: Expr
+    application: str | None = None
+    carrier_categories: frozenset[str] | None = None
+
+
+@cache
+def _applications() -> dict[str, dict]:
+    raw = read_toml("templates", APPLICATIONS_FILE)
+    for name, spec in raw.items():
+        for formula in spec["formulas"]:
+            try:
+                parse(formula)
+            except TraceError as err:
+                raise TraceError(f"templates/{APPLICATIONS_FILE}: {name}: {formula!r}: {err}") from None
+    return raw
+
+
+def plan_cases(slots: tuple[int, ...], per_slot: int, seed: int, applications: bool) -> list[Plan]:
+    """Every case's template, in output order: slot levels, then applications."""
+    plans: list[Plan] = []
+    for slot in slots:
+        drawn = draw_templates(slot, per_slot, random.Random(f"{seed}:templates:{slot}"))
+        plans += [Plan(f"s{slot}-{k:05d}", slot, t) for k, t in enumerate(drawn)]
+    if applications:
+        for name, spec in _applications().items():
+            formulas = [parse(f) for f in spec["formulas"]]
+            categories = frozenset(spec["carrier_categories"]) if "carrier_categories" in spec else None
+            for k in range(int(spec["cases"])):
+                template = formulas[k % len(formulas)]
+                plans.append(Plan(f"app-{name}-{k:03d}", slot_count(template), template, name, categories))
+    return plans
+
+
+def _make_case(plan: Plan, index: LibraryIndex, seed: int) -> tuple[Case, tuple[int, ...]]:
+    rng = random.Random(f"{seed}:case:{plan.case_id}")
+    problem = None
+    for _ in range(BIND_ATTEMPTS):
+        try:
+            bound = bind(plan.template, index, rng, carrier_categories=plan.carrier_categories)
+            break
+        except BindingError as err:
+            problem = err
+    else:
+        raise TraceError(f"case {plan.case_id}: cannot bind {to_text(plan.template)} from library "
+                         f"{index.info.name!r} ({BIND_ATTEMPTS} attempts): {problem}")
+    prompts = realize(bound.terms, bool(bound.compositions), rng)
+    references = tuple(
+        Reference(image=f"Image {k + 1}", path=_reference_path(index, lib), source_id=index.images[lib].id)
+        for k, lib in enumerate(bound.images))
+    case = Case(id=plan.case_id, slot=slot_count(bound.formula), template=to_text(template_of(plan.template)),
+                formula=to_text(bound.formula), application=plan.application, prompt=prompts.prompt,
+                text_only_prompt=prompts.text_only, references=references, terms=bound.terms,
+                checklist=compile_checklist(bound.terms, bound.compositions))
+    return case, bound.images
+
+
+def _reference_path(index: LibraryIndex, lib: int) -> str:
+    image = index.images[lib]
+    return f"{REFERENCES_DIR}/{image.id}{Path(image.path).suffix}"
+
+
+def sample_benchmark(out: Path, *, slots: tuple[int, ...], per_slot: int | None = None, seed: int = 0,
+                     library: Path | None = None, applications: bool = True,
+                     progress: bool | None = None) -> SampleManifest:
+    """Build a benchmark folder at ``out``; returns its manifest."""
+    q = quotas()
+    per_slot = q.per_slot if per_slot is None else per_slot
+    if per_slot < 1:
+        raise TraceError(f"--per-slot: {per_slot} must be at least 1")
+    bounds = space_bounds()
+    bad = [s for s in slots if not bounds.min_slot <= s <= bounds.max_slot]
+    if bad:
+        raise TraceError(f"--slots: {bad} outside the slot levels {bounds.min_slot}-{bounds.max_slot}")
+    library_argument = None if library is None else str(library)
+    if library is None:
+        from ..library import default_library
+
+        library = default_library()
+    library = Path(library)
+    problems = validate_library(library)
+    if problems:
+        raise ValidationFailed(problems, what=f"problem in library {library}")
+    info, images = load_library(library)
+    index = LibraryIndex.build(library, info, images)
+    plans = plan_cases(tuple(slots), per_slot, seed, applications)
+    if progress is None:
+        progress = sys.stderr.isatty()
+
+    used: dict[int, None] = {}
+    per_slot_counts: Counter = Counter()
+    per_app: Counter = Counter()
+    whole: Counter = Counter()
+    templates: set[str] = set()
+    with staged_output(Path(out)) as root:
+        with open(root / CASES_FILE, "w", encoding="utf-8", newline="\n") as handle:
+            for plan in tqdm(plans, desc="sampling", unit="case", disable=not progress, file=sys.stderr):
+                case, image_indices = _make_case(plan, index, seed)
+                handle.write(case.model_dump_json() + "\n")
+                used.update(dict.fromkeys(image_indices))
+                templates.add(case.template)
+                if plan.application:
+                    per_app[plan.application] += 1
+                    continue
+                per_slot_counts[str(case.slot)] += 1
+                if any(t.role in ("attach", "ip") for t in case.terms):
+                    whole[str(case.slot)] += 1
+        (root / REFERENCES_DIR).mkdir()
+        for lib in sorted(used):
+            shutil.copyfile(library / images[lib].path, root / _reference_path(index, lib))
+        manifest = SampleManifest(
+            tool=f"tracebench {__version__}", seed=seed,
+            arguments={"slots": list(slots), "per_slot": per_slot, "applications": applications,
+                       "library": library_argument},
+            library={"name": info.name, "version": info.version, "content_hash": info.content_hash},
+            hashes={
+                "template_space": data_hash(("templates", "space.toml"), ("taxonomy", "kinds.toml"),
+                                            ("grammar", "trace.lark"), ("grammar", "language.toml")),
+                "quotas": data_hash(("templates", QUOTA_FILE)),
+                "applications": data_hash(("templates", APPLICATIONS_FILE)),
+                "text_carriers": data_hash(("templates", "text_carriers.toml")),
+                "prompts": data_hash(*(("templates", name) for name in PROMPT_FILES)),
+                "questions": data_hash(("templates", QUESTION_FILE)),
+                "taxonomy": data_hash(("taxonomy", "categories.toml"), ("taxonomy", "subtypes.toml")),
+            },
+            cases=len(plans), counts_per_slot=dict(sorted(per_slot_counts.items(), key=lambda kv: int(kv[0]))),
+            counts_per_application=dict(sorted(per_app.items())), distinct_templates=len(templates),
+            whole_share={s: round(whole[s] / n, 4) for s, n in sorted(per_slot_counts.items(), key=lambda kv: int(kv[0]))})
+        (root / MANIFEST_FILE).write_text(json.dumps(manifest.model_dump(mode="json"), indent=2) + "\n",
+                                          encoding="utf-8")
+    return manifest
+
+
+def read_cases(folder: Path) -> Iterator[Case]:
+    """The cases of a benchmark folder, one at a time."""
+    with open(Path(folder) / CASES_FILE, encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                yield Case.model_validate_json(line)

@@ -18,7 +18,7 @@ from tracebench.errors import ValidationFailed
 from tracebench.library import TAGS_FILE, Entity, GlobalTag, TagDict, TaggedImage, load_library
 from tracebench.library._balance import balanced_selection, image_features
 from tracebench.library._import import import_library
-from tracebench.library._schema import SCHEMAS, schema_text
+from tracebench.schemas import SCHEMAS, schema_path, schema_text
 from tracebench.library._stats import library_stats
 from tracebench.library._validate import validate_library
 from tracebench.resources import data_path
@@ -46,9 +46,13 @@ def test_record_round_trips_with_the_papers_field_names():
 
 
 def test_exported_json_schemas_are_current():
+    repository = Path(__file__).resolve().parent.parent
     for name in SCHEMAS:
-        assert data_path("taxonomy", name).read_text(encoding="utf-8") == schema_text(name), (
-            f"taxonomy/{name} is stale: run `python -m tracebench.library._schema`")
+        path = schema_path(name, repository)
+        assert path.read_text(encoding="utf-8") == schema_text(name), (
+            f"{path} is stale: run `python -m tracebench.schemas` from the repository root")
+    # the shipped copies of the library schemas are the same files
+    assert data_path("taxonomy", "tagged_image.schema.json").read_text() == schema_text("tagged_image.schema.json")
 
 
 def test_a_good_library_validates(tmp_path):

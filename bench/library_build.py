@@ -21,8 +21,6 @@ import argparse
 import gc
 import importlib
 import json
-import os
-import platform
 import resource
 import statistics
 import sys
@@ -34,33 +32,14 @@ from typing import Any, Callable
 
 import PIL
 
+from _machine import machine
 from tracebench import __version__
 from tracebench.library._io import load_library
 from tracebench.library.synth import synthesize_library
 
 
-def machine() -> dict[str, object]:
-    cpu = "unknown"
-    virtualized = False
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name" and cpu == "unknown":
-                    cpu = value.strip()
-                elif key.strip() == "flags":
-                    virtualized = virtualized or "hypervisor" in value.split()
-    except OSError:
-        pass
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "virtualized": virtualized,
-        "python": f"{platform.python_implementation()} {platform.python_version()}",
-        "pillow": PIL.__version__,
-        "tracebench": __version__,
-        "platform": platform.platform(),
-    }
+def machine_info() -> dict[str, object]:
+    return machine(**{"pillow": PIL.__version__, "tracebench": __version__})
 
 
 def _maxrss_mib() -> float:
@@ -91,7 +70,7 @@ def main() -> None:
         ap.error("--n and --rounds must be positive")
 
     result: dict[str, Any] = {
-        "machine": machine(),
+        "machine": machine_info(),
         "command": " ".join(["python", "bench/library_build.py", *sys.argv[1:]]),
         "n": args.n,
         "seed": args.seed,

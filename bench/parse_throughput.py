@@ -31,8 +31,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
-import platform
 import random
 import re
 import statistics
@@ -42,6 +40,7 @@ from typing import Callable
 
 import lark
 
+from _machine import machine
 from tracebench.formula import (
     Anchor,
     AnchorBinding,
@@ -206,27 +205,8 @@ def time_pass(method: Callable[[str], object], strings: list[str]) -> float:
     return perf_counter() - start
 
 
-def machine() -> dict[str, object]:
-    cpu = "unknown"
-    virtualized = False
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name" and cpu == "unknown":
-                    cpu = value.strip()
-                elif key.strip() == "flags":
-                    virtualized = virtualized or "hypervisor" in value.split()
-    except OSError:
-        pass
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "virtualized": virtualized,
-        "python": f"{platform.python_implementation()} {platform.python_version()}",
-        "lark": lark.__version__,
-        "platform": platform.platform(),
-    }
+def machine_info() -> dict[str, object]:
+    return machine(**{"lark": lark.__version__})
 
 
 def main() -> None:
@@ -255,7 +235,7 @@ def main() -> None:
 
     n = len(strings)
     result = {
-        "machine": machine(),
+        "machine": machine_info(),
         "command": " ".join(["python", "bench/parse_throughput.py", *sys.argv[1:]]),
         "n": n,
         "seed": args.seed,

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -26,17 +25,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from _machine import machine
 
-def machine() -> str:
-    model = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{model}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+def machine_text() -> str:
+    info = machine()
+    return f"{info['cpu']}, {info['cores']} cores, {info['python']}"
 
 
 def trace_command() -> list[str]:
@@ -76,7 +70,7 @@ def main() -> None:
     default = [timed_run(["--slots", "1-8"]) for _ in range(args.rounds)]
     large = timed_run(["--slots", "1-8", "--per-slot", str(args.large_per_slot), "--no-applications"])
     result = {
-        "machine": machine(),
+        "machine": machine_text(),
         "default": {"cases": default[0][2], "wall_s": [round(r[0], 2) for r in default],
                     "median_wall_s": round(statistics.median(r[0] for r in default), 2),
                     "max_rss_mib": round(max(r[1] for r in default), 1)},

@@ -6,8 +6,6 @@ import json
 import os
 import random
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +13,7 @@ import pytest
 from library_helpers import entity, make_library, record, sample_records
 from test_cli import run_trace
 from tracebench.errors import ValidationFailed
-from tracebench.library import TAGS_FILE, Entity, GlobalTag, TagDict, TaggedImage, load_library
+from tracebench.library import TAGS_FILE, GlobalTag, TagDict, TaggedImage, load_library
 from tracebench.library._balance import balanced_selection, image_features
 from tracebench.library._import import import_library
 from tracebench.schemas import SCHEMAS, schema_path, schema_text

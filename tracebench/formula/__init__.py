@@ -43,6 +43,7 @@ __all__ = [
     "Modifier",
     "Node",
     "Term",
+    "Text",
     "analyze",
     "canonical",
     "compose_depth",

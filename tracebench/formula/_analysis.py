@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ._ast import Anchor, Apply, Compose, Disentangle, Expr, Node, Text, walk
+from ._ast import Anchor, Apply, Compose, Disentangle, Expr, Node, Text
 from ._errors import FormulaConstraintError
 from ._language import Language, language
 from ._printer import symbol

@@ -10,7 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["Case", "Question", "Reference", "SampleManifest", "TermBinding"]
+__all__ = ["Case", "GenerationRecord", "Question", "Reference", "RunManifest", "SampleManifest", "TermBinding", "Verdict",
+           "Vote"]
 
 
 class _Record(BaseModel):
@@ -40,6 +41,7 @@ class TermBinding(_Record):
     source_id: str | None = Field(default=None, description="library id of that image")
     entity: str | None = Field(default=None, description="grounding phrase of the source entity in that image")
     entity_index: int | None = Field(default=None, description="index of the source entity in the image's ent_list")
+    source_entities: int | None = Field(default=None, description="how many entities the source image holds (anchor difficulty)")
     subtype: str | None = Field(default=None, description='the taxonomy subtype a g term extracts ("1.1_pattern_texture", "4.1_style", "background", "attach", "ip")')
     value: str = Field(description="the content in words: the tag value, the text description, or the entity's description")
     participants: tuple[str, ...] = Field(default=(), description="for a relation: the carrier symbols it binds, in role order")
@@ -86,3 +88,58 @@ class SampleManifest(_Record):
     counts_per_application: dict[str, int]
     distinct_templates: int
     whole_share: dict[str, float] = Field(description="per slot: achieved share of cases with a g_attach or g_ip term")
+
+
+class GenerationRecord(_Record):
+    """What a synthetic generator drew for a case, and every requirement it broke, with why.
+
+    The synthetic zoo writes it into the PNG it returns (a ``tracebench-record`` text chunk),
+    so the oracle judge can answer from the image alone, in process or over HTTP.
+    """
+
+    case_id: str = Field(description="the case (or diagnostic node) the image was made for")
+    generator: str = Field(description='the generator spec, e.g. "synthetic:global-interference,noise:0.1"')
+    drawn: dict = Field(description="what was drawn: the render plan of the image (entities, globals, relations)")
+    failed: dict[str, str] = Field(default_factory=dict,
+                                   description="question id -> the cause (profile) that broke that requirement")
+
+
+class Vote(_Record):
+    """One judge's answer to one question."""
+
+    judge: str = Field(description="the judge spec")
+    verdict: Literal["pass", "fail", "abstain"] = Field(description="after polarity; abstain when no usable answer")
+    answer: Literal["yes", "no"] | None = Field(default=None, description="the raw answer, when there is one")
+    reason: str = Field(default="", description="the judge's reason, or why it abstained")
+    raw: str = Field(default="", description="this question's part of the raw reply (the whole reply is in the cache)")
+    cache_key: str | None = Field(default=None, description="cache key of the call that produced the reply")
+
+
+class Verdict(_Record):
+    """One line of ``verdicts.jsonl``: the verdict on one question of one case."""
+
+    case_id: str
+    question_id: str
+    op: str = Field(description="the question's operator")
+    verdict: Literal["pass", "fail", "abstain"] = Field(description="the judges' majority; abstain on no answer or a tie")
+    judge: str = Field(description="the judge spec, or the ensemble's specs joined by +")
+    votes: tuple[Vote, ...] = Field(description="every judge's answer")
+
+
+class RunManifest(_Record):
+    """``run.json`` of a run folder."""
+
+    tool: str
+    cases_dir: str = Field(description="the benchmark folder the run read")
+    cases_hash: str = Field(description="SHA-256 of its cases.jsonl")
+    generator: str
+    judges: tuple[str, ...]
+    judge_batch: str = Field(description="case (one call per case) or op (one call per operator)")
+    hashes: dict[str, str] = Field(description="SHA-256 of the judge prompt templates")
+    shard: str | None = Field(default=None, description="i/n when the run covers one shard")
+    cases: int = Field(description="cases with verdicts")
+    verdicts: int
+    calls: dict[str, int] = Field(description="model calls made, per generator and judge spec")
+    cache_hits: int
+    abstentions: int = Field(description="questions whose verdict is an abstention")
+    tokens: int = Field(description="tokens reported by the servers (0 where unknown)")

@@ -15,7 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from .library import LibraryInfo, TaggedImage
-from .records import Case, SampleManifest
+from .records import Case, RunManifest, SampleManifest, Verdict
 
 __all__ = ["SCHEMAS", "schema_path", "schema_text", "export"]
 
@@ -25,6 +25,8 @@ SCHEMAS: dict[str, tuple[str, type[BaseModel]]] = {
     "library.schema.json": ("taxonomy", LibraryInfo),
     "case.schema.json": ("docs", Case),
     "sample_manifest.schema.json": ("docs", SampleManifest),
+    "verdict.schema.json": ("docs", Verdict),
+    "run_manifest.schema.json": ("docs", RunManifest),
 }
 
 

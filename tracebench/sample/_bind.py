@@ -302,6 +302,7 @@ def bind(template: Expr, index: LibraryIndex, rng: random.Random, *,
         category=d.category, image=f"Image {images[d.library_image]}" if d.library_image is not None else None,
         source_id=index.images[d.library_image].id if d.library_image is not None else None,
         entity=d.entity.desc if d.entity else None, entity_index=d.entity.entity if d.entity else None,
+        source_entities=len(index.images[d.library_image].ent_list) if d.library_image is not None else None,
         subtype=d.subtype, value=d.value, participants=d.participants) for d in binder.drafts)
     formula = _build(template, iter(binder.drafts), images, iter(range(1, binder.numbers["C"] + 1)))
     compositions = tuple((c, members, parent) for c, (members, parent, _) in sorted(

@@ -1,0 +1,255 @@
+"""`trace run`, `trace score`, `trace merge` and `trace serve`, end to end on the synthetic world."""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import os
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from openai_server import OpenAIStub, completion
+from test_cli import run_trace
+from tracebench.records import RunManifest, Verdict
+from tracebench.run import ClientSettings, run_benchmark
+from tracebench.sample import read_cases, sample_benchmark
+from tracebench.score import OPERATORS, score_run
+from tracebench.serve import ZooServer
+
+SETTINGS = ClientSettings(max_retries=3, timeout=30.0)
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("run") / "bench"
+    sample_benchmark(out, slots=tuple(range(1, 9)), per_slot=5, seed=1, applications=True)
+    return out
+
+
+def _run(bench: Path, out: Path, generator: str, judges=("oracle",), **kw):
+    return run_benchmark(bench, out, generator=generator, judges=list(judges), settings=kw.pop("settings", SETTINGS),
+                         **kw)
+
+
+def _scores(out: Path) -> dict:
+    return score_run(out)
+
+
+def test_perfect_generator_scores_one_everywhere(bench, tmp_path):
+    manifest = _run(bench, tmp_path / "run", "synthetic:perfect")
+    assert manifest.abstentions == 0 and manifest.cases == len(list(read_cases(bench)))
+    scores = _scores(tmp_path / "run")
+    assert scores["overall"] == 1.0
+    assert scores["operators"] == {op: 1.0 for op in OPERATORS}
+    assert all(v["disentangle"] == 1.0 for v in scores["by_subtype"].values())
+
+
+# profile -> operators it must lower (the others stay at 1.0)
+PROFILES = {
+    "no-global": {"disentangle", "apply"},
+    "global-interference": {"anchor", "disentangle"},
+    "composition-interference:2": {"anchor"},
+    "relation-blind": {"disentangle", "apply", "compose"},
+    "weak-subtype:1.1_pattern_texture": {"disentangle", "apply"},
+    "leaky-binding": {"disentangle", "apply"},
+    "duplicate": {"compose"},
+    "noise:0.2": {"anchor", "disentangle", "apply", "compose"},
+}
+
+
+@pytest.mark.parametrize("profile,lowered", PROFILES.items())
+def test_each_profile_lowers_its_operators_only(bench, tmp_path, profile, lowered):
+    _run(bench, tmp_path / "run", f"synthetic:{profile}")
+    scores = _scores(tmp_path / "run")["operators"]
+    for op in OPERATORS:
+        if op in lowered:
+            assert scores[op] < 1.0, (profile, op, scores)
+        else:
+            assert scores[op] == 1.0, (profile, op, scores)
+
+
+def test_a_second_run_makes_no_call(bench, tmp_path):
+    first = _run(bench, tmp_path / "run", "synthetic:noise:0.1")
+    assert sum(first.calls.values()) > 0
+    before = (tmp_path / "run" / "verdicts.jsonl").read_bytes()
+    second = _run(bench, tmp_path / "run", "synthetic:noise:0.1")
+    assert second.calls == {}
+    assert (tmp_path / "run" / "verdicts.jsonl").read_bytes() == before
+    # another folder sharing the cache makes no call either, and writes the same verdicts
+    third = _run(bench, tmp_path / "again", "synthetic:noise:0.1", cache_dir=tmp_path / "run" / "cache")
+    assert third.calls == {} and third.cache_hits > 0
+    assert (tmp_path / "again" / "verdicts.jsonl").read_bytes() == before
+
+
+_KILLING_GENERATOR = r"""
+import os, signal, sys
+from pathlib import Path
+from tracebench.records import Case
+from tracebench.zoo import generate, parse_profile
+case = Case.model_validate_json(sys.stdin.read())
+counter = Path(os.environ["COUNTER"])
+n = int(counter.read_text()) + 1 if counter.exists() else 1
+counter.write_text(str(n))
+if os.environ.get("KILL_AT") and n == int(os.environ["KILL_AT"]):
+    shell = os.getppid()
+    trace = int(Path(f"/proc/{shell}/stat").read_text().split()[3])
+    os.kill(trace, signal.SIGKILL)   # a real kill -9 of `trace run`, mid-run
+png, _ = generate(case, parse_profile("global-interference"))
+Path(os.environ["TRACEBENCH_OUTPUT"]).write_bytes(png)
+"""
+
+
+def test_kill_and_resume_gives_the_verdicts_of_an_uninterrupted_run(tmp_path):
+    bench = tmp_path / "bench"  # small: the command generator starts a Python process per case
+    sample_benchmark(bench, slots=tuple(range(1, 9)), per_slot=2, seed=2, applications=False)
+    script = tmp_path / "gen.py"
+    script.write_text(_KILLING_GENERATOR)
+    generator = f"command:{sys.executable} {script}"
+    reference = tmp_path / "reference"
+    args = [str(bench), "--generator", generator, "--judge", "oracle", "--concurrency", "2"]
+    os.environ["COUNTER"] = str(tmp_path / "count-a")
+    try:
+        assert run_trace("run", *args, "--out", str(reference)).returncode == 0
+        os.environ["COUNTER"] = str(tmp_path / "count-b")
+        os.environ["KILL_AT"] = "7"
+        killed = run_trace("run", *args, "--out", str(tmp_path / "resumed"))
+        assert killed.returncode == -9  # SIGKILL
+        del os.environ["KILL_AT"]
+        resumed = run_trace("run", *args, "--out", str(tmp_path / "resumed"))
+        assert resumed.returncode == 0, resumed.stderr
+    finally:
+        os.environ.pop("KILL_AT", None)
+        os.environ.pop("COUNTER", None)
+    assert (tmp_path / "resumed" / "verdicts.jsonl").read_bytes() == (reference / "verdicts.jsonl").read_bytes()
+    cases = len(list(read_cases(bench)))
+    # the resumed run generated only what the killed one had not finished (at most the
+    # calls in flight at the kill are repeated)
+    assert int((tmp_path / "count-b").read_text()) <= cases + 2
+
+
+def _oracle_handler(cases: dict, flaky: bool):
+    """A chat handler answering as the oracle, failing in every way a server can when flaky."""
+    from tracebench.zoo import oracle_reply, read_record
+
+    counter = itertools.count()
+    lock = threading.Lock()
+
+    def handler(request):
+        with lock:
+            n = next(counter)
+        if flaky:
+            if n % 7 == 1:
+                return 429, "slow down"
+            if n % 7 == 3:
+                return 500, "internal error"
+            if n % 7 == 5:
+                return "this is { not json"
+            if n % 7 == 6:
+                import time
+
+                time.sleep(0.3)
+        texts = [p["text"] for m in request["messages"] for p in (m["content"] if isinstance(m["content"], list) else
+                 [{"type": "text", "text": m["content"]}]) if p["type"] == "text"]
+        images = [base64.b64decode(p["image_url"]["url"].split(",", 1)[1]) for m in request["messages"]
+                  if isinstance(m["content"], list) for p in m["content"] if p["type"] == "image_url"]
+        generated = next(i for i in images if read_record(i) is not None)
+        case = cases[read_record(generated).case_id]
+        ids = {line[2:].split(":", 2)[0] + ":" + line[2:].split(":", 2)[1] for t in texts for line in t.splitlines()
+               if line.startswith("- ")}
+        return json.dumps(oracle_reply([q for q in case.checklist if q.id in ids], generated))
+
+    return handler
+
+
+def test_a_flaky_server_loses_nothing(bench, tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-flaky-test-key-8271")
+    cases = {c.id: c for c in read_cases(bench)}
+    reference = tmp_path / "reference"
+    _run(bench, reference, "synthetic:global-interference")
+    with OpenAIStub(_oracle_handler(cases, flaky=True)) as stub:
+        settings = ClientSettings(base_url=stub.base_url, max_retries=3, timeout=5.0)
+        out = tmp_path / "flaky"
+        first = _run(bench, out, "synthetic:global-interference", judges=("openai:oracle",), settings=settings,
+                     concurrency=4)
+        assert first.abstentions > 0  # the malformed replies, never counted as fails
+        verdicts = [Verdict.model_validate_json(line) for line in (out / "verdicts.jsonl").read_text().splitlines()]
+        assert all(v.verdict == "abstain" for v in verdicts if "not the expected JSON" in v.votes[0].reason)
+        for _ in range(6):
+            manifest = _run(bench, out, "synthetic:global-interference", judges=("openai:oracle",),
+                            settings=settings, concurrency=4, retry_abstained=True)
+            if manifest.abstentions == 0:
+                break
+        assert manifest.abstentions == 0
+    ours = {(v.case_id, v.question_id): v.verdict for v in map(Verdict.model_validate_json,
+                                                             (out / "verdicts.jsonl").read_text().splitlines())}
+    theirs = {(v.case_id, v.question_id): v.verdict for v in map(Verdict.model_validate_json,
+                                                               (reference / "verdicts.jsonl").read_text().splitlines())}
+    assert ours == theirs
+    for path in out.rglob("*"):
+        if path.is_file():
+            assert b"sk-flaky-test-key-8271" not in path.read_bytes(), path
+
+
+def test_trace_serve_through_the_openai_adapters_gives_the_same_scores(bench, tmp_path, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    _run(bench, tmp_path / "local", "synthetic:global-interference,relation-blind")
+    with ZooServer([bench]).start() as server:
+        settings = ClientSettings(base_url=server.base_url, max_retries=2, timeout=30.0)
+        manifest = _run(bench, tmp_path / "http", "openai:synthetic/global-interference,relation-blind",
+                        judges=("openai:oracle",), settings=settings, concurrency=4)
+    assert manifest.abstentions == 0
+    local, http = _scores(tmp_path / "local"), _scores(tmp_path / "http")
+    assert http["operators"] == local["operators"] and http["overall"] == local["overall"]
+
+
+def test_sharded_and_merged_equals_unsharded(bench, tmp_path):
+    whole = tmp_path / "whole"
+    _run(bench, whole, "synthetic:noise:0.2")
+    for i in (1, 2, 3):
+        _run(bench, tmp_path / f"shard{i}", "synthetic:noise:0.2", shard=(i, 3), cache_dir=tmp_path / "cache")
+    result = run_trace("merge", *(str(tmp_path / f"shard{i}") for i in (1, 2, 3)), "--out", str(tmp_path / "merged"))
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "merged" / "verdicts.jsonl").read_bytes() == (whole / "verdicts.jsonl").read_bytes()
+    assert _scores(tmp_path / "merged") == _scores(whole)
+
+
+def test_folder_generator_and_ensembles(bench, tmp_path):
+    first = tmp_path / "first"
+    _run(bench, first, "synthetic:duplicate")
+    again = tmp_path / "again"
+    manifest = _run(bench, again, f"folder:{first / 'images'}", judges=("oracle", "oracle"))
+    assert manifest.calls.get(f"folder:{first / 'images'}") is None  # reading files is no model call
+    assert _scores(again)["operators"] == _scores(first)["operators"]
+    verdict = Verdict.model_validate_json((again / "verdicts.jsonl").read_text().splitlines()[0])
+    assert verdict.judge == "oracle+oracle" and len(verdict.votes) == 2
+
+
+def test_score_json_and_command_line(bench, tmp_path):
+    _run(bench, tmp_path / "run", "synthetic:global-interference")
+    result = run_trace("score", str(tmp_path / "run"), "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert {"overall", "operators", "by_slot", "by_subtype", "by_entity_count", "by_application", "ci95",
+            "abstentions", "cases"} <= set(data)
+    assert set(data["by_slot"]) == {str(s) for s in range(1, 9)}
+    low, high = data["ci95"]["anchor"]
+    assert low <= data["operators"]["anchor"] <= high
+    text = run_trace("score", str(tmp_path / "run"))
+    assert "anchor" in text.stdout and "overall" in text.stdout
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["--generator", "nonsense", "--judge", "oracle"], "--generator"),
+    (["--generator", "synthetic:perfect", "--judge", "gpt"], "--judge"),
+    (["--generator", "synthetic:not-a-profile", "--judge", "oracle"], "not-a-profile"),
+    (["--generator", "synthetic:perfect", "--judge", "oracle", "--shard", "3/2"], "--shard"),
+])
+def test_bad_run_arguments_are_one_line(bench, tmp_path, args, fragment):
+    result = run_trace("run", str(bench), *args, "--out", str(tmp_path / "out"))
+    assert result.returncode == 2
+    assert len(result.stderr.splitlines()) == 1 and fragment in result.stderr
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,22 @@
+"""Running generators and judges over a benchmark: adapters, cache, harness."""
+
+from __future__ import annotations
+
+from ._adapters import CallFailed, ClientSettings, make_generator, make_judge
+from ._cache import Cache, cache_key
+from ._harness import IMAGES_DIR, RUN_FILE, VERDICTS_FILE, parse_reply, run_benchmark, shard_of
+
+__all__ = [
+    "Cache",
+    "CallFailed",
+    "ClientSettings",
+    "IMAGES_DIR",
+    "RUN_FILE",
+    "VERDICTS_FILE",
+    "cache_key",
+    "make_generator",
+    "make_judge",
+    "parse_reply",
+    "run_benchmark",
+    "shard_of",
+]

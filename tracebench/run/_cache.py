@@ -1,0 +1,69 @@
+"""A content-addressed cache of model calls on disk.
+
+The key hashes only what changes the output: the adapter, the model, the base URL, the
+request content (images by their SHA-256) and output-relevant settings; never an API key,
+a timeout, a retry count or a concurrency limit. Entries are written atomically (a
+temporary file renamed into place), so a run killed mid-write leaves no broken entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Cache", "cache_key", "sha256"]
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def cache_key(**parts: Any) -> str:
+    """SHA-256 of the canonical JSON of ``parts``."""
+    return sha256(json.dumps(parts, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode())
+
+
+class Cache:
+    """``root/<key[:2]>/<key>.json`` (the reply) and ``<key>.bin`` (an image, when there is one)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def _path(self, key: str, suffix: str) -> Path:
+        return self.root / key[:2] / f"{key}{suffix}"
+
+    def get(self, key: str) -> tuple[dict, bytes | None] | None:
+        meta = self._path(key, ".json")
+        if not meta.is_file():
+            return None
+        try:
+            entry = json.loads(meta.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            return None  # unreadable: treated as absent, rewritten by the next call
+        blob = self._path(key, ".bin")
+        data = blob.read_bytes() if entry.get("has_blob") and blob.is_file() else None
+        if entry.get("has_blob") and data is None:
+            return None
+        return entry["value"], data
+
+    def put(self, key: str, value: dict, blob: bytes | None = None) -> None:
+        if blob is not None:
+            self._write(self._path(key, ".bin"), blob)  # the blob first: the .json marks completion
+        self._write(self._path(key, ".json"),
+                    json.dumps({"has_blob": blob is not None, "value": value}, ensure_ascii=False).encode())
+
+    @staticmethod
+    def _write(path: Path, data: bytes) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise

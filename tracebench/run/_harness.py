@@ -1,0 +1,311 @@
+"""``trace run``: every case through a generator and its judges, cached, resumable, concurrent.
+
+One place owns what every model call needs: the content-addressed cache, a concurrency
+limit per endpoint (the adapters' clients retry with backoff and honour rate-limit
+replies), counters, and the parsing of judge replies. An API error, a refusal or a reply
+that cannot be parsed is an abstention with its reason, never a fail; abstentions are not
+cached, so ``--retry-abstained`` asks again.
+
+Resuming: verdicts are appended case by case (all lines of a case in one write). At start,
+lines of cases left incomplete by a kill are dropped; complete cases are skipped; every
+model call that had finished is in the cache. At the end the file is rewritten in case
+order, so an interrupted-and-resumed run ends with the same bytes as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import sys
+import zlib
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from tqdm import tqdm
+
+from .. import __version__
+from ..errors import TraceError
+from ..library import staged_output
+from ..records import Case, Question, RunManifest, Verdict, Vote
+from ..templating import template_hash
+from ._adapters import JUDGE_TEMPLATES, CallFailed, ClientSettings, Generator, Judge, make_generator, make_judge
+from ._cache import Cache, cache_key, sha256
+
+__all__ = ["IMAGES_DIR", "RUN_FILE", "VERDICTS_FILE", "parse_reply", "run_benchmark", "shard_of"]
+
+VERDICTS_FILE = "verdicts.jsonl"
+RUN_FILE = "run.json"
+IMAGES_DIR = "images"
+CACHE_DIR = "cache"
+_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+
+
+def shard_of(case_id: str, n: int) -> int:
+    """The shard (1..n) of a case: a stable split by case id."""
+    return zlib.crc32(case_id.encode()) % n + 1
+
+
+def parse_reply(raw: str, questions: Sequence[Question]) -> dict[str, tuple[str | None, str, str]]:
+    """question id -> (answer "yes"/"no" or None, reason, this question's raw part).
+
+    A reply that is not JSON, or does not answer a question with yes or no, leaves that
+    question without an answer (an abstention), with the reason.
+    """
+    text = raw.strip()
+    if fenced := _FENCE.match(text):
+        text = fenced.group(1)
+    try:
+        data = json.loads(text)
+        items = data["answers"]
+        if not isinstance(items, list):
+            raise TypeError
+    except (json.JSONDecodeError, KeyError, TypeError):
+        snippet = " ".join(raw.split())[:300]
+        return {q.id: (None, "the reply is not the expected JSON", snippet) for q in questions}
+    found: dict[str, dict] = {}
+    for item in items:
+        if isinstance(item, dict) and isinstance(item.get("id"), str):
+            found.setdefault(item["id"], item)
+    result = {}
+    for q in questions:
+        item = found.get(q.id)
+        if item is None:
+            result[q.id] = (None, "no answer for this question", "")
+            continue
+        answer = str(item.get("answer", "")).strip().lower()
+        part = json.dumps(item, ensure_ascii=False)
+        if answer not in ("yes", "no"):
+            result[q.id] = (None, f"answer {item.get('answer')!r} is neither yes nor no", part)
+        else:
+            result[q.id] = (answer, str(item.get("reason", "")), part)
+    return result
+
+
+@dataclass
+class _Stats:
+    calls: Counter = field(default_factory=Counter)
+    cache_hits: int = 0
+    tokens: int = 0
+    abstentions: int = 0
+    errors: int = 0
+
+
+class _Runner:
+    def __init__(self, root: Path, cases_dir: Path, generator: Generator, judges: list[Judge], cache: Cache,
+                 concurrency: int, judge_batch: str) -> None:
+        self.root, self.cases_dir = root, cases_dir
+        self.generator, self.judges, self.cache = generator, judges, cache
+        self.limits: dict[str, asyncio.Semaphore] = {}
+        self.concurrency = concurrency
+        self.judge_batch = judge_batch
+        self.stats = _Stats()
+
+    def limit(self, endpoint: str) -> asyncio.Semaphore:
+        if endpoint not in self.limits:
+            self.limits[endpoint] = asyncio.Semaphore(self.concurrency)
+        return self.limits[endpoint]
+
+    async def image(self, case: Case, references: list[bytes]) -> tuple[bytes | None, str]:
+        """The generated image (or None) and the abstention reason."""
+        target = self.root / IMAGES_DIR / f"{case.id}.png"
+        parts = self.generator.key(case, references)
+        key = cache_key(**parts) if parts is not None else None
+        hit = self.cache.get(key) if key else None
+        if hit is not None:
+            self.stats.cache_hits += 1
+            data = hit[1]
+        else:
+            async with self.limit(self.generator.endpoint):
+                if key is not None:
+                    self.stats.calls[self.generator.spec] += 1
+                try:
+                    data = await self.generator.generate(case, references)
+                except CallFailed as err:
+                    self.stats.errors += 1
+                    return None, f"generation failed: {err}"
+            if key is not None:
+                self.cache.put(key, {"generator": self.generator.spec}, data)
+        if not target.exists() or target.read_bytes() != data:
+            _write_atomic(target, data)
+        return data, ""
+
+    async def ask(self, judge: Judge, case: Case, questions: list[Question], image: bytes,
+                  references: list[bytes]) -> tuple[dict[str, tuple[str | None, str, str]], str | None]:
+        key = cache_key(**judge.key(case, questions, image, references))
+        hit = self.cache.get(key)
+        if hit is not None:
+            self.stats.cache_hits += 1
+            return parse_reply(hit[0]["raw"], questions), key
+        async with self.limit(judge.endpoint):
+            self.stats.calls[judge.spec] += 1
+            try:
+                raw, tokens = await judge.ask(case, questions, image, references)
+            except CallFailed as err:
+                self.stats.errors += 1
+                return {q.id: (None, f"judge call failed: {err}", "") for q in questions}, key
+        self.stats.tokens += tokens
+        parsed = parse_reply(raw, questions)
+        if all(answer is not None for answer, _, _ in parsed.values()):
+            self.cache.put(key, {"judge": judge.spec, "raw": raw})  # only complete replies: abstentions are retried
+        return parsed, key
+
+    async def case(self, case: Case) -> list[Verdict]:
+        references = [(self.cases_dir / ref.path).read_bytes() for ref in case.references]
+        image, problem = await self.image(case, references)
+        votes: dict[str, list[Vote]] = {q.id: [] for q in case.checklist}
+        for judge in self.judges:
+            if image is None:
+                for q in case.checklist:
+                    votes[q.id].append(Vote(judge=judge.spec, verdict="abstain", reason=problem))
+                continue
+            batches = [list(case.checklist)] if self.judge_batch == "case" else _by_op(case.checklist)
+            results = await asyncio.gather(*(self.ask(judge, case, batch, image, references) for batch in batches))
+            for batch, (parsed, key) in zip(batches, results):
+                for q in batch:
+                    answer, reason, raw = parsed[q.id]
+                    verdict = "abstain" if answer is None else ("pass" if answer == q.expected else "fail")
+                    votes[q.id].append(Vote(judge=judge.spec, verdict=verdict, answer=answer, reason=reason,
+                                            raw=raw, cache_key=key))
+        spec = "+".join(j.spec for j in self.judges)
+        verdicts = [Verdict(case_id=case.id, question_id=q.id, op=q.op, verdict=_majority(votes[q.id]), judge=spec,
+                            votes=tuple(votes[q.id])) for q in case.checklist]
+        self.stats.abstentions += sum(v.verdict == "abstain" for v in verdicts)
+        return verdicts
+
+
+def _by_op(questions: Sequence[Question]) -> list[list[Question]]:
+    groups: dict[str, list[Question]] = {}
+    for q in questions:
+        groups.setdefault(q.op, []).append(q)
+    return list(groups.values())
+
+
+def _majority(votes: list[Vote]) -> str:
+    counted = Counter(v.verdict for v in votes if v.verdict != "abstain")
+    if not counted:
+        return "abstain"
+    (top, n), *rest = counted.most_common()
+    if rest and rest[0][1] == n:
+        return "abstain"  # a tie between judges: recorded in the votes, scored as no answer
+    return top
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+def _read_cases(cases_dir: Path) -> list[Case]:
+    path = cases_dir / "cases.jsonl"
+    if not path.is_file():
+        raise TraceError(f"{cases_dir}: not a benchmark folder (no cases.jsonl); make one with `trace sample`")
+    cases = []
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                cases.append(Case.model_validate_json(line))
+            except ValueError as err:
+                first = str(err).splitlines()[0]
+                raise TraceError(f"{path}:{lineno}: not a case ({first})") from None
+    return cases
+
+
+def _existing(path: Path, cases: dict[str, Case], retry_abstained: bool) -> dict[str, list[Verdict]]:
+    """Complete cases already in verdicts.jsonl (a torn last line or a half-written case is dropped)."""
+    done: dict[str, list[Verdict]] = {}
+    if not path.is_file():
+        return done
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            verdict = Verdict.model_validate_json(line)
+        except ValueError:
+            continue  # a line torn by a kill
+        done.setdefault(verdict.case_id, []).append(verdict)
+    complete = {}
+    for case_id, verdicts in done.items():
+        case = cases.get(case_id)
+        if case is None or {v.question_id for v in verdicts} != {q.id for q in case.checklist}:
+            continue
+        if retry_abstained and any(v.verdict == "abstain" for v in verdicts):
+            continue
+        complete[case_id] = verdicts
+    return complete
+
+
+def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequence[str], settings: ClientSettings,
+                  concurrency: int = 8, shard: tuple[int, int] | None = None, judge_batch: str = "case",
+                  retry_abstained: bool = False, cache_dir: Path | None = None,
+                  progress: bool | None = None) -> RunManifest:
+    """Generate and judge every case of ``cases_dir`` (or one shard of them) into ``out``."""
+    cases_dir, out = Path(cases_dir), Path(out)
+    if concurrency < 1:
+        raise TraceError(f"--concurrency: {concurrency} must be at least 1")
+    if judge_batch not in ("case", "op"):
+        raise TraceError(f"--judge-batch: {judge_batch!r} is neither case nor op")
+    if not judges:
+        raise TraceError("--judge: give at least one judge (openai:MODEL or oracle)")
+    all_cases = _read_cases(cases_dir)
+    if shard is not None:
+        i, n = shard
+        all_cases = [c for c in all_cases if shard_of(c.id, n) == i]
+    gen = make_generator(generator, settings)
+    judge_list = [make_judge(spec, settings) for spec in judges]
+    by_id = {c.id: c for c in all_cases}
+    previous = _existing(out / VERDICTS_FILE, by_id, retry_abstained)
+    manifest_path = out / RUN_FILE
+    if manifest_path.is_file():
+        old = RunManifest.model_validate_json(manifest_path.read_text(encoding="utf-8"))
+        if (old.generator, old.judges, old.cases_hash) != (gen.spec, tuple(j.spec for j in judge_list),
+                                                           sha256((cases_dir / "cases.jsonl").read_bytes())):
+            raise TraceError(f"{out}: holds a run of other cases, generator or judges; choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    runner = _Runner(out, cases_dir, gen, judge_list, Cache(cache_dir or out / CACHE_DIR), concurrency, judge_batch)
+    todo = [c for c in all_cases if c.id not in previous]
+    if progress is None:
+        progress = sys.stderr.isatty()
+    # keep only complete cases, then append new ones case by case
+    verdict_path = out / VERDICTS_FILE
+    _write_atomic(verdict_path, "".join(v.model_dump_json() + "\n" for vs in previous.values() for v in vs).encode())
+
+    async def main() -> None:
+        bar = tqdm(total=len(all_cases), initial=len(previous), desc="running", unit="case", disable=not progress,
+                   file=sys.stderr)
+        pending = set()
+        with open(verdict_path, "a", encoding="utf-8") as handle:
+            async def one(case: Case) -> None:
+                verdicts = await runner.case(case)
+                handle.write("".join(v.model_dump_json() + "\n" for v in verdicts))
+                handle.flush()
+                bar.update(1)
+                bar.set_postfix(calls=sum(runner.stats.calls.values()), errors=runner.stats.errors,
+                                abstained=runner.stats.abstentions)
+
+            for case in todo:  # at most 2 x concurrency cases in flight: memory stays flat
+                if len(pending) >= 2 * concurrency:
+                    finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                    for task in finished:
+                        task.result()
+                pending.add(asyncio.ensure_future(one(case)))
+            if pending:
+                for task in (await asyncio.wait(pending))[0]:
+                    task.result()
+        bar.close()
+
+    asyncio.run(main())
+    final = _existing(verdict_path, by_id, retry_abstained=False)
+    ordered = [v for c in all_cases for v in final.get(c.id, [])]
+    _write_atomic(verdict_path, "".join(v.model_dump_json() + "\n" for v in ordered).encode())
+    manifest = RunManifest(
+        tool=f"tracebench {__version__}", cases_dir=str(cases_dir), cases_hash=sha256((cases_dir / "cases.jsonl").read_bytes()),
+        generator=gen.spec, judges=tuple(j.spec for j in judge_list), judge_batch=judge_batch,
+        hashes={"judge_templates": template_hash(*JUDGE_TEMPLATES)},
+        shard=f"{shard[0]}/{shard[1]}" if shard else None, cases=len(final), verdicts=len(ordered),
+        calls=dict(runner.stats.calls), cache_hits=runner.stats.cache_hits,
+        abstentions=sum(v.verdict == "abstain" for v in ordered), tokens=runner.stats.tokens)
+    _write_atomic(manifest_path, (json.dumps(manifest.model_dump(mode="json"), indent=2) + "\n").encode())
+    return manifest

@@ -1,0 +1,60 @@
+"""``trace merge``: combine the run folders of shards into one."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+
+from ..errors import TraceError
+from ..library import staged_output
+from ..records import RunManifest, Verdict
+from ._harness import IMAGES_DIR, RUN_FILE, VERDICTS_FILE, _read_cases
+
+__all__ = ["merge_runs"]
+
+
+def merge_runs(runs: list[Path], out: Path) -> RunManifest:
+    if not runs:
+        raise TraceError("give the run folders to merge")
+    manifests = []
+    for run in runs:
+        path = Path(run) / RUN_FILE
+        if not path.is_file():
+            raise TraceError(f"{run}: not a run folder (no {RUN_FILE})")
+        manifests.append(RunManifest.model_validate_json(path.read_text(encoding="utf-8")))
+    first = manifests[0]
+    for run, m in zip(runs, manifests):
+        if (m.cases_hash, m.generator, m.judges, m.judge_batch) != (first.cases_hash, first.generator, first.judges,
+                                                                   first.judge_batch):
+            raise TraceError(f"{run}: a run of other cases, generator or judges than {runs[0]}; cannot merge")
+    order = [c.id for c in _read_cases(Path(first.cases_dir))]
+    verdicts: dict[tuple[str, str], Verdict] = {}
+    for run in runs:
+        with open(Path(run) / VERDICTS_FILE, encoding="utf-8") as handle:
+            for line in handle:
+                v = Verdict.model_validate_json(line)
+                known = verdicts.get((v.case_id, v.question_id))
+                if known is not None and known != v:
+                    raise TraceError(f"{run}: case {v.case_id} question {v.question_id} differs between runs")
+                verdicts[(v.case_id, v.question_id)] = v
+    by_case: dict[str, list[Verdict]] = {}
+    for v in verdicts.values():
+        by_case.setdefault(v.case_id, []).append(v)
+    calls: Counter = Counter()
+    for m in manifests:
+        calls.update(m.calls)
+    with staged_output(Path(out)) as root:
+        (root / IMAGES_DIR).mkdir()
+        for run in runs:
+            for image in sorted((Path(run) / IMAGES_DIR).glob("*.png")):
+                shutil.copyfile(image, root / IMAGES_DIR / image.name)
+        ordered = [v for case_id in order for v in by_case.get(case_id, [])]
+        (root / VERDICTS_FILE).write_text("".join(v.model_dump_json() + "\n" for v in ordered), encoding="utf-8")
+        manifest = first.model_copy(update={
+            "shard": None, "cases": len(by_case), "verdicts": len(ordered), "calls": dict(calls),
+            "cache_hits": sum(m.cache_hits for m in manifests), "tokens": sum(m.tokens for m in manifests),
+            "abstentions": sum(v.verdict == "abstain" for v in ordered)})
+        (root / RUN_FILE).write_text(json.dumps(manifest.model_dump(mode="json"), indent=2) + "\n", encoding="utf-8")
+    return manifest

@@ -1,0 +1,147 @@
+"""Generator profiles: the named, combinable ways a synthetic generator fails.
+
+A spec string lists failure modes separated by commas, e.g. ``"global-interference,noise:0.1"``;
+``"perfect"`` alone is the generator that never fails. The order matters: when several modes
+break one requirement, the first one listed is recorded as its cause.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..errors import TraceError
+from ..taxonomy import taxonomy
+
+__all__ = ["PROFILE_NAMES", "Failure", "Profile", "parse_profile"]
+
+PERFECT = "perfect"
+# name -> the parameter it takes (None: none), as shown in error messages
+PROFILE_NAMES: dict[str, str | None] = {
+    PERFECT: None,
+    "no-global": None,
+    "global-interference": None,
+    "composition-interference": "K",
+    "relation-blind": None,
+    "weak-subtype": "SUBTYPE",
+    "leaky-binding": None,
+    "duplicate": None,
+    "noise": "P",
+}
+_PREFIX = "synthetic:"
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """One failure mode: its name and parameter (K, SUBTYPE or P; None for the others)."""
+
+    name: str
+    arg: int | float | str | None = None
+
+    def __str__(self) -> str:
+        if self.arg is None:
+            return self.name
+        if isinstance(self.arg, float):
+            text = repr(self.arg)
+            return f"{self.name}:{text.removesuffix('.0')}"
+        return f"{self.name}:{self.arg}"
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """A synthetic generator's failure modes, in spec order (empty: the perfect generator)."""
+
+    failures: tuple[Failure, ...] = ()
+
+    def __str__(self) -> str:
+        return ",".join(str(f) for f in self.failures) or PERFECT
+
+    @property
+    def generator(self) -> str:
+        """The generator's identity as records name it: ``synthetic:<profile>``."""
+        return _PREFIX + str(self)
+
+    def has(self, name: str) -> bool:
+        """Whether a failure mode of that name is part of the profile."""
+        return any(f.name == name for f in self.failures)
+
+    def weak_subtypes(self) -> frozenset[str]:
+        """The attribute subtypes the generator never transfers."""
+        return frozenset(str(f.arg) for f in self.failures if f.name == "weak-subtype")
+
+
+def _known() -> str:
+    return ", ".join(name if arg is None else f"{name}:{arg}" for name, arg in PROFILE_NAMES.items())
+
+
+def _subtype_keys() -> dict[str, str]:
+    """Every subtype a g term may extract, by full key and by its name without the number."""
+    tax = taxonomy()
+    keys = [*tax.subtypes, *tax.special]
+    table = {key: key for key in keys}
+    for key in keys:
+        short = key.split("_", 1)[1] if key[:1].isdigit() else key
+        table.setdefault(short, key)
+    return table
+
+
+def _argument(name: str, raw: str, fail) -> int | float | str:
+    if name == "composition-interference":
+        try:
+            k = int(raw)
+        except ValueError:
+            fail(f"K must be a whole number, got {raw!r}")
+        if k < 1:
+            fail(f"K must be at least 1, got {k}")
+        return k
+    if name == "noise":
+        try:
+            p = float(raw)
+        except ValueError:
+            fail(f"P must be a number, got {raw!r}")
+        if not (math.isfinite(p) and 0.0 <= p <= 1.0):
+            fail(f"P must lie between 0 and 1, got {raw}")
+        return p
+    key = _subtype_keys().get(raw)
+    if key is None:
+        fail(f"unknown subtype {raw!r} (known: {', '.join(sorted(set(_subtype_keys().values())))})")
+    return key
+
+
+def parse_profile(spec: str) -> Profile:
+    """Parse a profile spec such as ``"no-global,noise:0.1"`` (an optional ``synthetic:`` prefix
+    is accepted). Raises :class:`~tracebench.errors.TraceError`, one line naming the bad part and
+    the known profiles."""
+    if not isinstance(spec, str):
+        raise TraceError(f"generator profile: expected a string, got {type(spec).__name__}")
+    text = spec.strip()
+    text = text.removeprefix(_PREFIX)
+    failures: list[Failure] = []
+    seen: set[tuple[str, object]] = set()
+    parts = [p.strip() for p in text.split(",")]
+    for part in parts:
+        def fail(message: str, part: str = part) -> None:
+            raise TraceError(f"generator profile {spec!r}: {part!r}: {message}; known profiles: {_known()}")
+
+        if not part:
+            fail("empty part")
+        name, colon, raw = part.partition(":")
+        name, raw = name.strip().lower(), raw.strip()
+        if name not in PROFILE_NAMES:
+            fail("unknown profile")
+        wanted = PROFILE_NAMES[name]
+        if wanted is None and colon:
+            fail(f"{name} takes no parameter")
+        if wanted is not None and not raw:
+            fail(f"{name} needs a parameter, e.g. {name}:{wanted}")
+        if name == PERFECT:
+            if len(parts) > 1:
+                fail("perfect cannot be combined with failure modes")
+            continue
+        arg = None if wanted is None else _argument(name, raw, fail)
+        key = (name, arg) if name == "weak-subtype" else (name, None)
+        if key in seen:
+            fail(f"{name} given twice")
+        seen.add(key)
+        failures.append(Failure(name, arg))
+    return Profile(tuple(failures))

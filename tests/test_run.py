@@ -253,3 +253,27 @@ def test_bad_run_arguments_are_one_line(bench, tmp_path, args, fragment):
     assert result.returncode == 2
     assert len(result.stderr.splitlines()) == 1 and fragment in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_failing_command_is_an_abstention_never_a_fail(tmp_path):
+    bench = tmp_path / "bench"
+    sample_benchmark(bench, slots=(1, 2), per_slot=2, seed=0, applications=False)
+    out = tmp_path / "run"
+    manifest = _run(bench, out, "command:echo broken >&2; exit 3")
+    verdicts = [Verdict.model_validate_json(line) for line in (out / "verdicts.jsonl").read_text().splitlines()]
+    assert verdicts and all(v.verdict == "abstain" for v in verdicts)
+    assert "exited with status 3: broken" in verdicts[0].votes[0].reason
+    assert manifest.abstentions == len(verdicts)
+    assert score_run(out)["abstentions"]["count"] == len(verdicts)
+
+
+def test_the_command_output_placeholder(tmp_path):
+    bench = tmp_path / "bench"
+    sample_benchmark(bench, slots=(1,), per_slot=2, seed=0, applications=False)
+    first = tmp_path / "first"
+    _run(bench, first, "synthetic:perfect")
+    script = tmp_path / "copy.py"
+    script.write_text("import json, shutil, sys\ncase = json.load(sys.stdin)\n"
+                      f"shutil.copyfile('{first / 'images'}/' + case['id'] + '.png', sys.argv[1])\n")
+    _run(bench, tmp_path / "second", f"command:{sys.executable} {script} {{output}}")
+    assert _scores(tmp_path / "second")["operators"] == _scores(first)["operators"]

@@ -88,15 +88,21 @@ class _OpenAIEndpoint:
                                               timeout=self.timeout)
         return self._client
 
-    @staticmethod
-    def failure(err: Exception) -> CallFailed:
+    def failure(self, err: Exception) -> CallFailed:
+        """An abstention reason for a failed call, one line, with the API key scrubbed out
+        (a server may echo it back)."""
         import openai
 
         if isinstance(err, openai.APIStatusError):
-            return CallFailed(f"API error {err.status_code}: {' '.join(str(err.message).split())[:200]}")
-        if isinstance(err, openai.APIError):
-            return CallFailed(f"API error: {' '.join(str(err.message).split())[:200]}")
-        return CallFailed(f"{type(err).__name__}: {err}")
+            text = f"API error {err.status_code}: {err.message}"
+        elif isinstance(err, openai.APIError):
+            text = f"API error: {err.message}"
+        else:
+            text = f"{type(err).__name__}: {err}"
+        key = os.environ.get(self.api_key_env)
+        if key:
+            text = text.replace(key, "***")
+        return CallFailed(" ".join(text.split())[:240])
 
 
 @dataclass

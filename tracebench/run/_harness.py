@@ -110,7 +110,6 @@ class _Runner:
 
     async def image(self, case: Case, references: list[bytes]) -> tuple[bytes | None, str]:
         """The generated image (or None) and the abstention reason."""
-        target = self.root / IMAGES_DIR / f"{case.id}.png"
         parts = self.generator.key(case, references)
         key = cache_key(**parts) if parts is not None else None
         hit = self.cache.get(key) if key else None
@@ -128,6 +127,7 @@ class _Runner:
                     return None, f"generation failed: {err}"
             if key is not None:
                 self.cache.put(key, {"generator": self.generator.spec}, data)
+        target = self.root / IMAGES_DIR / f"{case.id}{image_suffix(data)}"
         if not target.exists() or target.read_bytes() != data:
             _write_atomic(target, data)
         return data, ""
@@ -174,6 +174,15 @@ class _Runner:
                             votes=tuple(votes[q.id])) for q in case.checklist]
         self.stats.abstentions += sum(v.verdict == "abstain" for v in verdicts)
         return verdicts
+
+
+def image_suffix(data: bytes) -> str:
+    """The file suffix of image bytes, by their signature (a server may answer in JPEG or WebP)."""
+    if data.startswith(b"\xff\xd8"):
+        return ".jpg"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return ".webp"
+    return ".png"
 
 
 def _by_op(questions: Sequence[Question]) -> list[list[Question]]:

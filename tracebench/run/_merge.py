@@ -48,7 +48,7 @@ def merge_runs(runs: list[Path], out: Path) -> RunManifest:
     with staged_output(Path(out)) as root:
         (root / IMAGES_DIR).mkdir()
         for run in runs:
-            for image in sorted((Path(run) / IMAGES_DIR).glob("*.png")):
+            for image in sorted((Path(run) / IMAGES_DIR).iterdir()):
                 shutil.copyfile(image, root / IMAGES_DIR / image.name)
         ordered = [v for case_id in order for v in by_case.get(case_id, [])]
         (root / VERDICTS_FILE).write_text("".join(v.model_dump_json() + "\n" for v in ordered), encoding="utf-8")

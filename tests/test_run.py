@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from openai_server import OpenAIStub, completion
+from openai_server import OpenAIStub
 from test_cli import run_trace
 from tracebench.records import RunManifest, Verdict
 from tracebench.run import ClientSettings, run_benchmark

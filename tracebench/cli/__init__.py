@@ -13,16 +13,19 @@ from typing import Sequence
 from .. import __version__
 from ..errors import TraceError, ValidationFailed
 from . import library as library_cmd
+from . import merge as merge_cmd
 from . import parse as parse_cmd
 from . import run as run_cmd
 from . import sample as sample_cmd
+from . import score as score_cmd
 from . import serve as serve_cmd
 from . import tag as tag_cmd
 from . import templates as templates_cmd
 
 __all__ = ["main", "build_parser"]
 
-_SUBCOMMANDS = (sample_cmd, run_cmd, serve_cmd, parse_cmd, templates_cmd, library_cmd, tag_cmd)
+_SUBCOMMANDS = (sample_cmd, run_cmd, score_cmd, merge_cmd, serve_cmd, parse_cmd, templates_cmd, library_cmd,
+               tag_cmd)
 
 
 class _OneLineParser(argparse.ArgumentParser):

@@ -1,9 +1,8 @@
-"""``trace run``, ``trace score`` and ``trace merge``: evaluate a model on a benchmark."""
+"""``trace run``: generate an image per case and judge it."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import re
 from pathlib import Path
 
@@ -41,17 +40,6 @@ def register(sub) -> None:
     p.add_argument("--out", type=Path, required=True, help="the run folder (resumed if it holds the same run)")
     p.set_defaults(run=run)
 
-    s = sub.add_parser("score", help="operator scores of a run, with breakdowns and 95%% intervals")
-    s.add_argument("run_dir", type=Path)
-    s.add_argument("--cases", type=Path, help="the benchmark folder (default: the one the run read)")
-    s.add_argument("--json", action="store_true", help="print one JSON object")
-    s.set_defaults(run=score)
-
-    m = sub.add_parser("merge", help="combine the run folders of shards")
-    m.add_argument("runs", type=Path, nargs="+")
-    m.add_argument("--out", type=Path, required=True)
-    m.set_defaults(run=merge)
-
 
 def run(args) -> int:
     from ..run import ClientSettings, run_benchmark
@@ -74,18 +62,3 @@ def run(args) -> int:
           f"calls {calls}; cache hits {manifest.cache_hits}")
     return 0
 
-
-def score(args) -> int:
-    from ..score import format_scores, score_run
-
-    scores = score_run(args.run_dir, cases_dir=args.cases)
-    print(json.dumps(scores) if args.json else format_scores(scores))
-    return 0
-
-
-def merge(args) -> int:
-    from ..run._merge import merge_runs
-
-    manifest = merge_runs(args.runs, args.out)
-    print(f"{args.out}: {manifest.cases} cases, {manifest.verdicts} verdicts from {len(args.runs)} runs")
-    return 0

@@ -28,7 +28,6 @@ from tqdm import tqdm
 
 from .. import __version__
 from ..errors import TraceError
-from ..library import staged_output
 from ..records import Case, Question, RunManifest, Verdict, Vote
 from ..templating import template_hash
 from ._adapters import JUDGE_TEMPLATES, CallFailed, ClientSettings, Generator, Judge, make_generator, make_judge

@@ -33,8 +33,9 @@ def render(name: str, **context: Any) -> str:
     return environment().get_template(name).render(**context)
 
 
+@cache
 def template_hash(*names: str) -> str:
-    """SHA-256 of the named templates, for manifests."""
+    """SHA-256 of the named templates, for manifests and cache keys (read once per process)."""
     return data_hash(*(("templates", name) for name in names))
 
 

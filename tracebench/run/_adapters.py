@@ -16,6 +16,7 @@ import shlex
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
@@ -88,6 +89,12 @@ class _OpenAIEndpoint:
                                               timeout=self.timeout)
         return self._client
 
+    async def aclose(self) -> None:
+        """Close the client (its connections) before the event loop ends."""
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
     def failure(self, err: Exception) -> CallFailed:
         """An abstention reason for a failed call, one line, with the API key scrubbed out
         (a server may echo it back)."""
@@ -151,8 +158,7 @@ class OpenAIJudge(_OpenAIEndpoint):
 
     @staticmethod
     def _text(case: Case, questions: Sequence[Question]) -> tuple[str, str]:
-        return (render("judge/system.j2"),
-                render("judge/user.j2", prompt=case.prompt, questions=[(q.id, q.question) for q in questions]))
+        return _judge_text(case.prompt, tuple((q.id, q.question) for q in questions))
 
     async def ask(self, case, questions, image, references):
         import openai
@@ -179,6 +185,12 @@ class OpenAIJudge(_OpenAIEndpoint):
             raise CallFailed(f"refusal: {message.refusal}")
         tokens = response.usage.total_tokens if response.usage and response.usage.total_tokens else 0
         return message.content or "", tokens
+
+
+@lru_cache(maxsize=256)
+def _judge_text(prompt: str, questions: tuple[tuple[str, str], ...]) -> tuple[str, str]:
+    """The judge's system and user text (rendered once per call: key() and ask() both need it)."""
+    return render("judge/system.j2"), render("judge/user.j2", prompt=prompt, questions=list(questions))
 
 
 def _image_part(data: bytes) -> dict:

@@ -32,6 +32,7 @@ class Cache:
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
+        self._made: set[Path] = set()
 
     def _path(self, key: str, suffix: str) -> Path:
         return self.root / key[:2] / f"{key}{suffix}"
@@ -56,9 +57,10 @@ class Cache:
         self._write(self._path(key, ".json"),
                     json.dumps({"has_blob": blob is not None, "value": value}, ensure_ascii=False).encode())
 
-    @staticmethod
-    def _write(path: Path, data: bytes) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    def _write(self, path: Path, data: bytes) -> None:
+        if path.parent not in self._made:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._made.add(path.parent)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         try:
             with os.fdopen(fd, "wb") as handle:

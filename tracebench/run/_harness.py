@@ -287,8 +287,10 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
         with open(verdict_path, "a", encoding="utf-8") as handle:
             async def one(case: Case) -> None:
                 verdicts = await runner.case(case)
-                handle.write("".join(v.model_dump_json() + "\n" for v in verdicts))
+                lines = [v.model_dump_json() + "\n" for v in verdicts]
+                handle.write("".join(lines))
                 handle.flush()
+                written[case.id] = lines
                 bar.update(1)
                 bar.set_postfix(calls=sum(runner.stats.calls.values()), errors=runner.stats.errors,
                                 abstained=runner.stats.abstentions)
@@ -303,17 +305,23 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
                 for task in (await asyncio.wait(pending))[0]:
                     task.result()
         bar.close()
+        for adapter in (gen, *judge_list):
+            if hasattr(adapter, "aclose"):
+                await adapter.aclose()
 
+    # the final file, in case order, from what is in memory (no re-reading)
+    written: dict[str, list[str]] = {case_id: [v.model_dump_json() + "\n" for v in vs]
+                                     for case_id, vs in previous.items()}
     asyncio.run(main())
-    final = _existing(verdict_path, by_id, retry_abstained=False)
-    ordered = [v for c in all_cases for v in final.get(c.id, [])]
-    _write_atomic(verdict_path, "".join(v.model_dump_json() + "\n" for v in ordered).encode())
+    ordered = [line for c in all_cases for line in written.get(c.id, [])]
+    _write_atomic(verdict_path, "".join(ordered).encode())
     manifest = RunManifest(
         tool=f"tracebench {__version__}", cases_dir=str(cases_dir), cases_hash=sha256((cases_dir / "cases.jsonl").read_bytes()),
         generator=gen.spec, judges=tuple(j.spec for j in judge_list), judge_batch=judge_batch,
         hashes={"judge_templates": template_hash(*JUDGE_TEMPLATES)},
-        shard=f"{shard[0]}/{shard[1]}" if shard else None, cases=len(final), verdicts=len(ordered),
+        shard=f"{shard[0]}/{shard[1]}" if shard else None, cases=len(written), verdicts=len(ordered),
         calls=dict(runner.stats.calls), cache_hits=runner.stats.cache_hits,
-        abstentions=sum(v.verdict == "abstain" for v in ordered), tokens=runner.stats.tokens)
+        abstentions=sum(v.verdict == "abstain" for vs in previous.values() for v in vs) + runner.stats.abstentions,
+        tokens=runner.stats.tokens)
     _write_atomic(manifest_path, (json.dumps(manifest.model_dump(mode="json"), indent=2) + "\n").encode())
     return manifest

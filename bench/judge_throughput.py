@@ -1,0 +1,359 @@
+"""Judge throughput of `trace run` against `trace serve` with latency, next to a bare client and the bound.
+
+Three numbers, measured in one run against the same server:
+
+- ``tracebench``: ``run_benchmark(bench, out, generator="folder:<images>", judges=["openai:oracle"],
+  concurrency=C)`` with a fresh cache folder each round, so every judge call goes to the
+  server; calls/s = ``RunManifest.calls["openai:oracle"]`` / wall time of ``run_benchmark``
+  (everything a user's ``trace run`` does: reading cases and images, building the requests,
+  the cache, parsing the replies, writing images and verdicts);
+- ``bare``: a plain ``openai.AsyncOpenAI`` loop (``max_retries=0``) under an
+  ``asyncio.Semaphore(C)``, sending exactly the chat requests the tracebench judge sends
+  (captured beforehand from ``OpenAIJudge.ask`` with a recording client, so they are built
+  outside the timing): no cache, no parsing, no writing;
+- ``bound``: C / latency calls per second (every call waiting exactly the latency, nothing else).
+
+Setup (not timed): a benchmark is sampled once (``--per-slot`` cases per slot level 1..8,
+no applications); its images are generated once, in process (``synthetic:perfect``, judge
+``oracle``), and reused by every measured run through ``folder:``, so no generation is
+measured. The server is ``trace serve BENCH --latency L`` in its own process (so client and
+server each get a core), on 127.0.0.1 and a free port; it is stopped at the end. Its listen
+backlog is raised from socketserver's default 5 to 128 (same code otherwise, started through
+``tracebench.serve.serve_forever``): with 5, the burst of new connections at the start of every
+run overflows it and some calls fail after ~1 s; ``--stock-serve`` runs the unchanged command.
+
+Each of ``--rounds`` rounds runs both methods, alternating which goes first; the report gives
+medians (and min-max). CPU seconds per call of the client process and of the server process
+are measured per round too (from getrusage and /proc/<pid>/stat), to show what limits throughput.
+The garbage collector runs (outside the timing) before each round.
+
+Cached re-run: after the measured rounds, ``run_benchmark`` runs again into new out folders
+sharing the cache folder of the last tracebench round (no call is made); wall time and
+verdicts, scaled to 1,000 verdicts (median of ``--cached-rounds``).
+
+Run from the repository root, in the environment where tracebench is installed::
+
+    python bench/judge_throughput.py [--per-slot 50] [--rounds 5] [--concurrency 32] [--latency 0.2] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import resource
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from types import SimpleNamespace
+
+from _machine import machine
+
+NO_KEY_ENV = "TRACEBENCH_BENCH_NO_KEY"  # an unset variable: the loopback server needs no key
+
+
+def machine_text() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    versions = {}
+    for name in ("openai", "httpx2", "httpx"):
+        try:
+            versions[name] = version(name)
+        except PackageNotFoundError:
+            pass
+    info = machine(**versions)
+    virt = ", virtual machine" if info["virtualized"] else ""
+    return (f"{info['cpu']}{virt}, {info['cores']} cores, {info['python']}, "
+            + ", ".join(f"{name} {v}" for name, v in versions.items()))
+
+
+# -- the server, in its own process --------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# `trace serve` itself, with one change unless --stock-serve: the listen backlog. ZooServer keeps
+# socketserver's default request_queue_size of 5, so a burst of 32 new connections (every run opens
+# its pool at once) overflows it: the dropped connections fail after about 1 s (a ReadError in the
+# client), which a bare loop without retries reports as failed calls and tracebench retries.
+_SERVE = ("import sys; from pathlib import Path; from tracebench.serve import ZooServer, serve_forever; "
+          "ZooServer.request_queue_size = int(sys.argv[4]); "
+          "serve_forever([Path(sys.argv[1])], '127.0.0.1', int(sys.argv[2]), float(sys.argv[3]), 0)")
+BACKLOG = 128
+
+
+def start_server(bench: Path, latency: float, log: Path, stock: bool) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    if stock:
+        command = [sys.executable, "-m", "tracebench", "serve", str(bench), "--host", "127.0.0.1",
+                   "--port", str(port), "--latency", str(latency)]
+    else:
+        command = [sys.executable, "-c", _SERVE, str(bench), str(port), str(latency), str(BACKLOG)]
+    with open(log, "wb") as errors:
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=errors)
+    base_url = f"http://127.0.0.1:{port}/v1"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"trace serve exited with status {proc.returncode}: {log.read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(base_url + "/models", timeout=2) as reply:
+                if reply.status == 200:
+                    return proc, base_url
+        except OSError:
+            time.sleep(0.1)
+    proc.terminate()
+    raise SystemExit("trace serve did not answer GET /v1/models within 60 s")
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def process_cpu(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+# -- the requests tracebench sends -----------------------------------------------------------------
+
+
+class _Recorder:
+    """Stands in for the openai client: records the keyword arguments of chat.completions.create."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict] = []
+        self.chat = SimpleNamespace(completions=SimpleNamespace(create=self._create))
+
+    async def _create(self, **kwargs):
+        self.requests.append(kwargs)
+        message = SimpleNamespace(content='{"answers": []}', refusal=None)
+        return SimpleNamespace(choices=[SimpleNamespace(message=message)], usage=None)
+
+
+def captured_requests(bench: Path, images: Path, settings) -> list[dict]:
+    """The chat.completions.create arguments OpenAIJudge.ask sends, one per case (--judge-batch case)."""
+    from tracebench.run import make_judge
+    from tracebench.run._harness import _read_cases
+
+    judge = make_judge("openai:oracle", settings)
+    recorder = _Recorder()
+    judge._client = recorder
+
+    async def build() -> None:
+        for case in _read_cases(bench):
+            references = [(bench / ref.path).read_bytes() for ref in case.references]
+            image = (images / f"{case.id}.png").read_bytes()
+            await judge.ask(case, list(case.checklist), image, references)
+
+    asyncio.run(build())
+    return recorder.requests
+
+
+# -- the two measured methods ---------------------------------------------------------------------
+
+
+def bare_round(requests: list[dict], base_url: str, concurrency: int) -> tuple[int, int, float]:
+    """(calls answered, calls failed, wall seconds) of the bare AsyncOpenAI loop."""
+    import openai
+
+    async def main() -> tuple[int, int]:
+        client = openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=300.0)
+        limit = asyncio.Semaphore(concurrency)
+        failures = 0
+
+        async def one(kwargs: dict) -> None:
+            nonlocal failures
+            async with limit:
+                try:
+                    await client.chat.completions.create(**kwargs)
+                except openai.APIError:
+                    failures += 1
+
+        await asyncio.gather(*(one(kwargs) for kwargs in requests))
+        await client.close()
+        return len(requests) - failures, failures
+
+    start = time.perf_counter()
+    calls, failures = asyncio.run(main())
+    return calls, failures, time.perf_counter() - start
+
+
+def tracebench_round(bench: Path, images: Path, out: Path, cache: Path, settings,
+                     concurrency: int) -> tuple[int, float, object]:
+    """(judge calls, wall seconds, manifest) of one run_benchmark with an empty cache."""
+    from tracebench.run import run_benchmark
+
+    start = time.perf_counter()
+    manifest = run_benchmark(bench, out, generator=f"folder:{images}", judges=["openai:oracle"], settings=settings,
+                             concurrency=concurrency, cache_dir=cache, progress=False)
+    wall = time.perf_counter() - start
+    if manifest.abstentions:
+        raise SystemExit(f"tracebench run: {manifest.abstentions} abstentions (server errors?) in {out}")
+    return manifest.calls.get("openai:oracle", 0), wall, manifest
+
+
+def measured(server_pid: int, fn, *args):
+    """fn(*args)'s result plus (client CPU s, server CPU s) spent during it.
+
+    The garbage of the previous round is collected first, outside any event loop: run_benchmark
+    leaves its AsyncOpenAI client unclosed, and collected inside a later round's loop it would
+    schedule its close there (and log "Event loop is closed")."""
+    gc.collect()
+    cpu0, srv0 = own_cpu(), process_cpu(server_pid)
+    result = fn(*args)
+    return result, own_cpu() - cpu0, process_cpu(server_pid) - srv0
+
+
+def summary(rates: list[float]) -> dict:
+    return {"median": round(statistics.median(rates), 1), "min": round(min(rates), 1), "max": round(max(rates), 1),
+            "rounds": [round(r, 1) for r in rates]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--per-slot", type=int, default=50, help="cases per slot level 1..8 (default 50: 400 cases)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--cached-rounds", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--latency", type=float, default=0.2, help="seconds the server waits per call")
+    parser.add_argument("--stock-serve", action="store_true",
+                        help=f"run `trace serve` unchanged (listen backlog 5) instead of with a backlog of {BACKLOG}")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    if os.environ.get(NO_KEY_ENV):
+        raise SystemExit(f"unset {NO_KEY_ENV}: the benchmark talks to a loopback server without a key")
+
+    import openai  # noqa: F401  imported once here, not inside the first timed run
+
+    from tracebench.run import ClientSettings, run_benchmark
+    from tracebench.sample import sample_benchmark
+
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="judge-throughput-") as tmp_name:
+        tmp = Path(tmp_name)
+        bench = tmp / "bench"
+        sample_benchmark(bench, slots=tuple(range(1, 9)), per_slot=args.per_slot, seed=0, applications=False,
+                         progress=False)
+        prep = run_benchmark(bench, tmp / "prep", generator="synthetic:perfect", judges=["oracle"],
+                             settings=ClientSettings(), concurrency=8, progress=False)
+        images = tmp / "prep" / "images"
+
+        server, base_url = start_server(bench, args.latency, tmp / "serve.log", args.stock_serve)
+        try:
+            settings = ClientSettings(base_url=base_url, api_key_env=NO_KEY_ENV)
+            requests = captured_requests(bench, images, settings)
+            request_bytes = statistics.mean(len(json.dumps(r)) for r in requests)
+            tb, bare, tb_cpu, bare_cpu, bare_failures = [], [], [], [], []
+            last_cache = None
+            for r in range(args.rounds):
+                order = ("tracebench", "bare") if r % 2 == 0 else ("bare", "tracebench")
+                for method in order:
+                    if method == "bare":
+                        (calls, failures, wall), cpu, srv = measured(
+                            server.pid, bare_round, requests, base_url, args.concurrency)
+                        if failures and not args.stock_serve:
+                            raise SystemExit(f"bare loop: {failures} of {len(requests)} calls failed")
+                        bare_failures.append(failures)
+                        bare.append(calls / wall)
+                        bare_cpu.append((cpu / calls, srv / calls))
+                    else:
+                        last_cache = tmp / f"cache-{r}"
+                        (calls, wall, _), cpu, srv = measured(
+                            server.pid, tracebench_round, bench, images, tmp / f"run-{r}", last_cache, settings,
+                            args.concurrency)
+                        tb.append(calls / wall)
+                        tb_cpu.append((cpu / calls, srv / calls))
+
+            cached = []
+            for k in range(args.cached_rounds):
+                start = time.perf_counter()
+                manifest = run_benchmark(bench, tmp / f"rerun-{k}", generator=f"folder:{images}",
+                                         judges=["openai:oracle"], settings=settings, concurrency=args.concurrency,
+                                         cache_dir=last_cache, progress=False)
+                wall = time.perf_counter() - start
+                if sum(manifest.calls.values()):
+                    raise SystemExit(f"cached re-run made calls: {manifest.calls}")
+                cached.append((wall, manifest.verdicts, manifest.cache_hits))
+        finally:
+            stop_server(server)
+
+    load_after = os.getloadavg()[0]
+    bound = args.concurrency / args.latency
+    tb_s, bare_s = summary(tb), summary(bare)
+    cached_wall = statistics.median(c[0] for c in cached)
+    verdicts = cached[0][1]
+    result = {
+        "machine": machine_text(),
+        "load_average_1min": [round(load_before, 2), round(load_after, 2)],  # other work on the machine
+        "cases": prep.cases, "verdicts": prep.verdicts, "calls_per_round": len(requests),
+        "mean_request_kib": round(request_bytes / 1024, 1),
+        "server": "trace serve (stock, listen backlog 5)" if args.stock_serve
+                  else f"trace serve's serve_forever with listen backlog {BACKLOG}",
+        "concurrency": args.concurrency, "latency_s": args.latency, "rounds": args.rounds,
+        "bare_failed_calls": bare_failures,
+        "tracebench_calls_per_s": tb_s, "bare_calls_per_s": bare_s, "bound_calls_per_s": round(bound, 1),
+        "tracebench_vs_bare": round(tb_s["median"] / bare_s["median"], 3),
+        "tracebench_vs_bound": round(tb_s["median"] / bound, 3),
+        "bare_vs_bound": round(bare_s["median"] / bound, 3),
+        "cpu_ms_per_call": {
+            "tracebench_client": round(1000 * statistics.median(c[0] for c in tb_cpu), 2),
+            "bare_client": round(1000 * statistics.median(c[0] for c in bare_cpu), 2),
+            "server_during_tracebench": round(1000 * statistics.median(c[1] for c in tb_cpu), 2),
+            "server_during_bare": round(1000 * statistics.median(c[1] for c in bare_cpu), 2),
+        },
+        "cached_rerun": {"verdicts": verdicts, "cache_hits": cached[0][2], "wall_s": round(cached_wall, 3),
+                         "rounds_s": [round(c[0], 3) for c in cached],
+                         "s_per_1000_verdicts": round(cached_wall * 1000 / verdicts, 3)},
+    }
+    if args.json:
+        print(json.dumps(result))
+        return
+    print(f"machine: {result['machine']}; 1-min load average {load_before:.2f} before, {load_after:.2f} after")
+    print(f"benchmark: {result['cases']} cases, {result['verdicts']} verdicts; {result['calls_per_round']} judge calls "
+          f"per round (one per case), mean request {result['mean_request_kib']} KiB")
+    print(f"server: {result['server']}, --latency {args.latency}, own process; concurrency {args.concurrency}; "
+          f"{args.rounds} rounds, interleaved")
+    if any(bare_failures):
+        print(f"  bare loop: failed calls per round {bare_failures} (not counted in its calls/s)")
+    for name, s in (("tracebench", tb_s), ("bare", bare_s)):
+        print(f"  {name:<10} {s['median']:7.1f} calls/s (median; min-max {s['min']}-{s['max']})")
+    print(f"  {'bound':<10} {bound:7.1f} calls/s (concurrency / latency)")
+    print(f"tracebench / bare:  {result['tracebench_vs_bare']:.1%} (target >= 90%)")
+    print(f"tracebench / bound: {result['tracebench_vs_bound']:.1%}; bare / bound: {result['bare_vs_bound']:.1%}")
+    c = result["cpu_ms_per_call"]
+    print(f"CPU per call: client {c['tracebench_client']} ms (tracebench) vs {c['bare_client']} ms (bare); "
+          f"server {c['server_during_tracebench']} / {c['server_during_bare']} ms")
+    r = result["cached_rerun"]
+    print(f"cached re-run: {r['verdicts']} verdicts in {r['wall_s']} s (median of {args.cached_rounds}: "
+          f"{r['rounds_s']}) = {r['s_per_1000_verdicts']} s per 1,000 verdicts (target < 2 s)")
+
+
+if __name__ == "__main__":
+    main()

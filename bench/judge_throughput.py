@@ -17,10 +17,7 @@ Setup (not timed): a benchmark is sampled once (``--per-slot`` cases per slot le
 no applications); its images are generated once, in process (``synthetic:perfect``, judge
 ``oracle``), and reused by every measured run through ``folder:``, so no generation is
 measured. The server is ``trace serve BENCH --latency L`` in its own process (so client and
-server each get a core), on 127.0.0.1 and a free port; it is stopped at the end. Its listen
-backlog is raised from socketserver's default 5 to 128 (same code otherwise, started through
-``tracebench.serve.serve_forever``): with 5, the burst of new connections at the start of every
-run overflows it and some calls fail after ~1 s; ``--stock-serve`` runs the unchanged command.
+server each get a core), on 127.0.0.1 and a free port; it is stopped at the end.
 
 Each of ``--rounds`` rounds runs both methods, alternating which goes first; the report gives
 medians (and min-max). CPU seconds per call of the client process and of the server process
@@ -83,23 +80,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-# `trace serve` itself, with one change unless --stock-serve: the listen backlog. ZooServer keeps
-# socketserver's default request_queue_size of 5, so a burst of 32 new connections (every run opens
-# its pool at once) overflows it: the dropped connections fail after about 1 s (a ReadError in the
-# client), which a bare loop without retries reports as failed calls and tracebench retries.
-_SERVE = ("import sys; from pathlib import Path; from tracebench.serve import ZooServer, serve_forever; "
-          "ZooServer.request_queue_size = int(sys.argv[4]); "
-          "serve_forever([Path(sys.argv[1])], '127.0.0.1', int(sys.argv[2]), float(sys.argv[3]), 0)")
-BACKLOG = 128
-
-
-def start_server(bench: Path, latency: float, log: Path, stock: bool) -> tuple[subprocess.Popen, str]:
+def start_server(bench: Path, latency: float, log: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    if stock:
-        command = [sys.executable, "-m", "tracebench", "serve", str(bench), "--host", "127.0.0.1",
-                   "--port", str(port), "--latency", str(latency)]
-    else:
-        command = [sys.executable, "-c", _SERVE, str(bench), str(port), str(latency), str(BACKLOG)]
+    command = [sys.executable, "-m", "tracebench", "serve", str(bench), "--host", "127.0.0.1",
+               "--port", str(port), "--latency", str(latency)]
     with open(log, "wb") as errors:
         proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=errors)
     base_url = f"http://127.0.0.1:{port}/v1"
@@ -243,8 +227,6 @@ def main() -> None:
     parser.add_argument("--cached-rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--latency", type=float, default=0.2, help="seconds the server waits per call")
-    parser.add_argument("--stock-serve", action="store_true",
-                        help=f"run `trace serve` unchanged (listen backlog 5) instead of with a backlog of {BACKLOG}")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if os.environ.get(NO_KEY_ENV):
@@ -265,7 +247,7 @@ def main() -> None:
                              settings=ClientSettings(), concurrency=8, progress=False)
         images = tmp / "prep" / "images"
 
-        server, base_url = start_server(bench, args.latency, tmp / "serve.log", args.stock_serve)
+        server, base_url = start_server(bench, args.latency, tmp / "serve.log")
         try:
             settings = ClientSettings(base_url=base_url, api_key_env=NO_KEY_ENV)
             requests = captured_requests(bench, images, settings)
@@ -278,7 +260,7 @@ def main() -> None:
                     if method == "bare":
                         (calls, failures, wall), cpu, srv = measured(
                             server.pid, bare_round, requests, base_url, args.concurrency)
-                        if failures and not args.stock_serve:
+                        if failures:
                             raise SystemExit(f"bare loop: {failures} of {len(requests)} calls failed")
                         bare_failures.append(failures)
                         bare.append(calls / wall)
@@ -314,8 +296,7 @@ def main() -> None:
         "load_average_1min": [round(load_before, 2), round(load_after, 2)],  # other work on the machine
         "cases": prep.cases, "verdicts": prep.verdicts, "calls_per_round": len(requests),
         "mean_request_kib": round(request_bytes / 1024, 1),
-        "server": "trace serve (stock, listen backlog 5)" if args.stock_serve
-                  else f"trace serve's serve_forever with listen backlog {BACKLOG}",
+        "server": "trace serve, its own process",
         "concurrency": args.concurrency, "latency_s": args.latency, "rounds": args.rounds,
         "bare_failed_calls": bare_failures,
         "tracebench_calls_per_s": tb_s, "bare_calls_per_s": bare_s, "bound_calls_per_s": round(bound, 1),

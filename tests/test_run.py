@@ -284,3 +284,55 @@ def test_the_command_output_placeholder(tmp_path):
                       f"shutil.copyfile('{first / 'images'}/' + case['id'] + '.png', sys.argv[1])\n")
     _run(bench, tmp_path / "second", f"command:{sys.executable} {script} {{output}}")
     assert _scores(tmp_path / "second")["operators"] == _scores(first)["operators"]
+
+
+def test_a_run_folder_is_only_resumed_by_the_same_run(tmp_path, monkeypatch):
+    bench = tmp_path / "bench"
+    sample_benchmark(bench, slots=(1, 2), per_slot=3, seed=0, applications=False)
+    out = tmp_path / "run"
+    first = _run(bench, out, "synthetic:perfect")
+    lines = (out / "verdicts.jsonl").read_bytes()
+    for args in (["--generator", "synthetic:perfect", "--judge", "oracle", "--shard", "1/2"],
+                 ["--generator", "synthetic:noise:0.5", "--judge", "oracle"],
+                 ["--generator", "synthetic:perfect", "--judge", "oracle", "--judge", "oracle"],
+                 ["--generator", "synthetic:perfect", "--judge", "oracle", "--judge-batch", "op"]):
+        result = run_trace("run", str(bench), *args, "--out", str(out))
+        assert result.returncode == 2 and "choose another --out" in result.stderr, args
+        assert len(result.stderr.splitlines()) == 1
+    assert (out / "verdicts.jsonl").read_bytes() == lines  # nothing lost
+    assert first.cases == 6
+    other = tmp_path / "other"
+    sample_benchmark(other, slots=(1, 2), per_slot=3, seed=9, applications=False)
+    result = run_trace("score", str(out), "--cases", str(other))
+    assert result.returncode == 2 and "not the benchmark this run was made from" in result.stderr
+
+
+def test_missing_keys_and_files_stop_before_anything_is_written(tmp_path, monkeypatch):
+    bench = tmp_path / "bench"
+    sample_benchmark(bench, slots=(1, 2), per_slot=2, seed=0, applications=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    result = run_trace("run", str(bench), "--generator", "openai:gpt-image-1", "--judge", "oracle",
+                       "--out", str(tmp_path / "a"))
+    assert result.returncode == 2 and "OPENAI_API_KEY is not set" in result.stderr
+    assert len(result.stderr.splitlines()) == 1 and not (tmp_path / "a").exists()
+    reference = next((bench / "references").iterdir())
+    reference.unlink()
+    result = run_trace("run", str(bench), "--generator", "synthetic:perfect", "--judge", "oracle",
+                       "--out", str(tmp_path / "b"))
+    assert result.returncode == 2 and "is missing" in result.stderr and not (tmp_path / "b").exists()
+    result = run_trace("score", str(tmp_path / "nothing"))
+    assert result.returncode == 2 and "not a run folder" in result.stderr
+
+
+def test_merge_accepts_an_empty_shard(tmp_path):
+    bench = tmp_path / "bench"
+    sample_benchmark(bench, slots=(1,), per_slot=2, seed=0, applications=False)
+    runs = []
+    for i in range(1, 7):  # 2 cases in 6 shards: most shards are empty
+        runs.append(tmp_path / f"shard{i}")
+        _run(bench, runs[-1], "synthetic:perfect", shard=(i, 6))
+    result = run_trace("merge", *map(str, runs), "--out", str(tmp_path / "merged"))
+    assert result.returncode == 0, result.stderr
+    _run(bench, tmp_path / "whole", "synthetic:perfect")
+    assert (tmp_path / "merged" / "verdicts.jsonl").read_bytes() == (tmp_path / "whole" / "verdicts.jsonl").read_bytes()

@@ -139,7 +139,7 @@ class RunManifest(_Record):
     shard: str | None = Field(default=None, description="i/n when the run covers one shard")
     cases: int = Field(description="cases with verdicts")
     verdicts: int
-    calls: dict[str, int] = Field(description="model calls made, per generator and judge spec")
-    cache_hits: int
+    calls: dict[str, int] = Field(description="model calls made by the last invocation, per generator and judge spec")
+    cache_hits: int = Field(description="cache hits of the last invocation")
     abstentions: int = Field(description="questions whose verdict is an abstention")
-    tokens: int = Field(description="tokens reported by the servers (0 where unknown)")
+    tokens: int = Field(description="tokens reported by the servers in the last invocation (0 where unknown)")

@@ -78,14 +78,20 @@ class _Handler(BaseHTTPRequestHandler):
                 self._chat(json.loads(self._body() or b"{}"))
             else:
                 self._error(404, f"no such endpoint: {self.path}")
-        except (ValueError, KeyError) as err:
-            self._error(400, f"bad request: {err}")
         except TraceError as err:
             self._error(400, str(err))
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError) as err:
+            self._error(400, f"bad request: {type(err).__name__}: {err}")
+        except Exception as err:  # a bug here must still answer, or the client retries a dead socket
+            self._error(500, f"internal error: {type(err).__name__}: {err}")
 
-    def _image(self, model: str, prompt: str) -> None:
+    def _image(self, model, prompt) -> None:
         from .zoo import generate, parse_profile
 
+        model = model.decode() if isinstance(model, bytes) else model
+        prompt = prompt.decode() if isinstance(prompt, bytes) else prompt
+        if not isinstance(model, str) or not isinstance(prompt, str):
+            return self._error(400, "model and prompt must be strings")
         if not model.startswith("synthetic/"):
             return self._error(404, f"unknown model {model!r}; use synthetic/PROFILE")
         case = self.server.case_for(prompt)

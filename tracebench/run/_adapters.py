@@ -133,7 +133,7 @@ class OpenAIImages(_OpenAIEndpoint):
                 response = await self.client().images.edit(model=self.model, image=files, prompt=case.prompt)
             else:
                 response = await self.client().images.generate(model=self.model, prompt=case.prompt)
-        except (openai.APIError, ValueError) as err:
+        except openai.APIError as err:
             raise self.failure(err) from None
         if not response.data or not response.data[0].b64_json:
             raise CallFailed("the server returned no image (b64_json)")

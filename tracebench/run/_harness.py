@@ -218,8 +218,8 @@ def _read_cases(cases_dir: Path) -> list[Case]:
             try:
                 cases.append(Case.model_validate_json(line))
             except ValueError as err:
-                first = str(err).splitlines()[0]
-                raise TraceError(f"{path}:{lineno}: not a case ({first})") from None
+                detail = " ".join(str(err).splitlines()[1:3]) or str(err)
+                raise TraceError(f"{path}:{lineno}: not a case of this tracebench version ({detail})") from None
     return cases
 
 
@@ -257,21 +257,49 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
         raise TraceError(f"--judge-batch: {judge_batch!r} is neither case nor op")
     if not judges:
         raise TraceError("--judge: give at least one judge (openai:MODEL or oracle)")
+    cases_dir = cases_dir.resolve()
+    if out.exists() and not out.is_dir():
+        raise TraceError(f"--out {out}: is a file, not a folder")
+    if (out / "cases.jsonl").exists():
+        raise TraceError(f"--out {out}: is a benchmark folder; write the run elsewhere")
     all_cases = _read_cases(cases_dir)
     if shard is not None:
         i, n = shard
         all_cases = [c for c in all_cases if shard_of(c.id, n) == i]
+    for case in all_cases:  # before anything is written or any call is made
+        for ref in case.references:
+            if not (cases_dir / ref.path).is_file():
+                raise TraceError(f"{cases_dir}: case {case.id}: reference image {ref.path} is missing")
     gen = make_generator(generator, settings)
     judge_list = [make_judge(spec, settings) for spec in judges]
-    by_id = {c.id: c for c in all_cases}
-    previous = _existing(out / VERDICTS_FILE, by_id, retry_abstained)
+    for adapter in (gen, *judge_list):
+        if hasattr(adapter, "client"):
+            adapter.client()  # a missing key is an error now, not an abstention per case
+    cases_hash = sha256((cases_dir / "cases.jsonl").read_bytes())
+    identity = RunManifest(
+        tool=f"tracebench {__version__}", cases_dir=str(cases_dir), cases_hash=cases_hash, generator=gen.spec,
+        judges=tuple(j.spec for j in judge_list), judge_batch=judge_batch,
+        hashes={"judge_templates": template_hash(*JUDGE_TEMPLATES)},
+        shard=f"{shard[0]}/{shard[1]}" if shard else None, cases=0, verdicts=0, calls={}, cache_hits=0,
+        abstentions=0, tokens=0)
     manifest_path = out / RUN_FILE
     if manifest_path.is_file():
-        old = RunManifest.model_validate_json(manifest_path.read_text(encoding="utf-8"))
-        if (old.generator, old.judges, old.cases_hash) != (gen.spec, tuple(j.spec for j in judge_list),
-                                                           sha256((cases_dir / "cases.jsonl").read_bytes())):
-            raise TraceError(f"{out}: holds a run of other cases, generator or judges; choose another --out")
+        try:
+            old = RunManifest.model_validate_json(manifest_path.read_text(encoding="utf-8"))
+        except ValueError:
+            raise TraceError(f"{manifest_path}: not a run manifest of this tracebench version; "
+                             "choose another --out") from None
+        fields = ("cases_hash", "generator", "judges", "judge_batch", "shard")
+        changed = [f for f in fields if getattr(old, f) != getattr(identity, f)]
+        if changed:
+            raise TraceError(f"{out}: holds a run with another {', '.join(changed)}; choose another --out")
+    elif (out / VERDICTS_FILE).exists():
+        raise TraceError(f"{out}: holds verdicts but no {RUN_FILE}; choose another --out")
+    by_id = {c.id: c for c in all_cases}
+    previous = _existing(out / VERDICTS_FILE, by_id, retry_abstained)
     out.mkdir(parents=True, exist_ok=True)
+    # the identity first: a run killed before its end can only be resumed by the same run
+    _write_atomic(manifest_path, (json.dumps(identity.model_dump(mode="json"), indent=2) + "\n").encode())
     runner = _Runner(out, cases_dir, gen, judge_list, Cache(cache_dir or out / CACHE_DIR), concurrency, judge_batch)
     todo = [c for c in all_cases if c.id not in previous]
     if progress is None:
@@ -295,19 +323,24 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
                 bar.set_postfix(calls=sum(runner.stats.calls.values()), errors=runner.stats.errors,
                                 abstained=runner.stats.abstentions)
 
-            for case in todo:  # at most 2 x concurrency cases in flight: memory stays flat
-                if len(pending) >= 2 * concurrency:
-                    finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                    for task in finished:
+            try:
+                for case in todo:  # at most 2 x concurrency cases in flight: memory stays flat
+                    if len(pending) >= 2 * concurrency:
+                        finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                        for task in finished:
+                            task.result()
+                    pending.add(asyncio.ensure_future(one(case)))
+                if pending:
+                    for task in (await asyncio.wait(pending))[0]:
                         task.result()
-                pending.add(asyncio.ensure_future(one(case)))
-            if pending:
-                for task in (await asyncio.wait(pending))[0]:
-                    task.result()
-        bar.close()
-        for adapter in (gen, *judge_list):
-            if hasattr(adapter, "aclose"):
-                await adapter.aclose()
+            finally:  # on an error, stop the other cases quietly and close the clients
+                for task in pending:
+                    task.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
+                bar.close()
+                for adapter in (gen, *judge_list):
+                    if hasattr(adapter, "aclose"):
+                        await adapter.aclose()
 
     # the final file, in case order, from what is in memory (no re-reading)
     written: dict[str, list[str]] = {case_id: [v.model_dump_json() + "\n" for v in vs]
@@ -315,13 +348,9 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
     asyncio.run(main())
     ordered = [line for c in all_cases for line in written.get(c.id, [])]
     _write_atomic(verdict_path, "".join(ordered).encode())
-    manifest = RunManifest(
-        tool=f"tracebench {__version__}", cases_dir=str(cases_dir), cases_hash=sha256((cases_dir / "cases.jsonl").read_bytes()),
-        generator=gen.spec, judges=tuple(j.spec for j in judge_list), judge_batch=judge_batch,
-        hashes={"judge_templates": template_hash(*JUDGE_TEMPLATES)},
-        shard=f"{shard[0]}/{shard[1]}" if shard else None, cases=len(written), verdicts=len(ordered),
-        calls=dict(runner.stats.calls), cache_hits=runner.stats.cache_hits,
-        abstentions=sum(v.verdict == "abstain" for vs in previous.values() for v in vs) + runner.stats.abstentions,
-        tokens=runner.stats.tokens)
+    manifest = identity.model_copy(update={
+        "cases": len(written), "verdicts": len(ordered), "calls": dict(runner.stats.calls),
+        "cache_hits": runner.stats.cache_hits, "tokens": runner.stats.tokens,
+        "abstentions": sum(v.verdict == "abstain" for vs in previous.values() for v in vs) + runner.stats.abstentions})
     _write_atomic(manifest_path, (json.dumps(manifest.model_dump(mode="json"), indent=2) + "\n").encode())
     return manifest

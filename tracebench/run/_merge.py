@@ -23,7 +23,10 @@ def merge_runs(runs: list[Path], out: Path) -> RunManifest:
         path = Path(run) / RUN_FILE
         if not path.is_file():
             raise TraceError(f"{run}: not a run folder (no {RUN_FILE})")
-        manifests.append(RunManifest.model_validate_json(path.read_text(encoding="utf-8")))
+        try:
+            manifests.append(RunManifest.model_validate_json(path.read_text(encoding="utf-8")))
+        except ValueError:
+            raise TraceError(f"{path}: not a run manifest of this tracebench version") from None
     first = manifests[0]
     for run, m in zip(runs, manifests):
         if (m.cases_hash, m.generator, m.judges, m.judge_batch) != (first.cases_hash, first.generator, first.judges,
@@ -32,9 +35,15 @@ def merge_runs(runs: list[Path], out: Path) -> RunManifest:
     order = [c.id for c in _read_cases(Path(first.cases_dir))]
     verdicts: dict[tuple[str, str], Verdict] = {}
     for run in runs:
-        with open(Path(run) / VERDICTS_FILE, encoding="utf-8") as handle:
-            for line in handle:
-                v = Verdict.model_validate_json(line)
+        path = Path(run) / VERDICTS_FILE
+        if not path.is_file():
+            continue  # a shard that holds no case
+        with open(path, encoding="utf-8") as handle:
+            for lineno, line in enumerate(handle, 1):
+                try:
+                    v = Verdict.model_validate_json(line)
+                except ValueError:
+                    raise TraceError(f"{path}:{lineno}: not a verdict") from None
                 known = verdicts.get((v.case_id, v.question_id))
                 if known is not None and known != v:
                     raise TraceError(f"{run}: case {v.case_id} question {v.question_id} differs between runs")
@@ -44,11 +53,12 @@ def merge_runs(runs: list[Path], out: Path) -> RunManifest:
         by_case.setdefault(v.case_id, []).append(v)
     calls: Counter = Counter()
     for m in manifests:
-        calls.update(m.calls)
+        calls.update(m.calls)  # each shard's last invocation
     with staged_output(Path(out)) as root:
         (root / IMAGES_DIR).mkdir()
         for run in runs:
-            for image in sorted((Path(run) / IMAGES_DIR).iterdir()):
+            images = Path(run) / IMAGES_DIR
+            for image in sorted(images.iterdir()) if images.is_dir() else ():
                 shutil.copyfile(image, root / IMAGES_DIR / image.name)
         ordered = [v for case_id in order for v in by_case.get(case_id, [])]
         (root / VERDICTS_FILE).write_text("".join(v.model_dump_json() + "\n" for v in ordered), encoding="utf-8")

@@ -93,19 +93,30 @@ def score_run(run_dir: Path, *, cases_dir: Path | None = None, seed: int = 0) ->
     manifest_path = run_dir / "run.json"
     if not manifest_path.is_file():
         raise TraceError(f"{run_dir}: not a run folder (no run.json); make one with `trace run`")
-    manifest = RunManifest.model_validate_json(manifest_path.read_text(encoding="utf-8"))
+    try:
+        manifest = RunManifest.model_validate_json(manifest_path.read_text(encoding="utf-8"))
+    except ValueError:
+        raise TraceError(f"{manifest_path}: not a run manifest of this tracebench version") from None
     cases_dir = Path(cases_dir or manifest.cases_dir)
-    cases = {}
-    with open(cases_dir / "cases.jsonl", encoding="utf-8") as handle:
-        for line in handle:
-            if line.strip():
-                case = Case.model_validate_json(line)
-                cases[case.id] = case
+    from ..run._cache import sha256
+    from ..run._harness import _read_cases
+
+    if not (cases_dir / "cases.jsonl").is_file():
+        raise TraceError(f"{cases_dir}: not a benchmark folder (no cases.jsonl); give it with --cases")
+    if sha256((cases_dir / "cases.jsonl").read_bytes()) != manifest.cases_hash:
+        raise TraceError(f"{cases_dir}: not the benchmark this run was made from (its cases.jsonl differs)")
+    cases = {case.id: case for case in _read_cases(cases_dir)}
     verdicts: dict[str, dict[str, str]] = defaultdict(dict)
     abstained = total = 0
-    with open(run_dir / "verdicts.jsonl", encoding="utf-8") as handle:
-        for line in handle:
-            v = Verdict.model_validate_json(line)
+    verdict_path = run_dir / "verdicts.jsonl"
+    if not verdict_path.is_file():
+        raise TraceError(f"{run_dir}: no verdicts.jsonl; the run has not written any verdict yet")
+    with open(verdict_path, encoding="utf-8") as handle:
+        for lineno, line in enumerate(handle, 1):
+            try:
+                v = Verdict.model_validate_json(line)
+            except ValueError:
+                raise TraceError(f"{verdict_path}:{lineno}: not a verdict") from None
             verdicts[v.case_id][v.question_id] = v.verdict
             total += 1
             abstained += v.verdict == "abstain"

@@ -22,7 +22,7 @@ import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from tqdm import tqdm
 
@@ -33,7 +33,7 @@ from ..templating import template_hash
 from ._adapters import JUDGE_TEMPLATES, CallFailed, ClientSettings, Generator, Judge, make_generator, make_judge
 from ._cache import Cache, cache_key, sha256
 
-__all__ = ["IMAGES_DIR", "RUN_FILE", "VERDICTS_FILE", "parse_reply", "run_benchmark", "shard_of"]
+__all__ = ["IMAGES_DIR", "RUN_FILE", "VERDICTS_FILE", "parse_reply", "read_verdicts", "run_benchmark", "shard_of"]
 
 VERDICTS_FILE = "verdicts.jsonl"
 RUN_FILE = "run.json"
@@ -221,6 +221,16 @@ def _read_cases(cases_dir: Path) -> list[Case]:
                 detail = " ".join(str(err).splitlines()[1:3]) or str(err)
                 raise TraceError(f"{path}:{lineno}: not a case of this tracebench version ({detail})") from None
     return cases
+
+
+def read_verdicts(path: Path) -> Iterator[Verdict]:
+    """The verdicts of a finished run's verdicts.jsonl; a bad line is a TraceError naming it."""
+    with open(path, encoding="utf-8") as handle:
+        for lineno, line in enumerate(handle, 1):
+            try:
+                yield Verdict.model_validate_json(line)
+            except ValueError:
+                raise TraceError(f"{path}:{lineno}: not a verdict") from None
 
 
 def _existing(path: Path, cases: dict[str, Case], retry_abstained: bool) -> dict[str, list[Verdict]]:

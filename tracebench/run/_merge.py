@@ -10,7 +10,7 @@ from pathlib import Path
 from ..errors import TraceError
 from ..library import staged_output
 from ..records import RunManifest, Verdict
-from ._harness import IMAGES_DIR, RUN_FILE, VERDICTS_FILE, _read_cases
+from ._harness import IMAGES_DIR, RUN_FILE, VERDICTS_FILE, _read_cases, read_verdicts
 
 __all__ = ["merge_runs"]
 
@@ -38,16 +38,11 @@ def merge_runs(runs: list[Path], out: Path) -> RunManifest:
         path = Path(run) / VERDICTS_FILE
         if not path.is_file():
             continue  # a shard that holds no case
-        with open(path, encoding="utf-8") as handle:
-            for lineno, line in enumerate(handle, 1):
-                try:
-                    v = Verdict.model_validate_json(line)
-                except ValueError:
-                    raise TraceError(f"{path}:{lineno}: not a verdict") from None
-                known = verdicts.get((v.case_id, v.question_id))
-                if known is not None and known != v:
-                    raise TraceError(f"{run}: case {v.case_id} question {v.question_id} differs between runs")
-                verdicts[(v.case_id, v.question_id)] = v
+        for v in read_verdicts(path):
+            known = verdicts.get((v.case_id, v.question_id))
+            if known is not None and known != v:
+                raise TraceError(f"{run}: case {v.case_id} question {v.question_id} differs between runs")
+            verdicts[(v.case_id, v.question_id)] = v
     by_case: dict[str, list[Verdict]] = {}
     for v in verdicts.values():
         by_case.setdefault(v.case_id, []).append(v)

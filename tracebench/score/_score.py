@@ -28,7 +28,7 @@ import numpy as np
 from scipy import stats
 
 from ..errors import TraceError
-from ..records import Case, RunManifest, Verdict
+from ..records import Case, RunManifest
 
 __all__ = ["OPERATORS", "format_scores", "score_run"]
 
@@ -99,7 +99,7 @@ def score_run(run_dir: Path, *, cases_dir: Path | None = None, seed: int = 0) ->
         raise TraceError(f"{manifest_path}: not a run manifest of this tracebench version") from None
     cases_dir = Path(cases_dir or manifest.cases_dir)
     from ..run._cache import sha256
-    from ..run._harness import _read_cases
+    from ..run._harness import _read_cases, read_verdicts
 
     if not (cases_dir / "cases.jsonl").is_file():
         raise TraceError(f"{cases_dir}: not a benchmark folder (no cases.jsonl); give it with --cases")
@@ -111,15 +111,10 @@ def score_run(run_dir: Path, *, cases_dir: Path | None = None, seed: int = 0) ->
     verdict_path = run_dir / "verdicts.jsonl"
     if not verdict_path.is_file():
         raise TraceError(f"{run_dir}: no verdicts.jsonl; the run has not written any verdict yet")
-    with open(verdict_path, encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, 1):
-            try:
-                v = Verdict.model_validate_json(line)
-            except ValueError:
-                raise TraceError(f"{verdict_path}:{lineno}: not a verdict") from None
-            verdicts[v.case_id][v.question_id] = v.verdict
-            total += 1
-            abstained += v.verdict == "abstain"
+    for v in read_verdicts(verdict_path):
+        verdicts[v.case_id][v.question_id] = v.verdict
+        total += 1
+        abstained += v.verdict == "abstain"
     rows, subtype_scores, entity_scores = [], defaultdict(list), defaultdict(list)
     for case_id in verdicts:
         case = cases.get(case_id)

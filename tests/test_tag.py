@@ -16,7 +16,8 @@ from PIL import Image
 
 from tracebench.errors import TraceError
 from tracebench.library import TaggedImage, content_hash, load_library
-from tracebench.library._tag import ModelTags, _is_loopback, tag_images, tag_schema
+from tracebench.apikeys import is_loopback
+from tracebench.library._tag import ModelTags, tag_images, tag_schema
 from tracebench.resources import read_toml
 
 KEY = "sk-test-Zq8XvL2mN0-distinctive-key"
@@ -306,7 +307,7 @@ def test_a_loopback_server_needs_no_key(images, tmp_path, stub, monkeypatch):
     ("http://127.9.9.9/v1", True), ("https://api.openai.com/v1", False), ("http://10.0.0.2/v1", False),
     ("http://localhost.example.com/v1", False), ("not a url", False)])
 def test_loopback_urls(url, loopback):
-    assert _is_loopback(url) is loopback
+    assert is_loopback(url) is loopback
 
 
 # -- inputs and order ------------------------------------------------------------------------------------

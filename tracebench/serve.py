@@ -29,6 +29,7 @@ from typing import Any, Iterable
 
 from .errors import TraceError
 from .records import Case
+from .sample import read_cases
 
 __all__ = ["ZooServer", "serve_forever"]
 
@@ -154,14 +155,9 @@ class ZooServer(ThreadingHTTPServer):
         self.by_prompt: dict[str, Case] = {}
         self.by_id: dict[str, Case] = {}
         for folder in cases_dirs:
-            path = Path(folder) / "cases.jsonl"
-            if not path.is_file():
-                raise TraceError(f"{folder}: not a benchmark folder (no cases.jsonl)")
-            for line in path.read_text(encoding="utf-8").splitlines():
-                if line.strip():
-                    case = Case.model_validate_json(line)
-                    self.by_prompt[case.prompt] = case
-                    self.by_id[case.id] = case
+            for case in read_cases(Path(folder)):
+                self.by_prompt[case.prompt] = case
+                self.by_id[case.id] = case
         self.latency = latency
         self.seed = seed
         self._thread: threading.Thread | None = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ..formula import slot_count, to_text
+from ..formula import to_text
 from ..formula._space import template_counts, templates
 from ._args import slot_levels
 
@@ -37,6 +37,5 @@ def run(args) -> int:
     else:
         for s, ts in listing.items():
             for t in ts:
-                assert slot_count(t) == s
                 print(f"{s}\t{to_text(t, ascii=args.ascii)}")
     return 0

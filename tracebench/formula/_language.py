@@ -11,8 +11,8 @@ from ..resources import read_toml
 
 __all__ = ["KindSpec", "Language", "ROLES", "language"]
 
-# Every role a term can play; the order is the order of modifiers in canonical forms
-# when the kind order does not decide.
+# Every role a term can play (canonical forms order modifiers by the order of kinds in
+# taxonomy/kinds.toml, not by role).
 ROLES = ("anchor", "local", "attach", "ip", "relation", "global", "text")
 
 

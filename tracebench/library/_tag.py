@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
-import ipaddress
 import json
 import os
 import re
@@ -27,13 +26,14 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import openai
 from openai.types.chat import ChatCompletionMessage
 from PIL import Image, UnidentifiedImageError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ..apikeys import LOCAL_API_KEY
+from ..apikeys import api_key as api_key_for
 from ..errors import TraceError
 from ..resources import read_toml
 from ..templating import render
@@ -45,7 +45,6 @@ __all__ = ["IMAGE_SUFFIXES", "ModelTags", "SkippedImage", "TagReport", "tag_imag
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
 IMAGES_FOLDER = "images"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
-LOCAL_API_KEY = "unused"  # loopback servers (vLLM, the test stubs) check no key, but the client wants one
 SCHEMA_NAME = "tagged_image"
 _REASON_LIMIT = 300  # characters of a one-line reason in the report
 # The image formats vision APIs accept, as Pillow names them (MPO: a camera JPEG with extra frames).
@@ -105,7 +104,7 @@ def tag_images(images_dir: Path, out: Path, *, model: str, base_url: str | None 
     if max_retries < 0:
         raise TraceError(f"--max-retries: must be 0 or more, got {max_retries}")
     base_url = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
-    api_key = _api_key(api_key_env, base_url)
+    api_key = api_key_for(api_key_env, base_url)
     jobs, unreadable = _find_images(images_dir)
     name = name or out.resolve().name or "library"
 
@@ -305,28 +304,6 @@ def _parse_reply(reply: ChatCompletionMessage | None) -> ModelTags:
 
 
 # -- inputs ------------------------------------------------------------------------------------
-
-
-def _api_key(variable: str, base_url: str) -> str:
-    key = os.environ.get(variable, "")
-    if key:
-        return key
-    if _is_loopback(base_url):
-        return LOCAL_API_KEY
-    host = urlsplit(base_url).hostname or base_url
-    raise TraceError(f"environment variable {variable} is not set; it must hold the API key for {host}")
-
-
-def _is_loopback(url: str) -> bool:
-    host = urlsplit(url).hostname
-    if not host:
-        return False
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _find_images(images_dir: Path) -> tuple[list[_Job], list[SkippedImage]]:

@@ -76,12 +76,12 @@ def realize(terms: tuple[TermBinding, ...], has_scene: bool, rng: random.Random)
             return f"the {t.noun}"
         return f"the {_ORDINALS[ord(t.handle.rsplit('_', 1)[1][0]) - ord('A')]} {t.noun}"
 
-    def members(render_one, texts: bool) -> str:
+    def members(render_one) -> str:
         names = [render_one(t) for t in carriers]
         return pattern.format(members=_join(names), member=names[0] if names else "")
 
-    paragraph = f"{frame} " + members(mention, False)
-    text_paragraph = f"{frame} " + members(lambda t: t.value, True)
+    paragraph = f"{frame} " + members(mention)
+    text_paragraph = f"{frame} " + members(lambda t: t.value)
     text_paragraph = text_paragraph[0].upper() + text_paragraph[1:] if text_paragraph else text_paragraph
 
     lines: list[str] = []

@@ -20,6 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
+from ..apikeys import api_key
 from ..errors import TraceError
 from ..records import Case, Question
 from ..templating import render, template_hash
@@ -77,14 +78,7 @@ class _OpenAIEndpoint:
         if self._client is None:
             import openai  # imported on first use: ~0.4 s
 
-            key = os.environ.get(self.api_key_env)
-            if not key:
-                from ..library._tag import _is_loopback
-
-                if not _is_loopback(self.endpoint):
-                    raise TraceError(f"environment variable {self.api_key_env} is not set; it must hold the API key "
-                                     f"for {self.endpoint}")
-                key = "unused"
+            key = api_key(self.api_key_env, self.endpoint)
             self._client = openai.AsyncOpenAI(api_key=key, base_url=self.endpoint, max_retries=self.max_retries,
                                               timeout=self.timeout)
         return self._client

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Cache", "cache_key", "sha256"]
+__all__ = ["Cache", "cache_key", "sha256", "write_atomic"]
 
 
 def sha256(data: bytes) -> str:
@@ -25,6 +25,18 @@ def sha256(data: bytes) -> str:
 def cache_key(**parts: Any) -> str:
     """SHA-256 of the canonical JSON of ``parts``."""
     return sha256(json.dumps(parts, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode())
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``path`` whole or not at all: a unique temporary file beside it, renamed into place."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 class Cache:
@@ -61,11 +73,4 @@ class Cache:
         if path.parent not in self._made:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._made.add(path.parent)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(path, data)

@@ -31,7 +31,8 @@ from ..errors import TraceError
 from ..records import Case, Question, RunManifest, Verdict, Vote
 from ..templating import template_hash
 from ._adapters import JUDGE_TEMPLATES, CallFailed, ClientSettings, Generator, Judge, make_generator, make_judge
-from ._cache import Cache, cache_key, sha256
+from ..sample import read_cases
+from ._cache import Cache, cache_key, sha256, write_atomic
 
 __all__ = ["IMAGES_DIR", "RUN_FILE", "VERDICTS_FILE", "parse_reply", "read_verdicts", "run_benchmark", "shard_of"]
 
@@ -128,7 +129,7 @@ class _Runner:
                 self.cache.put(key, {"generator": self.generator.spec}, data)
         target = self.root / IMAGES_DIR / f"{case.id}{image_suffix(data)}"
         if not target.exists() or target.read_bytes() != data:
-            _write_atomic(target, data)
+            write_atomic(target, data)
         return data, ""
 
     async def ask(self, judge: Judge, case: Case, questions: list[Question], image: bytes,
@@ -201,28 +202,6 @@ def _majority(votes: list[Vote]) -> str:
     return top
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
-
-
-def _read_cases(cases_dir: Path) -> list[Case]:
-    path = cases_dir / "cases.jsonl"
-    if not path.is_file():
-        raise TraceError(f"{cases_dir}: not a benchmark folder (no cases.jsonl); make one with `trace sample`")
-    cases = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
-            try:
-                cases.append(Case.model_validate_json(line))
-            except ValueError as err:
-                detail = " ".join(str(err).splitlines()[1:3]) or str(err)
-                raise TraceError(f"{path}:{lineno}: not a case of this tracebench version ({detail})") from None
-    return cases
-
-
 def read_verdicts(path: Path) -> Iterator[Verdict]:
     """The verdicts of a finished run's verdicts.jsonl; a bad line is a TraceError naming it."""
     with open(path, encoding="utf-8") as handle:
@@ -272,7 +251,7 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
         raise TraceError(f"--out {out}: is a file, not a folder")
     if (out / "cases.jsonl").exists():
         raise TraceError(f"--out {out}: is a benchmark folder; write the run elsewhere")
-    all_cases = _read_cases(cases_dir)
+    all_cases = list(read_cases(cases_dir))
     if shard is not None:
         i, n = shard
         all_cases = [c for c in all_cases if shard_of(c.id, n) == i]
@@ -307,16 +286,16 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
         raise TraceError(f"{out}: holds verdicts but no {RUN_FILE}; choose another --out")
     by_id = {c.id: c for c in all_cases}
     previous = _existing(out / VERDICTS_FILE, by_id, retry_abstained)
-    out.mkdir(parents=True, exist_ok=True)
+    (out / IMAGES_DIR).mkdir(parents=True, exist_ok=True)
     # the identity first: a run killed before its end can only be resumed by the same run
-    _write_atomic(manifest_path, (json.dumps(identity.model_dump(mode="json"), indent=2) + "\n").encode())
+    write_atomic(manifest_path, (json.dumps(identity.model_dump(mode="json"), indent=2) + "\n").encode())
     runner = _Runner(out, cases_dir, gen, judge_list, Cache(cache_dir or out / CACHE_DIR), concurrency, judge_batch)
     todo = [c for c in all_cases if c.id not in previous]
     if progress is None:
         progress = sys.stderr.isatty()
     # keep only complete cases, then append new ones case by case
     verdict_path = out / VERDICTS_FILE
-    _write_atomic(verdict_path, "".join(v.model_dump_json() + "\n" for vs in previous.values() for v in vs).encode())
+    write_atomic(verdict_path, "".join(v.model_dump_json() + "\n" for vs in previous.values() for v in vs).encode())
 
     async def main() -> None:
         bar = tqdm(total=len(all_cases), initial=len(previous), desc="running", unit="case", disable=not progress,
@@ -357,10 +336,10 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
                                      for case_id, vs in previous.items()}
     asyncio.run(main())
     ordered = [line for c in all_cases for line in written.get(c.id, [])]
-    _write_atomic(verdict_path, "".join(ordered).encode())
+    write_atomic(verdict_path, "".join(ordered).encode())
     manifest = identity.model_copy(update={
         "cases": len(written), "verdicts": len(ordered), "calls": dict(runner.stats.calls),
         "cache_hits": runner.stats.cache_hits, "tokens": runner.stats.tokens,
         "abstentions": sum(v.verdict == "abstain" for vs in previous.values() for v in vs) + runner.stats.abstentions})
-    _write_atomic(manifest_path, (json.dumps(manifest.model_dump(mode="json"), indent=2) + "\n").encode())
+    write_atomic(manifest_path, (json.dumps(manifest.model_dump(mode="json"), indent=2) + "\n").encode())
     return manifest

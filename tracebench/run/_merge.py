@@ -10,7 +10,8 @@ from pathlib import Path
 from ..errors import TraceError
 from ..library import staged_output
 from ..records import RunManifest, Verdict
-from ._harness import IMAGES_DIR, RUN_FILE, VERDICTS_FILE, _read_cases, read_verdicts
+from ..sample import read_cases
+from ._harness import IMAGES_DIR, RUN_FILE, VERDICTS_FILE, read_verdicts
 
 __all__ = ["merge_runs"]
 
@@ -32,7 +33,7 @@ def merge_runs(runs: list[Path], out: Path) -> RunManifest:
         if (m.cases_hash, m.generator, m.judges, m.judge_batch) != (first.cases_hash, first.generator, first.judges,
                                                                    first.judge_batch):
             raise TraceError(f"{run}: a run of other cases, generator or judges than {runs[0]}; cannot merge")
-    order = [c.id for c in _read_cases(Path(first.cases_dir))]
+    order = [c.id for c in read_cases(Path(first.cases_dir))]
     verdicts: dict[tuple[str, str], Verdict] = {}
     for run in runs:
         path = Path(run) / VERDICTS_FILE

@@ -51,12 +51,6 @@ class BoundCase:
     images: tuple[int, ...]  # library image indices, Image 1..n
     compositions: tuple[tuple[str, tuple[str, ...], str | None], ...]  # (C symbol, member carriers, parent C)
 
-    def term(self, symbol: str) -> TermBinding:
-        for term in self.terms:
-            if term.symbol == symbol:
-                return term
-        raise KeyError(symbol)
-
 
 @dataclass
 class _Draft:

@@ -184,8 +184,16 @@ def sample_benchmark(out: Path, *, slots: tuple[int, ...], per_slot: int | None 
 
 
 def read_cases(folder: Path) -> Iterator[Case]:
-    """The cases of a benchmark folder, one at a time."""
-    with open(Path(folder) / CASES_FILE, encoding="utf-8") as handle:
-        for line in handle:
-            if line.strip():
+    """The cases of a benchmark folder, one at a time; a bad line is a TraceError naming it."""
+    path = Path(folder) / CASES_FILE
+    if not path.is_file():
+        raise TraceError(f"{folder}: not a benchmark folder (no {CASES_FILE}); make one with `trace sample`")
+    with open(path, encoding="utf-8") as handle:
+        for lineno, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
                 yield Case.model_validate_json(line)
+            except ValueError as err:
+                detail = " ".join(str(err).splitlines()[1:3]) or str(err)
+                raise TraceError(f"{path}:{lineno}: not a case of this tracebench version ({detail})") from None

@@ -29,6 +29,9 @@ from scipy import stats
 
 from ..errors import TraceError
 from ..records import Case, RunManifest
+from ..run._cache import sha256
+from ..run._harness import read_verdicts
+from ..sample import read_cases
 
 __all__ = ["OPERATORS", "format_scores", "score_run"]
 
@@ -98,14 +101,11 @@ def score_run(run_dir: Path, *, cases_dir: Path | None = None, seed: int = 0) ->
     except ValueError:
         raise TraceError(f"{manifest_path}: not a run manifest of this tracebench version") from None
     cases_dir = Path(cases_dir or manifest.cases_dir)
-    from ..run._cache import sha256
-    from ..run._harness import _read_cases, read_verdicts
-
     if not (cases_dir / "cases.jsonl").is_file():
         raise TraceError(f"{cases_dir}: not a benchmark folder (no cases.jsonl); give it with --cases")
     if sha256((cases_dir / "cases.jsonl").read_bytes()) != manifest.cases_hash:
         raise TraceError(f"{cases_dir}: not the benchmark this run was made from (its cases.jsonl differs)")
-    cases = {case.id: case for case in _read_cases(cases_dir)}
+    cases = {case.id: case for case in read_cases(cases_dir)}
     verdicts: dict[str, dict[str, str]] = defaultdict(dict)
     abstained = total = 0
     verdict_path = run_dir / "verdicts.jsonl"

@@ -10,8 +10,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["Case", "GenerationRecord", "Question", "Reference", "RunManifest", "SampleManifest", "TermBinding", "Verdict",
-           "Vote"]
+__all__ = ["Attribution", "Case", "DiagnosisManifest", "DiagnosisSummary", "DiagnosticEdge", "DiagnosticNode",
+           "DiagnosticTree", "GenerationRecord", "NodeOccurrence", "Question", "Reference", "RunManifest",
+           "SampleManifest", "TermBinding", "Verdict", "Vote"]
 
 
 class _Record(BaseModel):
@@ -45,6 +46,8 @@ class TermBinding(_Record):
     subtype: str | None = Field(default=None, description='the taxonomy subtype a g term extracts ("1.1_pattern_texture", "4.1_style", "background", "attach", "ip")')
     value: str = Field(description="the content in words: the tag value, the text description, or the entity's description")
     participants: tuple[str, ...] = Field(default=(), description="for a relation: the carrier symbols it binds, in role order")
+    replaces: str | None = Field(default=None, description="in a diagnostic sub-case: the symbol of the root term this one "
+                                 "states in words (its reference dropped); none elsewhere")
 
 
 class Question(_Record):
@@ -70,6 +73,8 @@ class Case(_Record):
     application: str | None = Field(default=None, description="the application mapping it comes from, if any")
     prompt: str = Field(description="the two-part prompt: scene paragraph, then one line per reference operation")
     text_only_prompt: str = Field(description="the same request with every reference replaced by its description")
+    scene: str = Field(description="the scene paragraph's opening, with {members} (or {member}) where the entities go; "
+                                   "diagnostic sub-cases keep it")
     references: tuple[Reference, ...] = Field(description="reference images, in order of first mention")
     terms: tuple[TermBinding, ...] = Field(description="each term's binding, in order of appearance")
     checklist: tuple[Question, ...] = Field(description="binary questions per operator instance")
@@ -133,6 +138,7 @@ class RunManifest(_Record):
     cases_dir: str = Field(description="the benchmark folder the run read")
     cases_hash: str = Field(description="SHA-256 of its cases.jsonl")
     generator: str
+    seed: int | None = Field(default=None, description="seed of a synthetic generator; none for other generators")
     judges: tuple[str, ...]
     judge_batch: str = Field(description="case (one call per case) or op (one call per operator)")
     hashes: dict[str, str] = Field(description="SHA-256 of the judge prompt templates")
@@ -143,3 +149,120 @@ class RunManifest(_Record):
     cache_hits: int = Field(description="cache hits of the last invocation")
     abstentions: int = Field(description="questions whose verdict is an abstention")
     tokens: int = Field(description="tokens reported by the servers in the last invocation (0 where unknown)")
+
+
+# ---------------------------------------------------------------------------------- diagnosis
+
+Outcome = Literal["pass", "fail", "abstain"]
+
+
+class DiagnosticNode(_Record):
+    """One node of a diagnostic tree: a simplified sub-case of the root, and what it gave."""
+
+    id: str = Field(description='named as in the paper: "N0" (the root), "N1", "N2a", "N3b1" ...')
+    parent: str | None = Field(description="the node it was simplified from; none for the root")
+    rule: str | None = Field(description="the rule applied to the parent (diagnose/rules.toml); none for the root")
+    depth: int
+    formula: str = Field(description="the node's bound formula; dropped references appear as T_e / T_rel")
+    slot: int
+    targets: tuple[str, ...] = Field(description="the operator instances it keeps (question targets)")
+    same_as: str | None = Field(default=None, description="an earlier node of the tree with the same sub-case; "
+                                                         "generated once, not expanded again")
+    case_id: str | None = Field(default=None, description="the sub-case generated for it (identical nodes share one); "
+                                                         "the root's own case id when the run's verdicts are reused")
+    evaluated: bool = Field(default=False, description="whether it was generated and judged (adaptive skips some)")
+    prompt: str | None = None
+    references: tuple[Reference, ...] = ()
+    question_ids: tuple[str, ...] = Field(default=(), description="the root's question ids it asks")
+    image: str | None = Field(default=None, description="the generated image (relative to the diagnosis folder, or absolute)")
+    verdicts: dict[str, Outcome] = Field(default_factory=dict, description="question id -> verdict")
+    status: dict[str, Outcome] = Field(default_factory=dict, description="target -> whether the operator instance holds")
+
+
+class DiagnosticEdge(_Record):
+    parent: str
+    child: str
+    rule: str
+
+
+class Attribution(_Record):
+    """Where one operator instance of a diagnosed case fails, and why."""
+
+    op: str
+    target: str
+    root: Outcome = Field(description="its result at the root")
+    source: str | None = Field(description="stable_success, persistent_failure, global_reference, joint_composition, "
+                                           "relation_attribute or unstable (diagnose/sources.toml); none when the "
+                                           "root abstained")
+    node: str | None = Field(default=None, description="the node where it first passes, after failing at the root")
+    rule: str | None = Field(default=None, description="the rule applied right before that node")
+    depth: int | None = Field(default=None, description="depth where it first passes (0: at the root); none: never")
+    relative_depth: float | None = Field(default=None, description="that depth over the tree's greatest depth")
+    cause: str | None = Field(default=None, description="the cause a synthetic generator recorded for its failure")
+    expected: str | None = Field(default=None, description="the source that cause should be localized to "
+                                                           "(diagnose/sources.toml, zoo tables)")
+
+
+class DiagnosticTree(_Record):
+    """One line of ``trees.jsonl``: the tree of one case, its nodes' results and the attributions."""
+
+    case_id: str
+    formula: str
+    slot: int
+    strategy: Literal["full", "adaptive"]
+    max_depth: int = Field(description="depth of the most simplified node of the whole tree")
+    nodes: tuple[DiagnosticNode, ...] = Field(description="every node of the whole tree, breadth first")
+    edges: tuple[DiagnosticEdge, ...]
+    attributions: tuple[Attribution, ...] = Field(description="one per operator instance of the root")
+
+
+class NodeOccurrence(_Record):
+    """One line of ``nodes.jsonl`` beside an exported node folder: where a sub-case sits in the trees."""
+
+    case_id: str = Field(description="the sub-case in cases.jsonl")
+    root: str = Field(description="the diagnosed case")
+    node: str = Field(description="the node id in that case's tree")
+
+
+class DiagnosisManifest(_Record):
+    """``diagnosis.json``: what a diagnosis folder was made from (a folder is resumed only by the same)."""
+
+    tool: str
+    run_dir: str
+    cases_dir: str
+    cases_hash: str
+    generator: str
+    seed: int | None = None
+    judges: tuple[str, ...]
+    judge_batch: str
+    strategy: Literal["full", "adaptive"]
+    cases: str = Field(description="the selection: failing, all, or a list of ids")
+    shard: str | None = None
+    roots_from_run: bool = Field(description="whether root verdicts are the run's (same generator and judges)")
+    hashes: dict[str, str] = Field(description="SHA-256 of the diagnosis rules and sources")
+
+
+class DiagnosisSummary(_Record):
+    """``summary.json`` of a diagnosis folder."""
+
+    tool: str
+    generator: str
+    judges: tuple[str, ...]
+    strategy: Literal["full", "adaptive"]
+    cases: int = Field(description="cases diagnosed")
+    instances: int = Field(description="operator instances attributed (the root answered)")
+    abstained: int = Field(description="operator instances left out: every root question abstained")
+    sources: dict[str, float] = Field(description="share of the instances per failure source")
+    counts: dict[str, int] = Field(description="instances per failure source")
+    by_operator: dict[str, dict[str, float | int]] = Field(description="operator -> source -> share (the paper's Table 3), "
+                                                                 "with the instance count under 'instances'")
+    cumulative_pass: dict[str, dict[str, float]] = Field(description="operator -> relative depth (0 root .. 1 most "
+                                                                     "simplified) -> share passing at the root or "
+                                                                     "first passing by then")
+    nodes_generated: int = Field(description="distinct sub-cases generated and judged (roots reused from the run not counted)")
+    nodes_in_trees: int = Field(description="nodes below the roots in the whole trees (what full would generate, "
+                                            "before identical sub-cases are merged)")
+    nodes_per_case: float = Field(description="nodes_generated per diagnosed case")
+    localization_accuracy: dict | None = Field(default=None, description="with a synthetic generator: share of the "
+                                               "root failures localized to the source their recorded cause implies, "
+                                               "overall and per cause")

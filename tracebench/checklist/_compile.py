@@ -26,6 +26,8 @@ def _templates() -> dict[str, list[dict]]:
 
 
 def _join(items: list[str]) -> str:
+    if not items:
+        return ""
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 

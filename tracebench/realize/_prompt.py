@@ -17,7 +17,7 @@ from ..records import TermBinding
 from ..resources import read_toml
 from ..templating import compile_string, render
 
-__all__ = ["PROMPT_FILES", "Prompts", "phrase_name", "realize"]
+__all__ = ["PROMPT_FILES", "Prompts", "in_words", "phrase_name", "realize"]
 
 PROMPT_FILES = ("prompts/prompt.j2", "prompts/lines.toml", "prompts/phrases.toml")
 _ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth")
@@ -27,6 +27,13 @@ _ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", 
 class Prompts:
     prompt: str
     text_only: str
+    scene: str  # the paragraph's opening, "{members}"/"{member}" where the entities go
+
+
+def in_words(t: TermBinding) -> bool:
+    """Whether a term is reference content a diagnostic sub-case states only in words: a g term
+    downgraded to prose (its carrier, or the whole image, still takes it) or a g_rel turned T_rel."""
+    return t.op == "T" and t.replaces is not None and t.role != "text"
 
 
 @cache
@@ -55,14 +62,24 @@ def _quoted(handle: str) -> str:
     return f"('{handle}')"
 
 
-def realize(terms: tuple[TermBinding, ...], has_scene: bool, rng: random.Random) -> Prompts:
-    """The prompt and its text-only counterpart for a case's bound terms."""
+def realize(terms: tuple[TermBinding, ...], has_scene: bool, rng: random.Random | None = None, *,
+            scene: str | None = None) -> Prompts:
+    """The prompt and its text-only counterpart for a case's bound terms.
+
+    The scene opening (a setting and how the entities stand in it) is drawn with ``rng``
+    unless ``scene`` gives it: a diagnostic sub-case keeps its root's scene. Terms stated in
+    words (:func:`in_words`) join the scene paragraph, since they are no reference operation.
+    """
     by_symbol = {t.symbol: t for t in terms}
     carriers = [t for t in terms if t.handle]
-    frames = _phrases()["frames"]
-    takes_background = any(t.role == "global" and t.subtype == "background" for t in terms)
-    frame = rng.choice(frames["neutral"] if takes_background else frames["settings"])
-    pattern = rng.choice(frames["together"] if has_scene and len(carriers) > 1 else frames["alone"])
+    if scene is None:
+        if rng is None:
+            raise TypeError("realize needs an rng to draw the scene, or the scene itself")
+        frames = _phrases()["frames"]
+        takes_background = any(t.op == "g" and t.role == "global" and t.subtype == "background" for t in terms)
+        frame = rng.choice(frames["neutral"] if takes_background else frames["settings"])
+        pattern = rng.choice(frames["together"] if has_scene and len(carriers) > 1 else frames["alone"])
+        scene = f"{frame} {pattern}"
 
     noun_counts: dict[str, int] = {}
     for t in carriers:
@@ -78,10 +95,10 @@ def realize(terms: tuple[TermBinding, ...], has_scene: bool, rng: random.Random)
 
     def members(render_one) -> str:
         names = [render_one(t) for t in carriers]
-        return pattern.format(members=_join(names), member=names[0] if names else "")
+        return scene.format(members=_join(names), member=names[0] if names else "")
 
-    paragraph = f"{frame} " + members(mention)
-    text_paragraph = f"{frame} " + members(lambda t: t.value)
+    paragraph = members(mention)
+    text_paragraph = members(lambda t: t.value)
     text_paragraph = text_paragraph[0].upper() + text_paragraph[1:] if text_paragraph else text_paragraph
 
     lines: list[str] = []
@@ -91,7 +108,9 @@ def realize(terms: tuple[TermBinding, ...], has_scene: bool, rng: random.Random)
         if t.role == "text":
             continue
         carrier = by_symbol.get(t.carrier) if t.carrier else None
-        role = "text_relation" if (t.role == "relation" and t.op == "T") else ("anchor" if t.op == "f" else t.role)
+        worded = in_words(t)
+        role = ("text_relation" if (t.role == "relation" and t.op == "T" and not worded)
+                else "anchor" if t.op == "f" else t.role)
         context = {
             "carrier": _quoted(t.handle) if t.op == "f" else (_quoted(carrier.handle) if carrier and carrier.handle else ""),
             "noun": (carrier.noun if carrier and carrier.noun else t.noun) or "",
@@ -102,8 +121,10 @@ def realize(terms: tuple[TermBinding, ...], has_scene: bool, rng: random.Random)
             "participants": _join([_quoted(by_symbol[p].handle) for p in t.participants]),
             "text_participants": _join([text_name(by_symbol[p]) for p in t.participants]).capitalize(),
         }
-        line = templates["reference"][role](context)
-        if role == "text_relation":  # no reference: it belongs to the scene description
+        line = templates["prose" if worded else "reference"][role](context)
+        if worded:  # reference content stated in words: part of the scene description
+            paragraph += " " + line
+        elif role == "text_relation":  # no reference: it belongs to the scene description
             paragraph += " " + line
             text_paragraph += " " + templates["text"][role](context)
         elif line:
@@ -115,4 +136,4 @@ def realize(terms: tuple[TermBinding, ...], has_scene: bool, rng: random.Random)
             sentences.append(sentence)
     prompt = render("prompts/prompt.j2", paragraph=paragraph, lines=lines)
     text_only = " ".join(["Generate a new scene.", text_paragraph, *sentences])
-    return Prompts(prompt.strip(), text_only.strip())
+    return Prompts(prompt.strip(), text_only.strip(), scene)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from ._adapters import CallFailed, ClientSettings, make_generator, make_judge
 from ._cache import Cache, cache_key
-from ._harness import IMAGES_DIR, RUN_FILE, VERDICTS_FILE, parse_reply, run_benchmark, shard_of
+from ._harness import (IMAGES_DIR, RUN_FILE, VERDICTS_FILE, RunFolder, load_run, parse_reply, read_verdicts,
+                       run_benchmark, shard_of)
 
 __all__ = [
     "Cache",
@@ -12,11 +13,14 @@ __all__ = [
     "ClientSettings",
     "IMAGES_DIR",
     "RUN_FILE",
+    "RunFolder",
     "VERDICTS_FILE",
     "cache_key",
+    "load_run",
     "make_generator",
     "make_judge",
     "parse_reply",
+    "read_verdicts",
     "run_benchmark",
     "shard_of",
 ]

@@ -34,7 +34,8 @@ from ._adapters import JUDGE_TEMPLATES, CallFailed, ClientSettings, Generator, J
 from ..sample import read_cases
 from ._cache import Cache, cache_key, sha256, write_atomic
 
-__all__ = ["IMAGES_DIR", "RUN_FILE", "VERDICTS_FILE", "parse_reply", "read_verdicts", "run_benchmark", "shard_of"]
+__all__ = ["IMAGES_DIR", "RUN_FILE", "RunFolder", "VERDICTS_FILE", "load_run", "parse_reply", "read_verdicts",
+           "run_benchmark", "shard_of"]
 
 VERDICTS_FILE = "verdicts.jsonl"
 RUN_FILE = "run.json"
@@ -212,6 +213,45 @@ def read_verdicts(path: Path) -> Iterator[Verdict]:
                 raise TraceError(f"{path}:{lineno}: not a verdict") from None
 
 
+@dataclass(frozen=True)
+class RunFolder:
+    """A finished (or partial) run folder, read: its manifest, the cases it was made from
+    (by id) and its verdicts (case id -> question id -> pass/fail/abstain)."""
+
+    root: Path
+    manifest: RunManifest
+    cases_dir: Path
+    cases: dict[str, Case]
+    verdicts: dict[str, dict[str, str]]
+
+
+def load_run(run_dir: Path, *, cases_dir: Path | None = None) -> RunFolder:
+    """Read a run folder; a TraceError names what is missing or does not match."""
+    run_dir = Path(run_dir)
+    manifest_path = run_dir / RUN_FILE
+    if not manifest_path.is_file():
+        raise TraceError(f"{run_dir}: not a run folder (no {RUN_FILE}); make one with `trace run`")
+    try:
+        manifest = RunManifest.model_validate_json(manifest_path.read_text(encoding="utf-8"))
+    except ValueError:
+        raise TraceError(f"{manifest_path}: not a run manifest of this tracebench version") from None
+    cases_dir = Path(cases_dir or manifest.cases_dir)
+    if not (cases_dir / "cases.jsonl").is_file():
+        raise TraceError(f"{cases_dir}: not a benchmark folder (no cases.jsonl); give it with --cases")
+    if sha256((cases_dir / "cases.jsonl").read_bytes()) != manifest.cases_hash:
+        raise TraceError(f"{cases_dir}: not the benchmark this run was made from (its cases.jsonl differs)")
+    cases = {case.id: case for case in read_cases(cases_dir)}
+    verdict_path = run_dir / VERDICTS_FILE
+    if not verdict_path.is_file():
+        raise TraceError(f"{run_dir}: no {VERDICTS_FILE}; the run has not written any verdict yet")
+    verdicts: dict[str, dict[str, str]] = {}
+    for v in read_verdicts(verdict_path):
+        if v.case_id not in cases:
+            raise TraceError(f"{run_dir}: verdicts for case {v.case_id!r}, which {cases_dir} does not hold")
+        verdicts.setdefault(v.case_id, {})[v.question_id] = v.verdict
+    return RunFolder(run_dir, manifest, cases_dir, cases, verdicts)
+
+
 def _existing(path: Path, cases: dict[str, Case], retry_abstained: bool) -> dict[str, list[Verdict]]:
     """Complete cases already in verdicts.jsonl (a torn last line or a half-written case is dropped)."""
     done: dict[str, list[Verdict]] = {}
@@ -267,6 +307,7 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
     cases_hash = sha256((cases_dir / "cases.jsonl").read_bytes())
     identity = RunManifest(
         tool=f"tracebench {__version__}", cases_dir=str(cases_dir), cases_hash=cases_hash, generator=gen.spec,
+        seed=settings.seed if gen.spec.startswith("synthetic:") else None,
         judges=tuple(j.spec for j in judge_list), judge_batch=judge_batch,
         hashes={"judge_templates": template_hash(*JUDGE_TEMPLATES)},
         shard=f"{shard[0]}/{shard[1]}" if shard else None, cases=0, verdicts=0, calls={}, cache_hits=0,
@@ -278,7 +319,7 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
         except ValueError:
             raise TraceError(f"{manifest_path}: not a run manifest of this tracebench version; "
                              "choose another --out") from None
-        fields = ("cases_hash", "generator", "judges", "judge_batch", "shard")
+        fields = ("cases_hash", "generator", "seed", "judges", "judge_batch", "shard")
         changed = [f for f in fields if getattr(old, f) != getattr(identity, f)]
         if changed:
             raise TraceError(f"{out}: holds a run with another {', '.join(changed)}; choose another --out")

@@ -102,7 +102,7 @@ def _make_case(plan: Plan, index: LibraryIndex, seed: int) -> tuple[Case, tuple[
         for k, lib in enumerate(bound.images))
     case = Case(id=plan.case_id, slot=slot_count(bound.formula), template=to_text(template_of(plan.template)),
                 formula=to_text(bound.formula), application=plan.application, prompt=prompts.prompt,
-                text_only_prompt=prompts.text_only, references=references, terms=bound.terms,
+                text_only_prompt=prompts.text_only, scene=prompts.scene, references=references, terms=bound.terms,
                 checklist=compile_checklist(bound.terms, bound.compositions))
     return case, bound.images
 

@@ -28,17 +28,15 @@ import numpy as np
 from scipy import stats
 
 from ..errors import TraceError
-from ..records import Case, RunManifest
-from ..run._cache import sha256
-from ..run._harness import read_verdicts
-from ..sample import read_cases
+from ..records import Case
+from ..run import load_run
 
-__all__ = ["OPERATORS", "format_scores", "score_run"]
+__all__ = ["OPERATORS", "effective_verdicts", "format_scores", "instance_results", "score_run"]
 
 OPERATORS = ("anchor", "disentangle", "apply", "compose")
 
 
-def _effective(case: Case, verdicts: dict[str, str]) -> dict[str, bool | None]:
+def effective_verdicts(case: Case, verdicts: dict[str, str]) -> dict[str, bool | None]:
     """Pass/fail per question after dependencies; None for an abstention."""
     parents = {q.id: q.depends_on for q in case.checklist}
     memo: dict[str, bool | None] = {}
@@ -54,6 +52,18 @@ def _effective(case: Case, verdicts: dict[str, str]) -> dict[str, bool | None]:
         return memo[qid]
 
     return {q.id: value(q.id) for q in case.checklist}
+
+
+def instance_results(case: Case, verdicts: dict[str, str]) -> dict[tuple[str, str], bool | None]:
+    """(operator, target) -> whether the operator instance holds: True when every answered
+    question passes (after dependencies), False when one fails, None when none is answered.
+    What a diagnosis tracks from node to node."""
+    effective = effective_verdicts(case, verdicts)
+    answers: dict[tuple[str, str], list[bool | None]] = {}
+    for q in case.checklist:
+        answers.setdefault((q.op, q.target), []).append(effective[q.id])
+    return {key: (False if any(v is False for v in values) else True if any(values) else None)
+            for key, values in answers.items()}
 
 
 def _instances(case: Case, effective: dict[str, bool | None]) -> dict[tuple[str, str], float]:
@@ -92,35 +102,14 @@ def _group(rows: list[dict], key: str) -> dict[str, dict[str, float | None]]:
 
 def score_run(run_dir: Path, *, cases_dir: Path | None = None, seed: int = 0) -> dict[str, Any]:
     """The scores of a run folder (``trace run``'s output)."""
-    run_dir = Path(run_dir)
-    manifest_path = run_dir / "run.json"
-    if not manifest_path.is_file():
-        raise TraceError(f"{run_dir}: not a run folder (no run.json); make one with `trace run`")
-    try:
-        manifest = RunManifest.model_validate_json(manifest_path.read_text(encoding="utf-8"))
-    except ValueError:
-        raise TraceError(f"{manifest_path}: not a run manifest of this tracebench version") from None
-    cases_dir = Path(cases_dir or manifest.cases_dir)
-    if not (cases_dir / "cases.jsonl").is_file():
-        raise TraceError(f"{cases_dir}: not a benchmark folder (no cases.jsonl); give it with --cases")
-    if sha256((cases_dir / "cases.jsonl").read_bytes()) != manifest.cases_hash:
-        raise TraceError(f"{cases_dir}: not the benchmark this run was made from (its cases.jsonl differs)")
-    cases = {case.id: case for case in read_cases(cases_dir)}
-    verdicts: dict[str, dict[str, str]] = defaultdict(dict)
-    abstained = total = 0
-    verdict_path = run_dir / "verdicts.jsonl"
-    if not verdict_path.is_file():
-        raise TraceError(f"{run_dir}: no verdicts.jsonl; the run has not written any verdict yet")
-    for v in read_verdicts(verdict_path):
-        verdicts[v.case_id][v.question_id] = v.verdict
-        total += 1
-        abstained += v.verdict == "abstain"
+    run = load_run(run_dir, cases_dir=cases_dir)
+    manifest, cases, verdicts = run.manifest, run.cases, run.verdicts
+    total = sum(len(v) for v in verdicts.values())
+    abstained = sum(verdict == "abstain" for v in verdicts.values() for verdict in v.values())
     rows, subtype_scores, entity_scores = [], defaultdict(list), defaultdict(list)
     for case_id in verdicts:
-        case = cases.get(case_id)
-        if case is None:
-            raise TraceError(f"{run_dir}: verdicts for case {case_id!r}, which {cases_dir} does not hold")
-        instances = _instances(case, _effective(case, verdicts[case_id]))
+        case = cases[case_id]
+        instances = _instances(case, effective_verdicts(case, verdicts[case_id]))
         terms = {t.symbol: t for t in case.terms}
         row = {"slot": case.slot, "application": case.application}
         for op in OPERATORS:
@@ -134,7 +123,7 @@ def score_run(run_dir: Path, *, cases_dir: Path | None = None, seed: int = 0) ->
             if op == "anchor" and term is not None and term.source_entities is not None:
                 entity_scores[term.source_entities].append(value)
     if not rows:
-        raise TraceError(f"{run_dir}: no verdicts to score")
+        raise TraceError(f"{run.root}: no verdicts to score")
     operators = {op: _mean([r[op] for r in rows if r[op] is not None]) for op in OPERATORS}
     ci95 = {op: _ci([r[op] for r in rows if r[op] is not None], seed) for op in OPERATORS}
     ci95["overall"] = _ci([r["overall"] for r in rows if r["overall"] is not None], seed)

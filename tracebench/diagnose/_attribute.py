@@ -1,0 +1,148 @@
+"""Attribution: from each node's results to one failure source per operator instance.
+
+For an instance failing at the root, every root-to-leaf path is followed through the nodes
+that keep it. The first node where it passes, at the smallest depth over all paths (ties:
+the earlier node), names the rule applied right before it, and the rule's source is the
+failure source. Never passing: Persistent Failure. Passing at the root and everywhere:
+Stable Success. A result that flips back (fails again below a node where it passed, or
+fails below a passing root) is Unstable. An instance whose root questions all abstained is
+left out (counted as abstained). Nodes whose question abstained are skipped on the path.
+
+The adaptive strategy evaluates only the nodes below which some root failure is still
+unexplained (:func:`pending`); every node on the path to a first pass is such a node, so
+first passes and persistent failures come out as with the whole tree. It cannot see flips
+below a first pass, or below a passing root, that the whole tree would show.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from ..records import Attribution
+from ._rules import rules, sources, zoo_expectations
+from ._tree import TreeNode
+
+__all__ = ["DEPTH_GRID", "Finding", "attribute", "localization", "pending", "summarize_sources"]
+
+Instance = tuple[str, str]  # (operator, target)
+Results = dict[Instance, "bool | None"]
+DEPTH_GRID = tuple(k / 10 for k in range(11))
+
+
+def _outcome(value: bool | None) -> str:
+    return "abstain" if value is None else "pass" if value else "fail"
+
+
+@dataclass(frozen=True)
+class Finding:
+    op: str
+    target: str
+    root: bool | None
+    source: str | None
+    node: str | None
+    rule: str | None
+    depth: int | None
+
+    def record(self, max_depth: int, cause: str | None = None, expected: str | None = None) -> Attribution:
+        relative = None if self.depth is None else (round(self.depth / max_depth, 4) if max_depth else 0.0)
+        return Attribution(op=self.op, target=self.target, root=_outcome(self.root), source=self.source,
+                           node=self.node, rule=self.rule, depth=self.depth, relative_depth=relative,
+                           cause=cause, expected=expected)
+
+
+def attribute(nodes: list[TreeNode], results: dict[str, Results]) -> list[Finding]:
+    """One finding per operator instance of the root (``nodes[0]``), in checklist order.
+
+    ``results`` maps each evaluated node id to its instances' results (True pass, False
+    fail, None abstained); nodes missing from it were not evaluated."""
+    children: dict[str, list[TreeNode]] = defaultdict(list)
+    for node in nodes[1:]:
+        children[node.parent].append(node)  # type: ignore[index]
+    source_of = {r.name: r.source for r in rules()}
+    root = nodes[0]
+    findings = []
+    for instance in root.targets:
+        at_root = results[root.id].get(instance)
+        if at_root is None:
+            findings.append(Finding(*instance, None, None, None, None, None))
+            continue
+        first: TreeNode | None = None
+        flipped = False
+        stack = [(child, at_root) for child in reversed(children[root.id])]
+        while stack:  # depth first; `passed`: it passed at or above this node's parent on this path
+            node, passed = stack.pop()
+            if node.id not in results or instance not in node.targets:
+                continue  # not evaluated, or no longer kept: nor is anything below
+            value = results[node.id].get(instance)
+            if value is True and not passed:
+                if first is None or node.depth < first.depth:
+                    first = node
+                passed = True
+            elif value is False and passed:
+                flipped = True
+            stack += [(child, passed) for child in reversed(children[node.id])]
+        if flipped:
+            source = "unstable"
+        elif at_root:
+            source = "stable_success"
+        else:
+            source = "persistent_failure" if first is None else source_of[first.rule]  # type: ignore[index]
+        depth = 0 if at_root else (first.depth if first else None)
+        findings.append(Finding(*instance, at_root, source, first.id if first and not at_root else None,
+                                first.rule if first and not at_root else None, depth))
+    return findings
+
+
+def pending(node: TreeNode, parent_pending: frozenset[Instance], results: Results) -> frozenset[Instance]:
+    """The root failures still unexplained at ``node``: pending at its parent, kept here, and
+    not passing here. The root's own are its failing instances (``parent_pending`` of all
+    its targets)."""
+    return frozenset(i for i in parent_pending if i in node.targets and results.get(i) is not True)
+
+
+def localization(finding: Finding, cause: str | None) -> str | None:
+    """The source a correct diagnosis gives a root failure with that recorded cause (none when
+    the cause has no single right answer: noise, duplicate, or no cause)."""
+    if cause is None:
+        return None
+    return zoo_expectations().get(cause.split(":", 1)[0], {}).get(finding.op)
+
+
+def summarize_sources(attributions: list[Attribution]) -> dict:
+    """Shares per source, overall and per operator; cumulative pass rate over relative depth;
+    localization accuracy where causes are known."""
+    names = list(sources())
+    counted = [a for a in attributions if a.source is not None]
+
+    def shares(items: list[Attribution]) -> dict[str, float]:
+        n = len(items)
+        return {s: round(sum(a.source == s for a in items) / n, 4) if n else 0.0 for s in names}
+
+    by_op: dict[str, list[Attribution]] = defaultdict(list)
+    for a in counted:
+        by_op[a.op].append(a)
+    ops = [op for op in ("anchor", "disentangle", "apply", "compose") if op in by_op]
+    cumulative = {op: {f"{x:.1f}": round(sum(a.relative_depth is not None and a.relative_depth <= x + 1e-9
+                                                for a in by_op[op]) / len(by_op[op]), 4) for x in DEPTH_GRID}
+                  for op in ops}
+    localized = [a for a in counted if a.expected is not None]
+    per_cause: dict[str, list[Attribution]] = defaultdict(list)
+    for a in localized:
+        per_cause[a.cause.split(":", 1)[0]].append(a)  # type: ignore[union-attr]
+
+    def accuracy(items: list[Attribution]) -> dict:
+        right = sum(a.source == a.expected for a in items)
+        return {"instances": len(items), "correct": right, "accuracy": round(right / len(items), 4)}
+
+    return {
+        "instances": len(counted),
+        "abstained": len(attributions) - len(counted),
+        "sources": shares(counted),
+        "counts": {s: sum(a.source == s for a in counted) for s in names},
+        "by_operator": {op: {**shares(by_op[op]), "instances": len(by_op[op])} for op in ops},
+        "cumulative_pass": cumulative,
+        "localization": ({**accuracy(localized), "by_cause": {c: {**accuracy(v), "expected": sorted({a.expected for a in v})}
+                                                              for c, v in sorted(per_cause.items())}}
+                         if localized else None),
+    }

@@ -1,0 +1,393 @@
+"""``trace diagnose``: the diagnostic trees of a run's cases, generated, judged and attributed.
+
+Order of work: read the run; pick the cases; build every case's whole tree (pure, no model
+call) and each node's sub-case; merge identical sub-cases (same content, whatever the
+tree); then evaluate in rounds through the ``trace run`` harness, so every model call is
+cached, resumable, concurrent and turns failures into abstentions:
+
+- ``full``: one round holding every distinct sub-case;
+- ``adaptive``: one round per depth, holding only the children of nodes where a root
+  failure is still unexplained, and only those children that keep such a failure.
+
+Each round is a benchmark folder (``rounds/NN/cases``, trace sample's format) and a run
+folder (``rounds/NN/run``); a rerun with the same arguments recreates the same rounds and
+resumes them. Root verdicts are the run's own when the generator and judges are the run's;
+otherwise the root is generated again as node ``N0``. The end: ``trees.jsonl`` (one
+:class:`~tracebench.records.DiagnosticTree` per case) and ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import networkx as nx
+
+from .. import __version__
+from ..errors import TraceError
+from ..library import staged_output
+from ..records import (Case, DiagnosisManifest, DiagnosisSummary, DiagnosticEdge, DiagnosticNode, DiagnosticTree,
+                       NodeOccurrence, SampleManifest)
+from ..resources import data_hash
+from ..run import IMAGES_DIR, ClientSettings, load_run, make_generator, make_judge, read_verdicts, run_benchmark
+from ..run import shard_of
+from ..run._cache import sha256, write_atomic
+from ..score import instance_results
+from ._attribute import Finding, attribute, localization, pending, summarize_sources
+from ._node import node_case, root_formula
+from ._rules import RULES_FILE, SOURCES_FILE
+from ._tree import TreeNode, build_tree, tree_nodes
+
+__all__ = ["DIAGNOSIS_FILE", "NODES_FILE", "SUMMARY_FILE", "TREES_FILE", "Evaluator", "TreePlan", "diagnose",
+           "diagnose_run", "export_nodes", "plan_trees"]
+
+DIAGNOSIS_FILE = "diagnosis.json"
+TREES_FILE = "trees.jsonl"
+SUMMARY_FILE = "summary.json"
+NODES_FILE = "nodes.jsonl"
+ROUNDS_DIR = "rounds"
+CACHE_DIR = "cache"
+STRATEGIES = ("full", "adaptive")
+
+# sub-cases in -> (case id -> question id -> verdict, case id -> image path)
+Evaluator = Callable[[list[Case]], tuple[dict[str, dict[str, str]], dict[str, str]]]
+
+
+@dataclass
+class _Tree:
+    root: Case
+    nodes: list[TreeNode]
+    graph: nx.DiGraph
+    keys: dict[str, str] = field(default_factory=dict)  # node id -> sub-case key
+
+
+@dataclass
+class TreePlan:
+    """Every case's whole tree and the distinct sub-cases its nodes ask for."""
+
+    trees: list[_Tree]
+    cases: dict[str, Case]  # key -> sub-case, named after the first node that asks for it
+    occurrences: list[NodeOccurrence]
+
+
+def _key(case: Case) -> str:
+    return sha256(case.model_dump_json(exclude={"id"}).encode())
+
+
+def plan_trees(roots: Sequence[Case]) -> TreePlan:
+    """Build the trees and their sub-cases; identical sub-cases (within or across trees) are one."""
+    trees, cases, occurrences = [], {}, []
+    for root in roots:
+        terms = {t.symbol: t for t in root.terms}
+        graph = build_tree(root_formula(root), describe=lambda s, terms=terms: terms[s].value if s in terms else None)
+        tree = _Tree(root, tree_nodes(graph), graph)
+        downgrades = graph.graph["downgrades"]
+        for node in tree.nodes:
+            if node.same_as is not None:
+                tree.keys[node.id] = tree.keys[node.same_as]
+            else:
+                sub = (root.model_copy(update={"id": f"{root.id}.N0"}) if node.parent is None
+                       else node_case(root, node, downgrades, f"{root.id}.{node.id}"))
+                tree.keys[node.id] = _key(sub)
+                cases.setdefault(tree.keys[node.id], sub)
+            occurrences.append(NodeOccurrence(case_id=cases[tree.keys[node.id]].id, root=root.id, node=node.id))
+        trees.append(tree)
+    return TreePlan(trees, cases, occurrences)
+
+
+# ------------------------------------------------------------------------------ node folders
+
+def _write_node_folder(target: Path, cases: list[Case], source_dir: Path, sample: SampleManifest | None,
+                       arguments: dict, occurrences: list[NodeOccurrence] | None = None) -> None:
+    """Write sub-cases as a benchmark folder in trace sample's format (plus nodes.jsonl)."""
+    lines = "".join(c.model_dump_json() + "\n" for c in cases)
+    if (target / "cases.jsonl").is_file() and (target / "cases.jsonl").read_text(encoding="utf-8") == lines:
+        return  # the same round, written before a resume
+    slots: dict[str, int] = {}
+    for c in cases:
+        slots[str(c.slot)] = slots.get(str(c.slot), 0) + 1
+    with staged_output(target, overwrite=True) as stage:
+        (stage / "cases.jsonl").write_text(lines, encoding="utf-8", newline="\n")
+        for path in sorted({r.path for c in cases for r in c.references}):
+            (stage / path).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source_dir / path, stage / path)
+        (stage / "references").mkdir(exist_ok=True)
+        manifest = SampleManifest(
+            tool=f"tracebench {__version__}", seed=sample.seed if sample else 0, arguments=arguments,
+            library=sample.library if sample else {},
+            hashes={**(sample.hashes if sample else {}),
+                    "diagnose": data_hash(("diagnose", RULES_FILE), ("diagnose", SOURCES_FILE))},
+            cases=len(cases), counts_per_slot=dict(sorted(slots.items(), key=lambda kv: int(kv[0]))),
+            counts_per_application={}, distinct_templates=len({c.template for c in cases}), whole_share={})
+        (stage / "manifest.json").write_text(json.dumps(manifest.model_dump(mode="json"), indent=2) + "\n",
+                                             encoding="utf-8")
+        if occurrences is not None:
+            (stage / NODES_FILE).write_text("".join(o.model_dump_json() + "\n" for o in occurrences),
+                                            encoding="utf-8", newline="\n")
+
+
+def _sample_manifest(cases_dir: Path) -> SampleManifest | None:
+    path = cases_dir / "manifest.json"
+    if not path.is_file():
+        return None
+    try:
+        return SampleManifest.model_validate_json(path.read_text(encoding="utf-8"))
+    except ValueError:
+        return None
+
+
+# ------------------------------------------------------------------------------ selection
+
+def _select(run, which: str, shard: tuple[int, int] | None) -> list[Case]:
+    ids = list(run.verdicts)  # run order
+    if which == "failing":
+        chosen = [i for i in ids if any(v is False for v in instance_results(run.cases[i], run.verdicts[i]).values())]
+    elif which == "all":
+        chosen = ids
+    else:
+        chosen = [i.strip() for i in which.split(",") if i.strip()]
+        unknown = [i for i in chosen if i not in run.verdicts]
+        if unknown or not chosen:
+            raise TraceError(f"--cases: {', '.join(unknown) or which!r}: not a case of run {run.root}")
+    if shard is not None:
+        chosen = [i for i in chosen if shard_of(i, shard[1]) == shard[0]]
+    return [run.cases[i] for i in chosen]
+
+
+def _image_of(folder: Path, case_id: str) -> Path | None:
+    for suffix in (".png", ".jpg", ".webp"):
+        path = folder / IMAGES_DIR / f"{case_id}{suffix}"
+        if path.is_file():
+            return path
+    return None
+
+
+# ------------------------------------------------------------------------------ the diagnosis
+
+def _strategy_rounds(plan: TreePlan, strategy: str, root_verdicts: dict[str, dict[str, str]], evaluate: Evaluator,
+                     roots_from_run: bool) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+    """Evaluate the sub-cases the strategy asks for; returns verdicts and images by sub-case key."""
+    verdicts: dict[str, dict[str, str]] = {}
+    images: dict[str, str] = {}
+
+    def run_round(keys: list[str]) -> None:
+        todo = [k for k in dict.fromkeys(keys) if k not in verdicts]
+        if not todo:
+            return
+        got, got_images = evaluate([plan.cases[k] for k in todo])
+        for k in todo:
+            case_id = plan.cases[k].id
+            verdicts[k] = got.get(case_id, {})
+            if case_id in got_images:
+                images[k] = got_images[case_id]
+
+    if not roots_from_run:
+        run_round([t.keys["N0"] for t in plan.trees])
+    if strategy == "full":
+        run_round([t.keys[n.id] for t in plan.trees for n in t.nodes if n.parent is not None])
+        return verdicts, images
+    # adaptive: breadth first, one round per depth
+    frontier: list[tuple[_Tree, TreeNode, frozenset]] = []
+    for tree in plan.trees:
+        at_root = root_verdicts.get(tree.root.id, {}) if roots_from_run else verdicts[tree.keys["N0"]]
+        results = instance_results(tree.root, at_root)
+        failing = frozenset(i for i in tree.nodes[0].targets if results.get(i) is False)
+        frontier.append((tree, tree.nodes[0], failing))
+    while frontier:
+        wanted: list[tuple[_Tree, TreeNode, frozenset]] = []
+        for tree, node, open_ in frontier:
+            if not open_ or node.same_as is not None:
+                continue
+            for child in tree.graph.successors(node.id):
+                child_node = tree.graph.nodes[child]["node"]
+                if open_ & set(child_node.targets):
+                    wanted.append((tree, child_node, open_))
+        run_round([tree.keys[child.id] for tree, child, _ in wanted])
+        frontier = []
+        for tree, child, open_ in wanted:
+            case = plan.cases[tree.keys[child.id]]
+            frontier.append((tree, child, pending(child, open_, instance_results(case, verdicts[tree.keys[child.id]]))))
+    return verdicts, images
+
+
+def diagnose(roots: Sequence[Case], root_verdicts: dict[str, dict[str, str]], evaluate: Evaluator, *,
+             strategy: str = "full", roots_from_run: bool = True, root_images: dict[str, str] | None = None,
+             causes: Callable[[Case, str], dict[str, str] | None] | None = None,
+             plan: TreePlan | None = None) -> tuple[list[DiagnosticTree], dict]:
+    """Diagnose ``roots`` given their verdicts, evaluating sub-cases with ``evaluate``.
+
+    The model call is passed in: the CLI evaluates through the run harness; anything that
+    maps sub-cases to verdicts will do. ``causes(case, image)`` gives the causes a synthetic
+    generator recorded (question id -> cause) for the localization check. Returns the trees
+    and the source summary (see :func:`~tracebench.diagnose._attribute.summarize_sources`)."""
+    if strategy not in STRATEGIES:
+        raise TraceError(f"--strategy: {strategy!r} is neither full nor adaptive")
+    plan = plan or plan_trees(roots)
+    verdicts, images = _strategy_rounds(plan, strategy, root_verdicts, evaluate, roots_from_run)
+    trees, attributions = [], []
+    for tree in plan.trees:
+        results: dict[str, dict] = {}
+        node_verdicts: dict[str, dict[str, str]] = {}
+        for node in tree.nodes:
+            key = tree.keys[node.id]
+            if node.parent is None and roots_from_run:
+                node_verdicts[node.id] = root_verdicts.get(tree.root.id, {})
+            elif key in verdicts:
+                node_verdicts[node.id] = verdicts[key]
+            else:
+                continue
+            results[node.id] = instance_results(plan.cases[key], node_verdicts[node.id])
+        findings = attribute(tree.nodes, results)
+        max_depth = max(n.depth for n in tree.nodes)
+        root_image = (root_images or {}).get(tree.root.id) if roots_from_run else images.get(tree.keys["N0"])
+        recorded = causes(tree.root, root_image) if causes and root_image else None
+        records = [f.record(max_depth, *_cause(f, tree.root, recorded)) for f in findings]
+        attributions += records
+        nodes = []
+        for node in tree.nodes:
+            key = tree.keys[node.id]
+            sub = plan.cases[key]
+            evaluated = node.id in results
+            image = (root_image if node.parent is None and roots_from_run else images.get(key)) if evaluated else None
+            nodes.append(DiagnosticNode(
+                **node.to_json(), case_id=tree.root.id if node.parent is None and roots_from_run else sub.id,
+                evaluated=evaluated, prompt=sub.prompt, references=sub.references,
+                question_ids=tuple(q.id for q in sub.checklist), image=image,
+                verdicts=node_verdicts.get(node.id, {}),
+                status={t: ("abstain" if v is None else "pass" if v else "fail")
+                        for (_, t), v in results.get(node.id, {}).items()}))
+        edges = tuple(DiagnosticEdge(parent=u, child=v, rule=d["rule"]) for u, v, d in tree.graph.edges(data=True))
+        trees.append(DiagnosticTree(case_id=tree.root.id, formula=tree.root.formula, slot=tree.root.slot,
+                                    strategy=strategy, max_depth=max_depth, nodes=tuple(nodes), edges=edges,
+                                    attributions=tuple(records)))
+    summary = summarize_sources(attributions)
+    summary["nodes_generated"] = len(set(verdicts) - {t.keys["N0"] for t in plan.trees})
+    summary["nodes_in_trees"] = sum(len(t.nodes) - 1 for t in plan.trees)
+    return trees, summary
+
+
+def _cause(finding: Finding, root: Case, recorded: dict[str, str] | None) -> tuple[str | None, str | None]:
+    """The recorded cause of a root failure (its own question's, else a question it depends on)
+    and the source it should be localized to."""
+    if recorded is None or finding.root is not False:
+        return None, None
+    questions = {q.id: q for q in root.checklist}
+    mine = [q for q in root.checklist if q.op == finding.op and q.target == finding.target]
+    seen: set[str] = set()
+    queue = [q.id for q in mine]
+    while queue:
+        qid = queue.pop(0)
+        if qid in seen:
+            continue
+        seen.add(qid)
+        if qid in recorded:
+            cause = recorded[qid]
+            return cause, localization(finding, cause)
+        queue += list(questions[qid].depends_on) if qid in questions else []
+    return None, None
+
+
+# ------------------------------------------------------------------------------ the command
+
+def _zoo_causes(case: Case, image: str) -> dict[str, str] | None:
+    from ..zoo import read_record
+
+    try:
+        record = read_record(Path(image).read_bytes())
+    except (OSError, TraceError):
+        return None
+    return None if record is None else dict(record.failed)
+
+
+def export_nodes(run_dir: Path, out: Path, *, cases: str = "failing", shard: tuple[int, int] | None = None) -> int:
+    """Write every node of the chosen cases' whole trees as one benchmark folder (roots as
+    ``<case>.N0``) with ``nodes.jsonl`` saying where each sub-case sits; returns the count."""
+    run = load_run(run_dir)
+    plan = plan_trees(_select(run, cases, shard))
+    _write_node_folder(Path(out), list(plan.cases.values()), run.cases_dir, _sample_manifest(run.cases_dir),
+                       {"diagnosis_of": str(Path(run_dir).resolve()), "cases": cases}, plan.occurrences)
+    return len(plan.cases)
+
+
+def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator: str | None = None,
+                 judges: Sequence[str] | None = None, strategy: str = "full", settings: ClientSettings | None = None,
+                 concurrency: int = 8, judge_batch: str | None = None, cache_dir: Path | None = None,
+                 shard: tuple[int, int] | None = None, progress: bool | None = None) -> DiagnosisSummary:
+    """Diagnose the cases of a run folder into ``out`` (see the module docstring)."""
+    if strategy not in STRATEGIES:
+        raise TraceError(f"--strategy: {strategy!r} is neither full nor adaptive")
+    run = load_run(run_dir)
+    manifest = run.manifest
+    settings = settings or ClientSettings(seed=manifest.seed or 0)
+    generator = generator or manifest.generator
+    judges = tuple(judges or manifest.judges)
+    judge_batch = judge_batch or manifest.judge_batch
+    seed = settings.seed if generator.startswith("synthetic:") else None
+    make_generator(generator, settings)  # a bad spec is an error before anything is written
+    for spec in judges:
+        make_judge(spec, settings)
+    roots_from_run = (generator == manifest.generator and judges == tuple(manifest.judges)
+                      and judge_batch == manifest.judge_batch and seed == manifest.seed)
+    roots = _select(run, cases, shard)
+    out = Path(out)
+    identity = DiagnosisManifest(
+        tool=f"tracebench {__version__}", run_dir=str(Path(run_dir).resolve()), cases_dir=str(run.cases_dir),
+        cases_hash=manifest.cases_hash, generator=generator, seed=seed, judges=judges, judge_batch=judge_batch,
+        strategy=strategy, cases=cases, shard=f"{shard[0]}/{shard[1]}" if shard else None,
+        roots_from_run=roots_from_run,
+        hashes={"diagnose": data_hash(("diagnose", RULES_FILE), ("diagnose", SOURCES_FILE))})
+    manifest_path = out / DIAGNOSIS_FILE
+    if manifest_path.is_file():
+        try:
+            old = DiagnosisManifest.model_validate_json(manifest_path.read_text(encoding="utf-8"))
+        except ValueError:
+            raise TraceError(f"{manifest_path}: not a diagnosis manifest of this tracebench version; "
+                             "choose another --out") from None
+        changed = [f for f in DiagnosisManifest.model_fields if f != "tool" and getattr(old, f) != getattr(identity, f)]
+        if changed:
+            raise TraceError(f"{out}: holds a diagnosis with another {', '.join(changed)}; choose another --out")
+    elif out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise TraceError(f"--out {out}: exists and holds no diagnosis; choose another --out")
+    if not roots:
+        raise TraceError(f"{run.root}: no case to diagnose ({cases})")
+    plan = plan_trees(roots)
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(manifest_path, (json.dumps(identity.model_dump(mode="json"), indent=2) + "\n").encode())
+    sample = _sample_manifest(run.cases_dir)
+    rounds = iter(range(1, 1000))
+
+    def evaluate(batch: list[Case]) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+        folder = out / ROUNDS_DIR / f"{next(rounds):02d}"
+        _write_node_folder(folder / "cases", batch, run.cases_dir, sample,
+                           {"diagnosis_of": identity.run_dir, "strategy": strategy, "round": folder.name})
+        run_benchmark(folder / "cases", folder / "run", generator=generator, judges=judges, settings=settings,
+                      concurrency=concurrency, judge_batch=judge_batch, cache_dir=cache_dir or out / CACHE_DIR,
+                      progress=progress)
+        got: dict[str, dict[str, str]] = {}
+        for v in read_verdicts(folder / "run" / "verdicts.jsonl"):
+            got.setdefault(v.case_id, {})[v.question_id] = v.verdict
+        images = {c.id: str(p.relative_to(out)) for c in batch if (p := _image_of(folder / "run", c.id))}
+        return got, images
+
+    root_images = {c.id: str(p.resolve()) for c in roots if (p := _image_of(run.root, c.id))}
+    synthetic = generator.startswith("synthetic:")
+    causes = None
+    if synthetic:
+        def causes(case: Case, image: str) -> dict[str, str] | None:
+            path = Path(image) if Path(image).is_absolute() else out / image
+            return _zoo_causes(case, str(path))
+    trees, summary = diagnose(roots, run.verdicts, evaluate, strategy=strategy, roots_from_run=roots_from_run,
+                              root_images=root_images, causes=causes, plan=plan)
+    write_atomic(out / TREES_FILE, "".join(t.model_dump_json() + "\n" for t in trees).encode())
+    result = DiagnosisSummary(
+        tool=f"tracebench {__version__}", generator=generator, judges=judges, strategy=strategy, cases=len(trees),
+        instances=summary["instances"], abstained=summary["abstained"], sources=summary["sources"],
+        counts=summary["counts"], by_operator=summary["by_operator"], cumulative_pass=summary["cumulative_pass"],
+        nodes_generated=summary["nodes_generated"], nodes_in_trees=summary["nodes_in_trees"],
+        nodes_per_case=round(summary["nodes_generated"] / len(trees), 3),
+        localization_accuracy=summary["localization"] if synthetic else None)
+    write_atomic(out / SUMMARY_FILE, (json.dumps(result.model_dump(mode="json"), indent=2) + "\n").encode())
+    return result

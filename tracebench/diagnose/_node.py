@@ -1,0 +1,123 @@
+"""A diagnostic node as a case of its own: terms, references, prompt and checklist.
+
+The node's formula says which root terms keep their references. Every other root term is
+stated in words, from the case's bindings: an anchor becomes a text entity with the
+anchor's description, a relation a text relation, any other g term a sentence of the scene
+paragraph (``templates/prompts/lines.toml``, table ``prose``). So the node keeps the root's
+scene (same opening, same entities, same handles) and its text-only prompt is the root's.
+References are only the images the node still uses, renumbered Image 1..m in order of
+first mention; the checklist is the root's questions on the targets the node keeps, with
+the root's ids, recompiled so they name the node's images and entities.
+"""
+
+from __future__ import annotations
+
+from ..checklist import compile_checklist
+from ..errors import TraceError
+from ..formula import Anchor, AnchorBinding, Apply, Compose, Disentangle, DisentangleBinding, Expr, Text, analyze
+from ..formula import parse, symbol, template_of, to_text, walk
+from ..realize import realize
+from ..records import Case, TermBinding
+from ._rules import Downgrades
+from ._tree import TreeNode
+
+__all__ = ["compositions_of", "node_case", "root_formula"]
+
+
+def root_formula(case: Case) -> Expr:
+    """The case's bound formula; a TraceError naming the case when it does not parse."""
+    try:
+        return parse(case.formula)
+    except TraceError as err:
+        raise TraceError(f"case {case.id}: formula: {err}") from None
+
+
+def compositions_of(formula: Expr) -> tuple[tuple[str, tuple[str, ...], str | None], ...]:
+    """(C symbol, the entity symbols inside it, the enclosing C) per composition, in order:
+    what the checklist compiler reads (binding produces the same for a sampled case)."""
+    entities = {t.symbol for t in analyze(formula) if t.role in ("anchor", "text")}
+    out = []
+
+    def visit(node: Expr, parent: str | None) -> None:
+        if isinstance(node, Compose):
+            name = symbol(node)
+            members = tuple(symbol(n) for n in walk(node) if isinstance(n, (Anchor, Text)) and symbol(n) in entities)
+            out.append((name, members, parent))
+            for arg in node.args:
+                visit(arg, name)
+        elif isinstance(node, Apply):
+            visit(node.carrier, parent)
+
+    visit(formula, None)
+    return tuple(out)
+
+
+def _relabel_formula(node: Expr, images: dict[int, int]) -> Expr:
+    if isinstance(node, Compose):
+        return Compose(tuple(_relabel_formula(a, images) for a in node.args), node.index)
+    if isinstance(node, Apply):
+        return Apply(_relabel_formula(node.carrier, images), tuple(_relabel_formula(m, images) for m in node.modifiers))
+    if isinstance(node, Anchor) and node.binding is not None:
+        return Anchor(node.index, AnchorBinding(images[node.binding.image], node.binding.entity))
+    if isinstance(node, Disentangle) and node.binding is not None:
+        b = node.binding
+        return Disentangle(node.kind, node.index, DisentangleBinding(images[b.image], b.entities, b.attribute))
+    return node
+
+
+def _words_symbol(g_symbol: str) -> str:
+    """The symbol of a g term stated in words: g_pattern1 -> T_pattern1."""
+    return "T_" + g_symbol.removeprefix("g_").removeprefix("g")
+
+
+def _node_terms(root: Case, kept: set[str], dg: Downgrades) -> tuple[TermBinding, ...]:
+    renamed = {t.symbol: symbol(dg.anchors[t.symbol]) for t in root.terms if t.op == "f" and t.symbol not in kept}
+    renamed |= {t.symbol: symbol(dg.relations[t.symbol]) for t in root.terms
+                if t.op == "g" and t.role == "relation" and t.symbol not in kept}
+
+    def moved(t: TermBinding) -> dict:
+        return {"carrier": renamed.get(t.carrier, t.carrier) if t.carrier else None,
+                "participants": tuple(renamed.get(p, p) for p in t.participants)}
+
+    terms = []
+    for t in root.terms:
+        if t.op == "T" or t.symbol in kept:
+            terms.append(t.model_copy(update=moved(t)))
+            continue
+        words = {"op": "T", "image": None, "source_id": None, "entity": None, "entity_index": None,
+                 "source_entities": None, "replaces": t.symbol, **moved(t)}
+        if t.op == "f":
+            words |= {"symbol": renamed[t.symbol], "role": "text", "kind": "e"}
+        elif t.role == "relation":
+            words |= {"symbol": renamed[t.symbol]}
+        else:
+            words |= {"symbol": _words_symbol(t.symbol)}
+        terms.append(t.model_copy(update=words))
+    return tuple(terms)
+
+
+def node_case(root: Case, node: TreeNode, dg: Downgrades, case_id: str) -> Case:
+    """The case a diagnostic node asks a generator for (``case_id`` names it)."""
+    kept = {t.symbol for t in analyze(node.formula) if t.op in ("f", "g")}
+    terms = _node_terms(root, kept, dg)
+    order: list[str] = []
+    for t in terms:
+        if t.image is not None and t.image not in order:
+            order.append(t.image)
+    label = {old: f"Image {k + 1}" for k, old in enumerate(order)}
+    terms = tuple(t.model_copy(update={"image": label[t.image]}) if t.image else t for t in terms)
+    number = {int(old.split()[-1]): int(new.split()[-1]) for old, new in label.items()}
+    references = tuple(sorted((r.model_copy(update={"image": label[r.image]}) for r in root.references
+                               if r.image in label), key=lambda r: int(r.image.split()[-1])))
+    formula = _relabel_formula(node.formula, number)
+    compositions = compositions_of(formula)
+    prompts = realize(terms, bool(compositions), scene=root.scene)
+    wanted = {t for _, t in node.targets}
+    root_ids = {q.id for q in root.checklist}
+    questions = [q for q in compile_checklist(terms, compositions) if q.id in root_ids and q.target in wanted]
+    ids = {q.id for q in questions}
+    checklist = tuple(q.model_copy(update={"depends_on": tuple(d for d in q.depends_on if d in ids)})
+                      for q in questions)
+    return Case(id=case_id, slot=node.slot, template=to_text(template_of(formula)), formula=to_text(formula),
+                application=root.application, prompt=prompts.prompt, text_only_prompt=prompts.text_only,
+                scene=root.scene, references=references, terms=terms, checklist=checklist)

@@ -15,7 +15,8 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from .library import LibraryInfo, TaggedImage
-from .records import Case, RunManifest, SampleManifest, Verdict
+from .records import (Case, DiagnosisManifest, DiagnosisSummary, DiagnosticTree, NodeOccurrence, RunManifest,
+                      SampleManifest, Verdict)
 
 __all__ = ["SCHEMAS", "schema_path", "schema_text", "export"]
 
@@ -27,6 +28,10 @@ SCHEMAS: dict[str, tuple[str, type[BaseModel]]] = {
     "sample_manifest.schema.json": ("docs", SampleManifest),
     "verdict.schema.json": ("docs", Verdict),
     "run_manifest.schema.json": ("docs", RunManifest),
+    "diagnostic_tree.schema.json": ("docs", DiagnosticTree),
+    "diagnosis_summary.schema.json": ("docs", DiagnosisSummary),
+    "diagnosis_manifest.schema.json": ("docs", DiagnosisManifest),
+    "node_occurrence.schema.json": ("docs", NodeOccurrence),
 }
 
 

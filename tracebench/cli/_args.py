@@ -3,10 +3,59 @@
 from __future__ import annotations
 
 import argparse
+import re
+from pathlib import Path
 
 from ..formula._space import space_bounds
 
-__all__ = ["slot_levels"]
+__all__ = ["add_model_options", "client_settings", "shard", "slot_levels"]
+
+
+def shard(text: str) -> tuple[int, int]:
+    """``i/n`` with 1 <= i <= n."""
+    match = re.fullmatch(r"(\d+)/(\d+)", text)
+    if not match or not 1 <= int(match.group(1)) <= int(match.group(2)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a shard i/n with 1 <= i <= n, e.g. 2/4")
+    return int(match.group(1)), int(match.group(2))
+
+
+def add_model_options(p: argparse.ArgumentParser, *, cache_default: str, defaults_from: str | None = None) -> None:
+    """The options of every command that calls models through the run harness (run, diagnose).
+    ``defaults_from`` names where a left-out option comes from instead of the built-in default."""
+    inherit = f" (default: {defaults_from})" if defaults_from else ""
+    p.add_argument("--base-url", help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL, then OpenAI)")
+    p.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR",
+                   help="environment variable holding the API key (loopback servers need none)")
+    p.add_argument("--judge-base-url", help="endpoint of the judges when it differs from --base-url")
+    p.add_argument("--judge-api-key-env", metavar="VAR", help="key variable of the judges' endpoint")
+    p.add_argument("--concurrency", type=int, default=8, help="calls in flight per endpoint (default 8)")
+    p.add_argument("--max-retries", type=int, default=4, help="client retries of a failed call, with backoff")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds per call")
+    p.add_argument("--judge-batch", choices=("case", "op"), default=None if defaults_from else "case",
+                   help="one judge call per case or one per operator" + (inherit or " (default case)"))
+    p.add_argument("--shard", type=shard, metavar="i/n", help="only shard i of n (split by case id)")
+    p.add_argument("--seed", type=int, default=None if defaults_from else 0,
+                   help="seed of synthetic generators" + (inherit or " (default 0)"))
+    p.add_argument("--retry-abstained", action="store_true", help="ask again where a verdict is an abstention")
+    p.add_argument("--cache", type=Path, help=f"cache folder (default {cache_default})")
+
+
+def client_settings(args, *, cases_dir: Path | None, seed: int = 0):
+    """ClientSettings from the options above; the library comes from the benchmark's manifest."""
+    from ..records import SampleManifest
+    from ..run import ClientSettings
+
+    library = None
+    manifest_path = Path(cases_dir) / "manifest.json" if cases_dir else None
+    if manifest_path is not None and manifest_path.is_file():
+        try:
+            sample = SampleManifest.model_validate_json(manifest_path.read_text(encoding="utf-8"))
+            library = Path(sample.arguments["library"]) if sample.arguments.get("library") else None
+        except ValueError:
+            library = None
+    return ClientSettings(base_url=args.base_url, api_key_env=args.api_key_env, judge_base_url=args.judge_base_url,
+                          judge_api_key_env=args.judge_api_key_env, max_retries=args.max_retries,
+                          timeout=args.timeout, library=library, seed=seed if args.seed is None else args.seed)
 
 
 def slot_levels(spec: str) -> tuple[int, ...]:

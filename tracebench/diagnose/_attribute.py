@@ -8,8 +8,9 @@ Stable Success. A result that flips back (fails again below a node where it pass
 fails below a passing root) is Unstable. An instance whose root questions all abstained is
 left out (counted as abstained). Nodes whose question abstained are skipped on the path.
 
-The adaptive strategy evaluates only the nodes below which some root failure is still
-unexplained (:func:`pending`); every node on the path to a first pass is such a node, so
+The adaptive strategy evaluates, depth by depth, only the children that keep a root failure
+not yet explained anywhere in the tree (:func:`pending`). Every node on the path to a first
+pass is such a node, and breadth first the first pass found is at the smallest depth, so
 first passes and persistent failures come out as with the whole tree. It cannot see flips
 below a first pass, or below a passing root, that the whole tree would show.
 """

@@ -38,11 +38,11 @@ from ..run._cache import sha256, write_atomic
 from ..score import instance_results
 from ._attribute import Finding, attribute, localization, pending, summarize_sources
 from ._node import node_case, root_formula
-from ._rules import RULES_FILE, SOURCES_FILE
+from ._rules import RULES_FILE, SOURCES_FILE, sources
 from ._tree import TreeNode, build_tree, tree_nodes
 
 __all__ = ["DIAGNOSIS_FILE", "NODES_FILE", "SUMMARY_FILE", "TREES_FILE", "Evaluator", "TreePlan", "diagnose",
-           "diagnose_run", "export_nodes", "plan_trees"]
+           "diagnose_run", "export_nodes", "format_summary", "plan_trees"]
 
 DIAGNOSIS_FILE = "diagnosis.json"
 TREES_FILE = "trees.jsonl"
@@ -151,7 +151,8 @@ def _select(run, which: str, shard: tuple[int, int] | None) -> list[Case]:
         chosen = [i.strip() for i in which.split(",") if i.strip()]
         unknown = [i for i in chosen if i not in run.verdicts]
         if unknown or not chosen:
-            raise TraceError(f"--cases: {', '.join(unknown) or which!r}: not a case of run {run.root}")
+            named = ", ".join(unknown) if unknown else repr(which)
+            raise TraceError(f"--cases: {named}: not a case of run {run.root}")
     if shard is not None:
         chosen = [i for i in chosen if shard_of(i, shard[1]) == shard[0]]
     return [run.cases[i] for i in chosen]
@@ -189,16 +190,21 @@ def _strategy_rounds(plan: TreePlan, strategy: str, root_verdicts: dict[str, dic
     if strategy == "full":
         run_round([t.keys[n.id] for t in plan.trees for n in t.nodes if n.parent is not None])
         return verdicts, images
-    # adaptive: breadth first, one round per depth
+    # adaptive: breadth first, one round per depth. A root failure is chased only until it first
+    # passes somewhere in its tree: breadth first, that node is at the smallest depth, and every
+    # node of that depth that could tie was in the same round.
     frontier: list[tuple[_Tree, TreeNode, frozenset]] = []
+    explained: dict[str, set] = {}
     for tree in plan.trees:
         at_root = root_verdicts.get(tree.root.id, {}) if roots_from_run else verdicts[tree.keys["N0"]]
         results = instance_results(tree.root, at_root)
         failing = frozenset(i for i in tree.nodes[0].targets if results.get(i) is False)
         frontier.append((tree, tree.nodes[0], failing))
+        explained[tree.root.id] = set()
     while frontier:
         wanted: list[tuple[_Tree, TreeNode, frozenset]] = []
         for tree, node, open_ in frontier:
+            open_ = open_ - explained[tree.root.id]
             if not open_ or node.same_as is not None:
                 continue
             for child in tree.graph.successors(node.id):
@@ -209,7 +215,9 @@ def _strategy_rounds(plan: TreePlan, strategy: str, root_verdicts: dict[str, dic
         frontier = []
         for tree, child, open_ in wanted:
             case = plan.cases[tree.keys[child.id]]
-            frontier.append((tree, child, pending(child, open_, instance_results(case, verdicts[tree.keys[child.id]]))))
+            still = pending(child, open_, instance_results(case, verdicts[tree.keys[child.id]]))
+            explained[tree.root.id] |= (open_ & set(child.targets)) - still
+            frontier.append((tree, child, still))
     return verdicts, images
 
 
@@ -292,6 +300,25 @@ def _cause(finding: Finding, root: Case, recorded: dict[str, str] | None) -> tup
 
 # ------------------------------------------------------------------------------ the command
 
+def format_summary(summary: DiagnosisSummary) -> str:
+    """The failure-source table (the paper's Table 3 layout: sources by operator, shares)."""
+    ops = list(summary.by_operator)
+    lines = [f"{'source':22s}" + "".join(f"{op:>13s}" for op in ops) + f"{'all':>9s}"]
+    for name, source in sources().items():
+        lines.append(f"{source.title:22s}" + "".join(f"{summary.by_operator[op][name]:13.1%}" for op in ops)
+                     + f"{summary.sources[name]:9.1%}")
+    lines.append(f"{'instances':22s}" + "".join(f"{int(summary.by_operator[op]['instances']):13d}" for op in ops)
+                 + f"{summary.instances:9d}")
+    if summary.abstained:
+        lines.append(f"left out (root abstained): {summary.abstained}")
+    loc = summary.localization_accuracy
+    if loc:
+        causes = ", ".join(f"{c} {v['accuracy']:.1%} of {v['instances']}" for c, v in loc["by_cause"].items())
+        lines.append(f"localization accuracy {loc['accuracy']:.1%} ({loc['correct']} of {loc['instances']} recorded "
+                     f"causes; {causes})")
+    return "\n".join(lines)
+
+
 def _zoo_causes(case: Case, image: str) -> dict[str, str] | None:
     from ..zoo import read_record
 
@@ -315,7 +342,8 @@ def export_nodes(run_dir: Path, out: Path, *, cases: str = "failing", shard: tup
 def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator: str | None = None,
                  judges: Sequence[str] | None = None, strategy: str = "full", settings: ClientSettings | None = None,
                  concurrency: int = 8, judge_batch: str | None = None, cache_dir: Path | None = None,
-                 shard: tuple[int, int] | None = None, progress: bool | None = None) -> DiagnosisSummary:
+                 shard: tuple[int, int] | None = None, retry_abstained: bool = False,
+                 progress: bool | None = None) -> DiagnosisSummary:
     """Diagnose the cases of a run folder into ``out`` (see the module docstring)."""
     if strategy not in STRATEGIES:
         raise TraceError(f"--strategy: {strategy!r} is neither full nor adaptive")
@@ -365,7 +393,7 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
                            {"diagnosis_of": identity.run_dir, "strategy": strategy, "round": folder.name})
         run_benchmark(folder / "cases", folder / "run", generator=generator, judges=judges, settings=settings,
                       concurrency=concurrency, judge_batch=judge_batch, cache_dir=cache_dir or out / CACHE_DIR,
-                      progress=progress)
+                      retry_abstained=retry_abstained, progress=progress)
         got: dict[str, dict[str, str]] = {}
         for v in read_verdicts(folder / "run" / "verdicts.jsonl"):
             got.setdefault(v.case_id, {})[v.question_id] = v.verdict

@@ -1,0 +1,390 @@
+"""`trace diagnose`: the rules, the trees, the sub-cases, attribution, and localization against the zoo's truth."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+
+from strategies import valid_exprs
+from test_cli import run_trace
+from tracebench.diagnose import (DIAGNOSIS_FILE, NODES_FILE, SUMMARY_FILE, TREES_FILE, attribute, build_tree,
+                                 compositions_of, diagnose_run, node_case, number_terms, plan_trees, root_formula,
+                                 rules, sources, targets, tree_nodes)
+from tracebench.errors import TraceError
+from tracebench.formula import Anchor, Apply, Compose, Disentangle, Expr, Text, analyze, parse, slot_count, to_text
+from tracebench.records import Case, DiagnosisSummary, DiagnosticTree, NodeOccurrence
+from tracebench.run import ClientSettings, run_benchmark
+from tracebench.sample import read_cases, sample_benchmark
+from tracebench.sample._bind import bind
+from tracebench.zoo import failed_questions, parse_profile
+
+SETTINGS = ClientSettings(max_retries=0, timeout=30.0)
+NAME = re.compile(r"N(\d+)([a-z]|[0-9]+)*")
+
+
+def tree(formula: str) -> dict[str, tuple[str | None, str | None, str, str | None]]:
+    """node id -> (parent, rule, formula, same_as)."""
+    return {n.id: (n.parent, n.rule, to_text(n.formula, ascii=True), n.same_as)
+            for n in tree_nodes(build_tree(parse(formula)))}
+
+
+# ------------------------------------------------------------------------------ rules on hand-written formulas
+
+def test_the_papers_slot_4_example():
+    assert tree("C(f1, f2, f3) + g_style") == {
+        "N0": (None, None, "C1(f1, f2, f3) + g_style1", None),
+        "N1": ("N0", "global_stripping", "C1(f1, f2, f3)", None),
+        "N2a": ("N1", "composition_flattening", "C1(f1, T_e2, T_e3)", None),
+        "N2b": ("N1", "composition_flattening", "C1(T_e1, f2, T_e3)", None),
+        "N2c": ("N1", "composition_flattening", "C1(T_e1, T_e2, f3)", None),
+    }
+
+
+def test_global_terms_are_stripped_one_at_a_time():
+    nodes = tree("C(f1, T_e ⊕ g1) ⊕ g_style ⊕ g_lighting")
+    assert nodes["N1"][1:3] == ("global_stripping", "C1(f1, T_e1 + g1) + g_lighting1")
+    assert nodes["N2"][1:3] == ("global_stripping", "C1(f1, T_e1 + g1)")
+
+
+def test_a_relation_is_put_in_words_before_its_branches_are_split():
+    nodes = tree("C(f1, f2) ⊕ g_rel")
+    assert nodes["N1"][1:3] == ("relation_simplification", "C1(f1, f2) + T_rel1")
+    assert {nodes["N2a"][2], nodes["N2b"][2]} == {"C1(f1, T_e2) + T_rel1", "C1(T_e1, f2) + T_rel1"}
+
+
+def test_an_inner_relation_waits_for_the_outer_split():
+    nodes = tree("C(C(f1, f2) ⊕ g_rel, f3)")
+    assert nodes["N1a"][1:3] == ("composition_flattening", "C1(C2(f1, f2) + g_rel1, T_e3)")
+    # the other branch states the whole subscene in words, the relation as T_rel
+    assert nodes["N1b"][2] == "C1(C2(T_e1, T_e2) + T_rel1, f3)"
+    assert nodes["N2a"][1:3] == ("relation_simplification", "C1(C2(f1, f2) + T_rel1, T_e3)")
+    assert nodes["N3a1"][2] == "C1(C2(f1, T_e2) + T_rel1, T_e3)"
+
+
+def test_attribute_removal_keeps_the_carrier_and_each_attribute_alone():
+    nodes = tree("f ⊕ g_pattern ⊕ g_material")
+    assert [(k, v[2], v[3]) for k, v in nodes.items()] == [
+        ("N0", "f1 + g_pattern1 + g_material1", None),
+        ("N1a", "f1", None),
+        ("N1b", "f1 + g_pattern1", None),
+        ("N1c", "f1 + g_material1", None),
+        ("N2b", "f1", "N1a"),  # identical sub-case: named, not generated again, not expanded
+        ("N2c", "f1", "N1a"),
+    ]
+    # a text carrier alone holds no reference: only the one-attribute children
+    assert [v[2] for v in tree("T_e ⊕ g ⊕ g").values()] == ["T_e1 + g1 + g2", "T_e1 + g1", "T_e1 + g2"]
+
+
+@pytest.mark.parametrize("formula", ["f", "T_e ⊕ g", "C(f, T_e)", "C(T_e, T_e) ⊕ g_rel", "T_e ⊕ g_style",
+                                     "C(T_e ⊕ g_attach, T_e)"])
+def test_one_slot_is_a_leaf(formula):
+    assert list(tree(formula)) == ["N0"]
+
+
+def test_deep_names_alternate_letters_and_digits():
+    names = list(tree("C(C(Te+g, f+g)+g_rel, Te+g, f+g)+g_global"))
+    assert names == ["N0", "N1", "N2a", "N2b", "N2c", "N3a", "N3c", "N4a1", "N4a2", "N5a2"]
+
+
+def test_targets_leave_out_a_composition_stated_wholly_in_words():
+    root = number_terms(parse("C(C(f, f) ⊕ g_rel, f)"))
+    child = number_terms(parse("C1(C2(T_e1, T_e2) ⊕ T_rel1, f3)"))
+    assert [t for _, t in targets(root)] == ["f1", "f2", "g_rel1", "C2⊕g_rel1", "f3", "C1", "C2"]
+    assert [t for _, t in targets(child, root)] == ["f3", "C1"]
+
+
+def test_rules_and_sources_are_the_data_files():
+    assert [r.name for r in rules()] == ["global_stripping", "relation_simplification", "composition_flattening",
+                                         "attribute_removal"]
+    assert {r.source for r in rules()} <= set(sources())
+    assert list(sources()) == ["stable_success", "persistent_failure", "global_reference", "joint_composition",
+                               "relation_attribute", "unstable"]
+
+
+# ------------------------------------------------------------------------------ properties of every tree
+
+def _frame(expr: Expr):
+    """The scene's skeleton: compositions, entity positions and relations (what every node keeps)."""
+    if isinstance(expr, Compose):
+        return ("C", expr.index, tuple(_frame(a) for a in expr.args))
+    if isinstance(expr, Apply):
+        relations = tuple("R" for m in expr.modifiers if (isinstance(m, Disentangle) and m.kind == "rel")
+                          or isinstance(m, Text))
+        return (_frame(expr.carrier), relations) if relations else _frame(expr.carrier)
+    assert isinstance(expr, (Anchor, Text))
+    return "E"
+
+
+@given(valid_exprs())
+def test_tree_properties(expr):
+    graph = build_tree(expr)
+    nodes = tree_nodes(graph)
+    root = nodes[0].formula
+    by_id = {n.id: n for n in nodes}
+    assert len(by_id) == len(nodes)
+    for node in nodes:
+        analyze(node.formula)  # every node is in the language
+        assert NAME.fullmatch(node.id) and int(NAME.fullmatch(node.id).group(1)) == node.depth
+        assert _frame(node.formula) == _frame(root)
+        if node.parent is None:
+            continue
+        parent = by_id[node.parent]
+        assert node.slot < parent.slot
+        assert set(node.targets) <= set(parent.targets)
+        if not list(graph.successors(node.id)) and node.same_as is None and slot_count(root) >= 1:
+            assert node.slot == 1  # a leaf holds one reference-conditioned unit
+    assert [n.to_json() for n in tree_nodes(build_tree(expr))] == [n.to_json() for n in nodes]  # deterministic
+
+
+# ------------------------------------------------------------------------------ sub-cases of sampled cases
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("diag") / "bench"
+    sample_benchmark(out, slots=tuple(range(1, 9)), per_slot=6, seed=5, applications=True)
+    return out
+
+
+def test_sub_cases_keep_the_scene_and_a_subset_of_the_checklist(small):
+    for case in read_cases(small):
+        graph = build_tree(root_formula(case), describe=lambda s, terms={t.symbol: t for t in case.terms}: terms[s].value)
+        subs = {}
+        for node in tree_nodes(graph):
+            sub = node_case(case, node, graph.graph["downgrades"], f"{case.id}.{node.id}")
+            subs[node.id] = sub
+            assert sub.scene == case.scene
+            assert sub.text_only_prompt == case.text_only_prompt  # the same request, in words
+            assert parse(sub.formula) is not None and sub.slot == node.slot
+            ids = [q.id for q in sub.checklist]
+            assert set(ids) <= {q.id for q in case.checklist}
+            assert {q.target for q in sub.checklist} == {t for _, t in node.targets}
+            if node.parent is not None:
+                assert set(ids) <= {q.id for q in subs[node.parent].checklist}
+            # only the images it still uses, numbered in order of first mention
+            assert [r.image for r in sub.references] == [f"Image {k + 1}" for k in range(len(sub.references))]
+            used = [t.image for t in sub.terms if t.image]
+            assert list(dict.fromkeys(used)) == [r.image for r in sub.references]
+            assert {r.source_id for r in sub.references} <= {r.source_id for r in case.references}
+            for q in sub.checklist:
+                assert set(q.depends_on) <= set(ids) and set(q.images) <= {r.image for r in sub.references}
+
+
+def test_dropped_references_are_stated_in_words(small):
+    case = next(c for c in read_cases(small) if any(t.role == "relation" and t.op == "g" for t in c.terms)
+                and sum(t.op == "f" for t in c.terms) >= 2)
+    terms = {t.symbol: t for t in case.terms}
+    graph = build_tree(root_formula(case), describe=lambda s: terms[s].value)
+    relation = next(t for t in case.terms if t.role == "relation" and t.op == "g")
+    node = next(n for n in tree_nodes(graph) if n.rule == "relation_simplification")
+    sub = node_case(case, node, graph.graph["downgrades"], "x")
+    words = next(t for t in sub.terms if t.replaces == relation.symbol)
+    assert (words.op, words.role, words.value, words.image) == ("T", "relation", relation.value, None)
+    assert f'T_rel' in sub.formula and json.dumps(relation.value)[1:-1] in sub.formula
+    assert f"are arranged like this: {relation.value}" in sub.prompt.splitlines()[0]
+    anchors = {t.symbol for t in case.terms if t.op == "f"}
+    leaf = next(n for n in tree_nodes(graph) if n.rule == "composition_flattening"
+                and not anchors <= {t.symbol for t in analyze(n.formula)})
+    sub = node_case(case, leaf, graph.graph["downgrades"], "y")
+    anchor = next(t for t in case.terms if t.op == "f" and t.symbol not in {s.symbol for s in sub.terms})
+    text = next(t for t in sub.terms if t.replaces == anchor.symbol)
+    assert (text.op, text.role, text.handle, text.value) == ("T", "text", anchor.handle, anchor.value)
+    assert f"{anchor.value} ('{anchor.handle}')" in sub.prompt
+
+
+def test_compositions_of_a_formula_match_binding(small):
+    from tracebench.sample import LibraryIndex
+    from tracebench.zoo._generate import default_index
+    import random
+
+    index: LibraryIndex = default_index()
+    for text in ("C(C(f, T_e ⊕ g) ⊕ g_rel, f ⊕ g ⊕ g) ⊕ g_global", "C(f, C(f, f) ⊕ g_rel, T_e)", "f ⊕ g"):
+        bound = bind(parse(text), index, random.Random(3))
+        assert compositions_of(bound.formula) == bound.compositions
+
+
+# ------------------------------------------------------------------------------ attribution
+
+def _results(table: dict[str, dict[str, bool | None]]):
+    return {node: {("anchor", t): v for t, v in row.items()} for node, row in table.items()}
+
+
+def test_attribution_first_pass_persistent_stable_and_unstable():
+    nodes = tree_nodes(build_tree(parse("C(f1, f2, f3) + g_style")))
+    # f1 passes once the style is gone; f2 only alone; f3 never; ... and one flips back
+    results = _results({
+        "N0": {"f1": False, "f2": False, "f3": False},
+        "N1": {"f1": True, "f2": False, "f3": False},
+        "N2a": {"f1": True}, "N2b": {"f2": True}, "N2c": {"f3": False},
+    })
+    found = {f.target: f for f in attribute(nodes, results) if f.op == "anchor"}
+    assert (found["f1"].source, found["f1"].node, found["f1"].depth) == ("global_reference", "N1", 1)
+    assert (found["f2"].source, found["f2"].node, found["f2"].depth) == ("joint_composition", "N2b", 2)
+    assert (found["f3"].source, found["f3"].depth) == ("persistent_failure", None)
+    results["N2a"][("anchor", "f1")] = False  # passes at N1, fails again below: the bear-hat case
+    results["N0"][("anchor", "f3")] = True
+    found = {f.target: f for f in attribute(nodes, results) if f.op == "anchor"}
+    assert found["f1"].source == "unstable"
+    assert found["f3"].source == "unstable"  # passing root, failing below
+    results["N2c"][("anchor", "f3")] = True
+    results["N1"][("anchor", "f3")] = None  # an abstaining node is skipped
+    assert {f.target: f for f in attribute(nodes, results)}["f3"].source == "stable_success"
+
+
+# ------------------------------------------------------------------------------ against the zoo's truth
+
+@pytest.fixture(scope="module")
+def large(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("diag") / "large"
+    sample_benchmark(out, slots=tuple(range(1, 9)), per_slot=110, seed=11, applications=True)
+    return out
+
+
+def _breakable(bench: Path, profile: str, out: Path) -> Path:
+    """The cases of ``bench`` the profile breaks, as a benchmark folder: the run then renders only
+    those (the diagnosis would pick them anyway; it keeps the suite fast)."""
+    rule = parse_profile(profile)
+    lines = [line for line in (bench / "cases.jsonl").read_text().splitlines()
+             if failed_questions(Case.model_validate_json(line), rule)]
+    out.mkdir()
+    (out / "cases.jsonl").write_text("".join(line + "\n" for line in lines))
+    shutil.copyfile(bench / "manifest.json", out / "manifest.json")
+    (out / "references").symlink_to(bench / "references")
+    return out
+
+
+WEAK = "weak-subtype:1.1_pattern_texture,weak-subtype:4.1_style,weak-subtype:attach,weak-subtype:3.1_action_pose"
+
+
+@pytest.mark.parametrize("profile,cause,expected", [
+    ("global-interference", "global-interference", {"global_reference"}),
+    ("composition-interference:2", "composition-interference", {"joint_composition"}),
+    ("relation-blind", "relation-blind", {"relation_attribute", "persistent_failure"}),
+    (WEAK, "weak-subtype", {"persistent_failure"}),
+])
+def test_localization_names_the_injected_cause(large, tmp_path, profile, cause, expected):
+    bench = _breakable(large, profile, tmp_path / "bench")
+    run_benchmark(bench, tmp_path / "run", generator=f"synthetic:{profile}", judges=["oracle"], settings=SETTINGS)
+    summary = diagnose_run(tmp_path / "run", tmp_path / "diag", strategy="adaptive", settings=SETTINGS)
+    assert summary.cases >= 200
+    localization = summary.localization_accuracy
+    assert localization is not None and set(localization["by_cause"]) == {cause}
+    result = localization["by_cause"][cause]
+    assert result["instances"] >= 200 and set(result["expected"]) == expected
+    assert result["accuracy"] >= 0.95, result
+
+
+@pytest.mark.parametrize("profile", ["synthetic:global-interference",
+                                     "synthetic:global-interference,composition-interference:2,relation-blind,"
+                                     "leaky-binding"])
+def test_adaptive_matches_full_with_fewer_nodes(small, tmp_path, profile):
+    run_benchmark(small, tmp_path / "run", generator=profile, judges=["oracle"], settings=SETTINGS)
+    full = diagnose_run(tmp_path / "run", tmp_path / "full", strategy="full", settings=SETTINGS)
+    adaptive = diagnose_run(tmp_path / "run", tmp_path / "adaptive", strategy="adaptive", settings=SETTINGS)
+
+    def attributions(folder):
+        return [[a.model_dump() for a in DiagnosticTree.model_validate_json(line).attributions]
+                for line in (folder / TREES_FILE).read_text().splitlines()]
+
+    assert attributions(tmp_path / "full") == attributions(tmp_path / "adaptive")
+    assert full.sources == adaptive.sources and full.cumulative_pass == adaptive.cumulative_pass
+    assert full.cases > 20 and 0 < adaptive.nodes_generated < full.nodes_generated
+    if profile == "synthetic:global-interference":  # failures explained near the root: most branches skipped
+        assert adaptive.nodes_generated <= full.nodes_generated / 2
+    assert full.nodes_generated <= full.nodes_in_trees  # identical sub-cases generated once
+
+
+def test_trees_and_summary_on_disk(small, tmp_path):
+    run_benchmark(small, tmp_path / "run", generator="synthetic:global-interference", judges=["oracle"],
+                  settings=SETTINGS)
+    summary = diagnose_run(tmp_path / "run", tmp_path / "diag", cases="all", settings=SETTINGS)
+    on_disk = DiagnosisSummary.model_validate_json((tmp_path / "diag" / SUMMARY_FILE).read_text())
+    assert on_disk == summary and summary.cases == len(list(read_cases(small)))
+    assert abs(sum(summary.sources.values()) - 1) < 1e-3
+    for op, curve in summary.cumulative_pass.items():
+        values = list(curve.values())
+        assert values == sorted(values) and list(curve) == [f"{k / 10:.1f}" for k in range(11)]
+    trees = [DiagnosticTree.model_validate_json(line) for line in (tmp_path / "diag" / TREES_FILE).read_text().splitlines()]
+    one = next(t for t in trees if t.max_depth >= 2)
+    assert one.nodes[0].id == "N0" and one.nodes[0].case_id == one.case_id  # the run's own verdicts
+    for node in one.nodes[1:]:
+        assert node.evaluated and (tmp_path / "diag" / node.image).is_file()
+        assert set(node.verdicts) == set(node.question_ids)
+        assert {e.child for e in one.edges} >= {node.id}
+    assert {(a.op, a.target) for a in one.attributions} == {(q_op, t) for q_op, t in
+                                                            targets(parse(one.formula))}
+    before = (tmp_path / "diag" / TREES_FILE).read_bytes()
+    diagnose_run(tmp_path / "run", tmp_path / "diag", cases="all", settings=SETTINGS)  # resumed: nothing redone
+    assert (tmp_path / "diag" / TREES_FILE).read_bytes() == before
+    calls = [json.loads(p.read_text())["calls"] for p in (tmp_path / "diag" / "rounds").glob("*/run/run.json")]
+    assert calls and all(c == {} for c in calls)
+
+
+def test_exported_nodes_come_back_through_a_folder_generator(small, tmp_path):
+    run_benchmark(small, tmp_path / "run", generator="synthetic:composition-interference:2", judges=["oracle"],
+                  settings=SETTINGS)
+    result = run_trace("diagnose", str(tmp_path / "run"), "--export-nodes", str(tmp_path / "nodes"))
+    assert result.returncode == 0, result.stderr
+    exported = list(read_cases(tmp_path / "nodes"))  # trace sample's format
+    occurrences = [NodeOccurrence.model_validate_json(line)
+                   for line in (tmp_path / "nodes" / NODES_FILE).read_text().splitlines()]
+    assert {o.case_id for o in occurrences} == {c.id for c in exported}
+    assert all(o.case_id.startswith(o.root + ".N") for o in occurrences if o.case_id.endswith("." + o.node))
+    # "their own infrastructure": the exported folder run elsewhere, its images brought back
+    run_benchmark(tmp_path / "nodes", tmp_path / "elsewhere", generator="synthetic:composition-interference:2",
+                  judges=["oracle"], settings=SETTINGS)
+    back = diagnose_run(tmp_path / "run", tmp_path / "back", generator=f"folder:{tmp_path / 'elsewhere' / 'images'}",
+                        settings=SETTINGS)
+    direct = diagnose_run(tmp_path / "run", tmp_path / "direct", settings=SETTINGS)
+    assert back.sources == direct.sources and back.by_operator == direct.by_operator
+    assert back.nodes_generated == direct.nodes_generated
+
+
+def test_dry_run_prints_the_tree_without_a_model(tmp_path):
+    result = run_trace("diagnose", "--formula", "C(f, f, f) ⊕ g_style", "--dry-run", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert [(n["id"], n["parent"], n["rule"]) for n in data["nodes"]] == [
+        ("N0", None, None), ("N1", "N0", "global_stripping"), ("N2a", "N1", "composition_flattening"),
+        ("N2b", "N1", "composition_flattening"), ("N2c", "N1", "composition_flattening")]
+    assert data["nodes"][2]["targets"] == ["f1", "C1"] and data["nodes"][2]["formula"] == "C1(f1, T_e2, T_e3)"
+    again = run_trace("diagnose", "--formula", "C(f, f, f) ⊕ g_style", "--dry-run", "--json")
+    assert again.stdout == result.stdout
+    text = run_trace("diagnose", "--formula", "C(f, f, f) + g_style", "--dry-run")
+    assert "└─ N1  [global_stripping] C1(f1, f2, f3)" in text.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--formula", "C(f, f", "--dry-run"], "formula column 7"),
+    (["--formula", "f ⊕ g"], "add --dry-run"),
+    (["RUN", "--cases", "nope", "--out", "OUT"], "--cases: nope: not a case of run"),
+    (["RUN", "--generator", "bogus:x", "--out", "OUT"], "--generator 'bogus:x'"),
+    (["RUN", "--strategy", "adaptive", "--out", "OUT"], "another strategy"),
+    (["MISSING", "--out", "OUT"], "not a run folder"),
+])
+def test_bad_input_is_one_line_and_writes_nothing(small, tmp_path, args, message):
+    run = tmp_path / "run"
+    run_benchmark(small, run, generator="synthetic:global-interference", judges=["oracle"], settings=SETTINGS,
+                  shard=(1, 8))
+    out = tmp_path / "out"
+    if "another strategy" in message:
+        diagnose_run(run, out, settings=SETTINGS)
+    before = sorted(p.name for p in out.rglob("*")) if out.exists() else None
+    args = [{"RUN": str(run), "OUT": str(out), "MISSING": str(tmp_path / "missing")}.get(a, a) for a in args]
+    result = run_trace("diagnose", *args)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert (sorted(p.name for p in out.rglob("*")) if out.exists() else None) == before
+
+
+def test_identical_sub_cases_are_one_across_trees(small):
+    cases = [c for c in read_cases(small) if c.slot >= 3][:10]
+    plan = plan_trees(cases + [c.model_copy(update={"id": c.id + "-twin"}) for c in cases])
+    nodes = sum(len(t.nodes) for t in plan.trees)
+    assert len(plan.cases) < nodes
+    assert len(plan.cases) == len({k for t in plan.trees for k in t.keys.values()})
+    assert len(plan.occurrences) == nodes

@@ -1,0 +1,86 @@
+"""``trace diagnose``: diagnostic trees of a run's cases, or of one formula (``--dry-run``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import TraceError
+from ._args import add_model_options, client_settings
+
+
+def register(sub) -> None:
+    p = sub.add_parser("diagnose", help="localize failures with diagnostic trees",
+                       description="Build the diagnostic tree of each case of a run (METHOD.md §9), generate and "
+                                   "judge its nodes through the run harness, and attribute every operator "
+                                   "instance to a failure source. With --formula F --dry-run, print the tree of "
+                                   "one formula without any model call.")
+    p.add_argument("run_dir", type=Path, nargs="?", help="a run folder (trace run's output)")
+    p.add_argument("--formula", help="a formula (bound or a bare template) to draw the tree of")
+    p.add_argument("--dry-run", action="store_true", help="with --formula: print the tree, call no model")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--cases", default="failing",
+                   help="failing (default: cases with a failing operator instance), all, or ID,ID,...")
+    p.add_argument("--generator", metavar="SPEC", help="generator of the nodes (default: the run's)")
+    p.add_argument("--judge", action="append", metavar="SPEC", help="judge of the nodes, repeatable (default: the run's)")
+    p.add_argument("--strategy", choices=("full", "adaptive"), default="full",
+                   help="full: the whole tree (default); adaptive: only branches holding an unexplained failure")
+    add_model_options(p, cache_default="DIAG_DIR/cache", defaults_from="the run's")
+    p.add_argument("--export-nodes", type=Path, metavar="DIR",
+                   help="write every node of the whole trees as a benchmark folder (trace sample's format, with "
+                        "nodes.jsonl), for generating them elsewhere and coming back with --generator folder:DIR")
+    p.add_argument("--out", type=Path, help="the diagnosis folder (resumed if it holds the same diagnosis)")
+    p.set_defaults(run=run)
+
+
+def _dry_run(args) -> int:
+    from ..diagnose import build_tree, draw_tree, tree_nodes
+    from ..formula import parse
+
+    graph = build_tree(parse(args.formula))
+    if args.json:
+        nodes = [n.to_json() for n in tree_nodes(graph)]
+        print(json.dumps({"formula": nodes[0]["formula"], "nodes": nodes,
+                          "edges": [{"parent": u, "child": v, "rule": d["rule"]} for u, v, d in graph.edges(data=True)]},
+                         ensure_ascii=False, indent=2))
+    else:
+        print(draw_tree(graph))
+    return 0
+
+
+def run(args) -> int:
+    if args.formula is not None:
+        if not args.dry_run:
+            raise TraceError("--formula draws a tree without model calls: add --dry-run (to diagnose a run, give RUN_DIR)")
+        if args.run_dir is not None:
+            raise TraceError("give either RUN_DIR or --formula, not both")
+        return _dry_run(args)
+    if args.run_dir is None:
+        raise TraceError("give a run folder (RUN_DIR), or --formula F --dry-run")
+    if args.dry_run:
+        raise TraceError("--dry-run needs --formula; to see a run's trees without model calls use --export-nodes DIR")
+    if args.out is None and args.export_nodes is None:
+        raise TraceError("give --out DIAG_DIR (or --export-nodes DIR to only write the nodes)")
+    from ..diagnose import diagnose_run, export_nodes
+    from ..run import load_run
+
+    if args.export_nodes is not None:
+        count = export_nodes(args.run_dir, args.export_nodes, cases=args.cases, shard=args.shard)
+        print(f"{args.export_nodes}: {count} sub-cases (nodes.jsonl says where each sits)")
+        if args.out is None:
+            return 0
+    run = load_run(args.run_dir)
+    settings = client_settings(args, cases_dir=run.cases_dir, seed=run.manifest.seed or 0)
+    summary = diagnose_run(args.run_dir, args.out, cases=args.cases, generator=args.generator, judges=args.judge,
+                           strategy=args.strategy, settings=settings, concurrency=args.concurrency,
+                           judge_batch=args.judge_batch, cache_dir=args.cache, shard=args.shard,
+                           retry_abstained=args.retry_abstained)
+    if args.json:
+        print(json.dumps(summary.model_dump(mode="json"), indent=2))
+        return 0
+    from ..diagnose import format_summary
+
+    print(format_summary(summary))
+    print(f"{args.out}: {summary.cases} cases, {summary.nodes_generated} nodes generated "
+          f"({summary.nodes_per_case} per case; whole trees hold {summary.nodes_in_trees})")
+    return 0

@@ -80,9 +80,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(bench: Path, latency: float, log: Path) -> tuple[subprocess.Popen, str]:
+def start_server(bench: Path | list[Path], latency: float, log: Path) -> tuple[subprocess.Popen, str]:
+    """`trace serve` for one benchmark folder (or several) in its own process; waits until it answers."""
     port = free_port()
-    command = [sys.executable, "-m", "tracebench", "serve", str(bench), "--host", "127.0.0.1",
+    folders = bench if isinstance(bench, list) else [bench]
+    command = [sys.executable, "-m", "tracebench", "serve", *map(str, folders), "--host", "127.0.0.1",
                "--port", str(port), "--latency", str(latency)]
     with open(log, "wb") as errors:
         proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=errors)

@@ -12,10 +12,9 @@ from hypothesis import given
 
 from strategies import valid_exprs
 from test_cli import run_trace
-from tracebench.diagnose import (DIAGNOSIS_FILE, NODES_FILE, SUMMARY_FILE, TREES_FILE, attribute, build_tree,
+from tracebench.diagnose import (NODES_FILE, SUMMARY_FILE, TREES_FILE, attribute, build_tree,
                                  compositions_of, diagnose_run, node_case, number_terms, plan_trees, root_formula,
                                  rules, sources, targets, tree_nodes)
-from tracebench.errors import TraceError
 from tracebench.formula import Anchor, Apply, Compose, Disentangle, Expr, Text, analyze, parse, slot_count, to_text
 from tracebench.records import Case, DiagnosisSummary, DiagnosticTree, NodeOccurrence
 from tracebench.run import ClientSettings, run_benchmark
@@ -184,7 +183,7 @@ def test_dropped_references_are_stated_in_words(small):
     sub = node_case(case, node, graph.graph["downgrades"], "x")
     words = next(t for t in sub.terms if t.replaces == relation.symbol)
     assert (words.op, words.role, words.value, words.image) == ("T", "relation", relation.value, None)
-    assert f'T_rel' in sub.formula and json.dumps(relation.value)[1:-1] in sub.formula
+    assert 'T_rel' in sub.formula and json.dumps(relation.value)[1:-1] in sub.formula
     assert f"are arranged like this: {relation.value}" in sub.prompt.splitlines()[0]
     anchors = {t.symbol for t in case.terms if t.op == "f"}
     leaf = next(n for n in tree_nodes(graph) if n.rule == "composition_flattening"
@@ -388,3 +387,52 @@ def test_identical_sub_cases_are_one_across_trees(small):
     assert len(plan.cases) < nodes
     assert len(plan.cases) == len({k for t in plan.trees for k in t.keys.values()})
     assert len(plan.occurrences) == nodes
+
+
+def _attributions(folder: Path) -> dict[str, list[dict]]:
+    return {t.case_id: [a.model_dump() for a in t.attributions]
+            for t in (DiagnosticTree.model_validate_json(line) for line in (folder / TREES_FILE).read_text().splitlines())}
+
+
+def test_shards_merge_to_the_whole_diagnosis(small, tmp_path):
+    run_benchmark(small, tmp_path / "run", generator="synthetic:composition-interference:2,relation-blind",
+                  judges=["oracle"], settings=SETTINGS)
+    whole = diagnose_run(tmp_path / "run", tmp_path / "whole", settings=SETTINGS)
+    for i in (1, 2):
+        diagnose_run(tmp_path / "run", tmp_path / f"shard{i}", shard=(i, 2), settings=SETTINGS,
+                     cache_dir=tmp_path / "cache")
+    result = run_trace("merge", str(tmp_path / "shard1"), str(tmp_path / "shard2"), "--out", str(tmp_path / "merged"))
+    assert result.returncode == 0, result.stderr
+    merged = DiagnosisSummary.model_validate_json((tmp_path / "merged" / SUMMARY_FILE).read_text())
+    assert merged == whole
+    assert list(_attributions(tmp_path / "merged").items()) == list(_attributions(tmp_path / "whole").items())
+    trees = [DiagnosticTree.model_validate_json(line)
+             for line in (tmp_path / "merged" / TREES_FILE).read_text().splitlines()]
+    images = [n.image for t in trees for n in t.nodes[1:] if n.image]
+    assert images and all((tmp_path / "merged" / image).is_file() for image in images)
+    clash = run_trace("merge", str(tmp_path / "shard1"), str(tmp_path / "whole"), "--out", str(tmp_path / "bad"))
+    assert clash.returncode == 2 and "is in two of the folders" in clash.stderr and not (tmp_path / "bad").exists()
+
+
+def test_diagnosis_over_http_matches_in_process(small, tmp_path, monkeypatch):
+    """The served zoo (trace serve) through the openai adapters: the real-model path, on loopback."""
+    from tracebench.diagnose import export_nodes
+    from tracebench.serve import ZooServer
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    profile = "global-interference,relation-blind"
+    run_benchmark(small, tmp_path / "local", generator=f"synthetic:{profile}", judges=["oracle"], settings=SETTINGS)
+    local = diagnose_run(tmp_path / "local", tmp_path / "local-diag", strategy="adaptive", settings=SETTINGS)
+    export_nodes(tmp_path / "local", tmp_path / "nodes")  # the server answers the nodes' prompts too
+    with ZooServer([small, tmp_path / "nodes"]).start() as server:
+        settings = ClientSettings(base_url=server.base_url, max_retries=2, timeout=30.0)
+        run_benchmark(small, tmp_path / "http", generator=f"openai:synthetic/{profile}", judges=["openai:oracle"],
+                      settings=settings, concurrency=4)
+        http = diagnose_run(tmp_path / "http", tmp_path / "http-diag", strategy="adaptive", settings=settings,
+                            concurrency=4)
+    assert http.cases == local.cases and http.nodes_generated == local.nodes_generated
+    assert http.sources == local.sources and http.by_operator == local.by_operator
+    assert _attributions(tmp_path / "http-diag").keys() == _attributions(tmp_path / "local-diag").keys()
+    abstained = [v for t in (tmp_path / "http-diag" / "rounds").glob("*/run/run.json")
+                 for v in [json.loads(t.read_text())["abstentions"]]]
+    assert abstained and sum(abstained) == 0

@@ -107,6 +107,9 @@ class GenerationRecord(_Record):
     drawn: dict = Field(description="what was drawn: the render plan of the image (entities, globals, relations)")
     failed: dict[str, str] = Field(default_factory=dict,
                                    description="question id -> the cause (profile) that broke that requirement")
+    causes: dict[str, tuple[str, ...]] = Field(default_factory=dict,
+                                               description="question id -> every failure mode that broke it, in "
+                                                           "profile order (failed holds the first)")
 
 
 class Vote(_Record):
@@ -198,9 +201,11 @@ class Attribution(_Record):
     rule: str | None = Field(default=None, description="the rule applied right before that node")
     depth: int | None = Field(default=None, description="depth where it first passes (0: at the root); none: never")
     relative_depth: float | None = Field(default=None, description="that depth over the tree's greatest depth")
-    cause: str | None = Field(default=None, description="the cause a synthetic generator recorded for its failure")
-    expected: str | None = Field(default=None, description="the source that cause should be localized to "
-                                                           "(diagnose/sources.toml, zoo tables)")
+    causes: tuple[str, ...] = Field(default=(), description="the causes a synthetic generator recorded for its failure "
+                                                            "(of its own question, else of one it depends on)")
+    expected: tuple[str, ...] = Field(default=(), description="the sources those causes should be localized to "
+                                                              "(diagnose/sources.toml, zoo tables); the localization "
+                                                              "is right when the source is one of them")
 
 
 class DiagnosticTree(_Record):

@@ -24,7 +24,7 @@ from ..records import Attribution
 from ._rules import rules, sources, zoo_expectations
 from ._tree import TreeNode
 
-__all__ = ["DEPTH_GRID", "Finding", "attribute", "localization", "pending", "summarize_sources"]
+__all__ = ["DEPTH_GRID", "Finding", "attribute", "localization", "mode_of", "pending", "summarize_sources"]
 
 Instance = tuple[str, str]  # (operator, target)
 Results = dict[Instance, "bool | None"]
@@ -45,11 +45,11 @@ class Finding:
     rule: str | None
     depth: int | None
 
-    def record(self, max_depth: int, cause: str | None = None, expected: str | None = None) -> Attribution:
+    def record(self, max_depth: int, causes: tuple[str, ...] = (), expected: tuple[str, ...] = ()) -> Attribution:
         relative = None if self.depth is None else (round(self.depth / max_depth, 4) if max_depth else 0.0)
         return Attribution(op=self.op, target=self.target, root=_outcome(self.root), source=self.source,
                            node=self.node, rule=self.rule, depth=self.depth, relative_depth=relative,
-                           cause=cause, expected=expected)
+                           causes=causes, expected=expected)
 
 
 def attribute(nodes: list[TreeNode], results: dict[str, Results]) -> list[Finding]:
@@ -102,12 +102,17 @@ def pending(node: TreeNode, parent_pending: frozenset[Instance], results: Result
     return frozenset(i for i in parent_pending if i in node.targets and results.get(i) is not True)
 
 
-def localization(finding: Finding, cause: str | None) -> str | None:
-    """The source a correct diagnosis gives a root failure with that recorded cause (none when
-    the cause has no single right answer: noise, duplicate, or no cause)."""
-    if cause is None:
-        return None
-    return zoo_expectations().get(cause.split(":", 1)[0], {}).get(finding.op)
+def mode_of(cause: str) -> str:
+    """The failure mode of a recorded cause: "composition-interference:2" -> "composition-interference"."""
+    return cause.split(":", 1)[0]
+
+
+def localization(finding: Finding, causes: tuple[str, ...]) -> tuple[str, ...]:
+    """The sources a correct diagnosis may give a root failure with those recorded causes: one
+    per cause that has a single right answer (not noise, not duplicate)."""
+    table = zoo_expectations()
+    found = (table.get(mode_of(c), {}).get(finding.op) for c in causes)
+    return tuple(dict.fromkeys(s for s in found if s is not None))
 
 
 def summarize_sources(attributions: list[Attribution]) -> dict:
@@ -127,13 +132,13 @@ def summarize_sources(attributions: list[Attribution]) -> dict:
     cumulative = {op: {f"{x:.1f}": round(sum(a.relative_depth is not None and a.relative_depth <= x + 1e-9
                                                 for a in by_op[op]) / len(by_op[op]), 4) for x in DEPTH_GRID}
                   for op in ops}
-    localized = [a for a in counted if a.expected is not None]
+    localized = [a for a in counted if a.expected]
     per_cause: dict[str, list[Attribution]] = defaultdict(list)
-    for a in localized:
-        per_cause[a.cause.split(":", 1)[0]].append(a)  # type: ignore[union-attr]
+    for a in localized:  # grouped by failure mode; several modes breaking one requirement: "a+b"
+        per_cause["+".join(sorted({mode_of(c) for c in a.causes}))].append(a)
 
     def accuracy(items: list[Attribution]) -> dict:
-        right = sum(a.source == a.expected for a in items)
+        right = sum(a.source in a.expected for a in items)
         return {"instances": len(items), "correct": right, "accuracy": round(right / len(items), 4)}
 
     return {
@@ -143,7 +148,7 @@ def summarize_sources(attributions: list[Attribution]) -> dict:
         "counts": {s: sum(a.source == s for a in counted) for s in names},
         "by_operator": {op: {**shares(by_op[op]), "instances": len(by_op[op])} for op in ops},
         "cumulative_pass": cumulative,
-        "localization": ({**accuracy(localized), "by_cause": {c: {**accuracy(v), "expected": sorted({a.expected for a in v})}
+        "localization": ({**accuracy(localized), "by_cause": {c: {**accuracy(v), "expected": sorted({e for a in v for e in a.expected})}
                                                               for c, v in sorted(per_cause.items())}}
                          if localized else None),
     }

@@ -19,6 +19,7 @@ otherwise the root is generated again as node ``N0``. The end: ``trees.jsonl`` (
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +43,7 @@ from ._rules import RULES_FILE, SOURCES_FILE, sources
 from ._tree import TreeNode, build_tree, tree_nodes
 
 __all__ = ["DIAGNOSIS_FILE", "NODES_FILE", "SUMMARY_FILE", "TREES_FILE", "Evaluator", "TreePlan", "diagnose",
-           "diagnose_run", "export_nodes", "format_summary", "plan_trees"]
+           "diagnose_run", "export_nodes", "format_summary", "merge_diagnoses", "plan_trees", "summarize"]
 
 DIAGNOSIS_FILE = "diagnosis.json"
 TREES_FILE = "trees.jsonl"
@@ -223,19 +224,19 @@ def _strategy_rounds(plan: TreePlan, strategy: str, root_verdicts: dict[str, dic
 
 def diagnose(roots: Sequence[Case], root_verdicts: dict[str, dict[str, str]], evaluate: Evaluator, *,
              strategy: str = "full", roots_from_run: bool = True, root_images: dict[str, str] | None = None,
-             causes: Callable[[Case, str], dict[str, str] | None] | None = None,
-             plan: TreePlan | None = None) -> tuple[list[DiagnosticTree], dict]:
+             causes: Callable[[Case, str], dict[str, tuple[str, ...]] | None] | None = None,
+             plan: TreePlan | None = None) -> list[DiagnosticTree]:
     """Diagnose ``roots`` given their verdicts, evaluating sub-cases with ``evaluate``.
 
     The model call is passed in: the CLI evaluates through the run harness; anything that
     maps sub-cases to verdicts will do. ``causes(case, image)`` gives the causes a synthetic
-    generator recorded (question id -> cause) for the localization check. Returns the trees
-    and the source summary (see :func:`~tracebench.diagnose._attribute.summarize_sources`)."""
+    generator recorded (question id -> causes) for the localization check. Returns the trees;
+    :func:`summarize` makes the summary from them."""
     if strategy not in STRATEGIES:
         raise TraceError(f"--strategy: {strategy!r} is neither full nor adaptive")
     plan = plan or plan_trees(roots)
     verdicts, images = _strategy_rounds(plan, strategy, root_verdicts, evaluate, roots_from_run)
-    trees, attributions = [], []
+    trees = []
     for tree in plan.trees:
         results: dict[str, dict] = {}
         node_verdicts: dict[str, dict[str, str]] = {}
@@ -253,7 +254,6 @@ def diagnose(roots: Sequence[Case], root_verdicts: dict[str, dict[str, str]], ev
         root_image = (root_images or {}).get(tree.root.id) if roots_from_run else images.get(tree.keys["N0"])
         recorded = causes(tree.root, root_image) if causes and root_image else None
         records = [f.record(max_depth, *_cause(f, tree.root, recorded)) for f in findings]
-        attributions += records
         nodes = []
         for node in tree.nodes:
             key = tree.keys[node.id]
@@ -271,31 +271,42 @@ def diagnose(roots: Sequence[Case], root_verdicts: dict[str, dict[str, str]], ev
         trees.append(DiagnosticTree(case_id=tree.root.id, formula=tree.root.formula, slot=tree.root.slot,
                                     strategy=strategy, max_depth=max_depth, nodes=tuple(nodes), edges=edges,
                                     attributions=tuple(records)))
-    summary = summarize_sources(attributions)
-    summary["nodes_generated"] = len(set(verdicts) - {t.keys["N0"] for t in plan.trees})
-    summary["nodes_in_trees"] = sum(len(t.nodes) - 1 for t in plan.trees)
-    return trees, summary
+    return trees
 
 
-def _cause(finding: Finding, root: Case, recorded: dict[str, str] | None) -> tuple[str | None, str | None]:
-    """The recorded cause of a root failure (its own question's, else a question it depends on)
-    and the source it should be localized to."""
+def summarize(trees: Sequence[DiagnosticTree], *, generator: str, judges: Sequence[str], strategy: str,
+              synthetic: bool) -> DiagnosisSummary:
+    """The summary of a diagnosis, from its trees alone (so shards merge by concatenation)."""
+    summary = summarize_sources([a for t in trees for a in t.attributions])
+    generated = len({n.case_id for t in trees for n in t.nodes if n.evaluated and n.parent is not None})
+    return DiagnosisSummary(
+        tool=f"tracebench {__version__}", generator=generator, judges=tuple(judges), strategy=strategy,
+        cases=len(trees), instances=summary["instances"], abstained=summary["abstained"],
+        sources=summary["sources"], counts=summary["counts"], by_operator=summary["by_operator"],
+        cumulative_pass=summary["cumulative_pass"], nodes_generated=generated,
+        nodes_in_trees=sum(len(t.nodes) - 1 for t in trees),
+        nodes_per_case=round(generated / len(trees), 3) if trees else 0.0,
+        localization_accuracy=summary["localization"] if synthetic else None)
+
+
+def _cause(finding: Finding, root: Case, recorded: dict[str, tuple[str, ...]] | None
+           ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The recorded causes of a root failure (of its own first broken question, else of the
+    nearest question it depends on) and the sources they should be localized to."""
     if recorded is None or finding.root is not False:
-        return None, None
+        return (), ()
     questions = {q.id: q for q in root.checklist}
-    mine = [q for q in root.checklist if q.op == finding.op and q.target == finding.target]
+    queue = [q.id for q in root.checklist if q.op == finding.op and q.target == finding.target]
     seen: set[str] = set()
-    queue = [q.id for q in mine]
     while queue:
         qid = queue.pop(0)
         if qid in seen:
             continue
         seen.add(qid)
         if qid in recorded:
-            cause = recorded[qid]
-            return cause, localization(finding, cause)
+            return recorded[qid], localization(finding, recorded[qid])
         queue += list(questions[qid].depends_on) if qid in questions else []
-    return None, None
+    return (), ()
 
 
 # ------------------------------------------------------------------------------ the command
@@ -319,14 +330,16 @@ def format_summary(summary: DiagnosisSummary) -> str:
     return "\n".join(lines)
 
 
-def _zoo_causes(case: Case, image: str) -> dict[str, str] | None:
+def _zoo_causes(case: Case, image: str) -> dict[str, tuple[str, ...]] | None:
     from ..zoo import read_record
 
     try:
         record = read_record(Path(image).read_bytes())
     except (OSError, TraceError):
         return None
-    return None if record is None else dict(record.failed)
+    if record is None:
+        return None
+    return {qid: record.causes.get(qid) or (cause,) for qid, cause in record.failed.items()}
 
 
 def export_nodes(run_dir: Path, out: Path, *, cases: str = "failing", shard: tuple[int, int] | None = None) -> int:
@@ -404,18 +417,64 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
     synthetic = generator.startswith("synthetic:")
     causes = None
     if synthetic:
-        def causes(case: Case, image: str) -> dict[str, str] | None:
+        def causes(case: Case, image: str) -> dict[str, tuple[str, ...]] | None:
             path = Path(image) if Path(image).is_absolute() else out / image
             return _zoo_causes(case, str(path))
-    trees, summary = diagnose(roots, run.verdicts, evaluate, strategy=strategy, roots_from_run=roots_from_run,
-                              root_images=root_images, causes=causes, plan=plan)
+    trees = diagnose(roots, run.verdicts, evaluate, strategy=strategy, roots_from_run=roots_from_run,
+                     root_images=root_images, causes=causes, plan=plan)
     write_atomic(out / TREES_FILE, "".join(t.model_dump_json() + "\n" for t in trees).encode())
-    result = DiagnosisSummary(
-        tool=f"tracebench {__version__}", generator=generator, judges=judges, strategy=strategy, cases=len(trees),
-        instances=summary["instances"], abstained=summary["abstained"], sources=summary["sources"],
-        counts=summary["counts"], by_operator=summary["by_operator"], cumulative_pass=summary["cumulative_pass"],
-        nodes_generated=summary["nodes_generated"], nodes_in_trees=summary["nodes_in_trees"],
-        nodes_per_case=round(summary["nodes_generated"] / len(trees), 3),
-        localization_accuracy=summary["localization"] if synthetic else None)
+    result = summarize(trees, generator=generator, judges=judges, strategy=strategy, synthetic=synthetic)
     write_atomic(out / SUMMARY_FILE, (json.dumps(result.model_dump(mode="json"), indent=2) + "\n").encode())
     return result
+
+
+def merge_diagnoses(folders: Sequence[Path], out: Path) -> DiagnosisSummary:
+    """Combine the diagnosis folders of shards (``--shard i/n``) into one: the same diagnosis
+    but for the shard, every case once; trees in the run's case order, image paths rewritten."""
+    folders = [Path(f) for f in folders]
+    identities = []
+    for folder in folders:
+        path = folder / DIAGNOSIS_FILE
+        if not path.is_file() or not (folder / TREES_FILE).is_file():
+            raise TraceError(f"{folder}: not a finished diagnosis folder (no {DIAGNOSIS_FILE} or {TREES_FILE})")
+        try:
+            identities.append(DiagnosisManifest.model_validate_json(path.read_text(encoding="utf-8")))
+        except ValueError:
+            raise TraceError(f"{path}: not a diagnosis manifest of this tracebench version") from None
+    first = identities[0]
+    for folder, other in zip(folders[1:], identities[1:]):
+        changed = [f for f in DiagnosisManifest.model_fields if f not in ("tool", "shard")
+                   and getattr(other, f) != getattr(first, f)]
+        if changed:
+            raise TraceError(f"{folder}: another diagnosis than {folders[0]} ({', '.join(changed)} differ)")
+    out = Path(out)
+    trees: dict[str, DiagnosticTree] = {}
+    for folder in folders:
+        for lineno, line in enumerate((folder / TREES_FILE).read_text(encoding="utf-8").splitlines(), 1):
+            try:
+                tree = DiagnosticTree.model_validate_json(line)
+            except ValueError:
+                raise TraceError(f"{folder / TREES_FILE}:{lineno}: not a diagnostic tree") from None
+            if tree.case_id in trees:
+                raise TraceError(f"{folder}: case {tree.case_id} is in two of the folders")
+            nodes = tuple(n.model_copy(update={"image": _moved(n.image, folder, out)}) for n in tree.nodes)
+            trees[tree.case_id] = tree.model_copy(update={"nodes": nodes})
+    order = {case_id: k for k, case_id in enumerate(load_run(Path(first.run_dir)).verdicts)}
+    merged = sorted(trees.values(), key=lambda t: order.get(t.case_id, len(order)))
+    identity = first.model_copy(update={"shard": None})
+    summary = summarize(merged, generator=first.generator, judges=first.judges, strategy=first.strategy,
+                        synthetic=first.generator.startswith("synthetic:"))
+    with staged_output(out) as stage:
+        (stage / DIAGNOSIS_FILE).write_text(json.dumps(identity.model_dump(mode="json"), indent=2) + "\n",
+                                            encoding="utf-8")
+        (stage / TREES_FILE).write_text("".join(t.model_dump_json() + "\n" for t in merged), encoding="utf-8")
+        (stage / SUMMARY_FILE).write_text(json.dumps(summary.model_dump(mode="json"), indent=2) + "\n",
+                                          encoding="utf-8")
+    return summary
+
+
+def _moved(image: str | None, folder: Path, out: Path) -> str | None:
+    """An image path relative to a shard's folder, made relative to the merged folder."""
+    if image is None or Path(image).is_absolute():
+        return image
+    return os.path.relpath(folder.resolve() / image, out.resolve())

@@ -14,7 +14,7 @@ from ..library import default_library, load_library, render_scene
 from ..records import Case, GenerationRecord
 from ..sample import LibraryIndex
 from ._profiles import Profile, parse_profile
-from ._rules import failed_questions
+from ._rules import breakdown
 from ._scene import plan_generation
 
 __all__ = ["RECORD_KEY", "default_index", "generate", "read_record"]
@@ -43,8 +43,9 @@ def generate(case: Case, profile: Profile | str, *, library: LibraryIndex | None
     index = default_index() if library is None else library
     plan = plan_generation(case, profile, index, seed=seed)
     image, drawn = render_scene(plan)
+    causes = breakdown(case, profile, seed=seed)
     record = GenerationRecord(case_id=case.id, generator=profile.generator, drawn=drawn,
-                              failed=failed_questions(case, profile, seed=seed))
+                              failed={qid: modes[0] for qid, modes in causes.items()}, causes=causes)
     info = PngImagePlugin.PngInfo()
     info.add_text(RECORD_KEY, json.dumps(record.model_dump(mode="json"), ensure_ascii=True,
                                          separators=(",", ":")), zip=True)

@@ -336,3 +336,18 @@ def test_merge_accepts_an_empty_shard(tmp_path):
     assert result.returncode == 0, result.stderr
     _run(bench, tmp_path / "whole", "synthetic:perfect")
     assert (tmp_path / "merged" / "verdicts.jsonl").read_bytes() == (tmp_path / "whole" / "verdicts.jsonl").read_bytes()
+
+
+def test_parse_reply_reads_fenced_json_and_abstains_on_the_rest(bench):
+    from tracebench.run import parse_reply
+
+    questions = next(iter(read_cases(bench))).checklist[:2]
+    body = json.dumps({"answers": [{"id": questions[0].id, "answer": "Yes", "reason": "seen"},
+                                   {"id": questions[1].id, "answer": "maybe"}]})
+    for raw in (body, f"```json\n{body}\n```", f"  ```\n{body}```  "):
+        parsed = parse_reply(raw, questions)
+        assert parsed[questions[0].id][:2] == ("yes", "seen")
+        assert parsed[questions[1].id][0] is None and "neither yes nor no" in parsed[questions[1].id][1]
+    broken = parse_reply("``` not json", questions)
+    assert all(answer is None and reason == "the reply is not the expected JSON"
+               for answer, reason, _ in broken.values())

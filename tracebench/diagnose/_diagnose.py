@@ -278,7 +278,9 @@ def summarize(trees: Sequence[DiagnosticTree], *, generator: str, judges: Sequen
               synthetic: bool) -> DiagnosisSummary:
     """The summary of a diagnosis, from its trees alone (so shards merge by concatenation)."""
     summary = summarize_sources([a for t in trees for a in t.attributions])
-    generated = len({n.case_id for t in trees for n in t.nodes if n.evaluated and n.parent is not None})
+    # by content, not case id: shards name an identical sub-case after their own first occurrence
+    generated = len({(n.prompt, n.references, n.question_ids) for t in trees for n in t.nodes
+                     if n.evaluated and n.parent is not None})
     return DiagnosisSummary(
         tool=f"tracebench {__version__}", generator=generator, judges=tuple(judges), strategy=strategy,
         cases=len(trees), instances=summary["instances"], abstained=summary["abstained"],

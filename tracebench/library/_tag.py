@@ -19,7 +19,6 @@ import base64
 import copy
 import json
 import os
-import re
 import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..apikeys import LOCAL_API_KEY
 from ..apikeys import api_key as api_key_for
 from ..errors import TraceError
+from ..replies import unfence
 from ..resources import read_toml
 from ..templating import render
 from ._io import staged_output, write_library
@@ -274,18 +274,13 @@ class _Tagger:
         return text if len(text) <= _REASON_LIMIT else text[:_REASON_LIMIT - 1] + "…"
 
 
-_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
-
-
 def _parse_reply(reply: ChatCompletionMessage | None) -> ModelTags:
     """A reply as :class:`ModelTags`, or :class:`_InvalidReply` saying what is wrong."""
     content = reply.content if reply else None
     if not content or not content.strip():
         refusal = getattr(reply, "refusal", None)
         raise _InvalidReply(f"the model refused: {refusal}" if refusal else "the reply is empty")
-    text = content.strip()
-    if fenced := _FENCE.match(text):  # servers that ignore response_format often fence their JSON
-        text = fenced.group(1)
+    text = unfence(content)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import sys
 import zlib
 from collections import Counter
@@ -29,6 +28,7 @@ from tqdm import tqdm
 from .. import __version__
 from ..errors import TraceError
 from ..records import Case, Question, RunManifest, Verdict, Vote
+from ..replies import unfence
 from ..templating import template_hash
 from ._adapters import JUDGE_TEMPLATES, CallFailed, ClientSettings, Generator, Judge, make_generator, make_judge
 from ..sample import read_cases
@@ -41,7 +41,6 @@ VERDICTS_FILE = "verdicts.jsonl"
 RUN_FILE = "run.json"
 IMAGES_DIR = "images"
 CACHE_DIR = "cache"
-_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 
 
 def shard_of(case_id: str, n: int) -> int:
@@ -55,9 +54,7 @@ def parse_reply(raw: str, questions: Sequence[Question]) -> dict[str, tuple[str 
     A reply that is not JSON, or does not answer a question with yes or no, leaves that
     question without an answer (an abstention), with the reason.
     """
-    text = raw.strip()
-    if fenced := _FENCE.match(text):
-        text = fenced.group(1)
+    text = unfence(raw)
     try:
         data = json.loads(text)
         items = data["answers"]

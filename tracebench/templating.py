@@ -1,7 +1,8 @@
-"""The one Jinja2 environment: templates/ as the loader, StrictUndefined everywhere.
+"""The Jinja2 environments: templates/ as the loader, StrictUndefined everywhere.
 
 A missing variable is an error, never an empty string: a prompt with a hole in it is
-worse than no prompt.
+worse than no prompt. Prompts are plain text (no escaping); HTML pages (``*.html.j2``)
+render through :func:`html_environment`, which escapes every value.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import jinja2
 
 from .resources import data_dir, data_hash
 
-__all__ = ["environment", "render", "template_hash", "compile_string"]
+__all__ = ["compile_string", "environment", "html_environment", "render", "render_html", "template_hash"]
 
 
 @cache
@@ -26,6 +27,23 @@ def environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
+
+
+@cache
+def html_environment() -> jinja2.Environment:
+    """For HTML pages: every value escaped unless marked safe (a prompt with <script> shows as text)."""
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
+        undefined=jinja2.StrictUndefined,
+        autoescape=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def render_html(name: str, **context: Any) -> str:
+    """Render the HTML page ``templates/<name>``, escaping every value."""
+    return html_environment().get_template(name).render(**context)
 
 
 def render(name: str, **context: Any) -> str:

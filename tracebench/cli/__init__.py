@@ -16,6 +16,7 @@ from . import diagnose as diagnose_cmd
 from . import library as library_cmd
 from . import merge as merge_cmd
 from . import parse as parse_cmd
+from . import report as report_cmd
 from . import run as run_cmd
 from . import sample as sample_cmd
 from . import score as score_cmd
@@ -25,7 +26,7 @@ from . import templates as templates_cmd
 
 __all__ = ["main", "build_parser"]
 
-_SUBCOMMANDS = (sample_cmd, run_cmd, score_cmd, diagnose_cmd, merge_cmd, serve_cmd, parse_cmd, templates_cmd, library_cmd,
+_SUBCOMMANDS = (sample_cmd, run_cmd, score_cmd, diagnose_cmd, report_cmd, merge_cmd, serve_cmd, parse_cmd, templates_cmd, library_cmd,
                tag_cmd)
 
 

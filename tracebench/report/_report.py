@@ -1,0 +1,254 @@
+"""``trace report``: one self-contained HTML page of a run (and its diagnosis, and runs to compare).
+
+Everything the page shows is embedded: images as data URIs (downscaled thumbnails unless
+``full_images``), plots as inline SVG, styles and the small filtering script inline. It
+makes no network request and opens from a file:// URL. Every text that comes from a
+prompt, a tag, a model or a judge reaches the page through Jinja2's autoescaping
+(``templates/report/report.html.j2``); the SVG of plots and trees is built here from
+escaped parts.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from markupsafe import Markup, escape
+from PIL import Image, UnidentifiedImageError
+
+from .. import __version__
+from ..errors import TraceError
+from ..records import Case, DiagnosisSummary, DiagnosticTree, Verdict
+from ..run import IMAGES_DIR, load_run, read_verdicts
+from ..run._cache import write_atomic
+from ..score import OPERATORS, instance_results, score_run
+from ..templating import render_html
+from . import _plots
+
+__all__ = ["build_report"]
+
+TEMPLATE = "report/report.html.j2"
+THUMBNAIL = 320  # longest side of embedded images, in pixels
+
+
+SMALL = 48_000  # an image file this small is embedded as it is
+
+
+class _Images:
+    """Every image of the page, embedded once (a case's references are shared with other
+    cases): key -> data URI. The page's script puts them into <img> elements when a case is
+    opened, so the browser decodes only what is looked at."""
+
+    def __init__(self, full: bool) -> None:
+        self.full = full
+        self.uris: dict[str, str] = {}
+        self._keys: dict[Path, str | None] = {}
+
+    def add(self, path: Path | None) -> str | None:
+        if path is None:
+            return None
+        path = Path(path).resolve()
+        if path not in self._keys:
+            uri = self._uri(path)
+            key = f"i{len(self.uris)}" if uri else None
+            if key:
+                self.uris[key] = uri
+            self._keys[path] = key
+        return self._keys[path]
+
+    def _uri(self, path: Path) -> str | None:
+        try:
+            data = path.read_bytes()
+            kind = ("png" if data.startswith(b"\x89PNG") else "jpeg" if data.startswith(b"\xff\xd8")
+                    else "webp" if data[8:12] == b"WEBP" else None)
+            if kind and (self.full or len(data) <= SMALL):
+                return f"data:image/{kind};base64," + base64.b64encode(data).decode()
+            with Image.open(io.BytesIO(data)) as image:
+                image = image.convert("RGB")
+                image.thumbnail((THUMBNAIL, THUMBNAIL))
+                out = io.BytesIO()
+                image.save(out, format="JPEG", quality=80)
+            return "data:image/jpeg;base64," + base64.b64encode(out.getvalue()).decode()
+        except (OSError, UnidentifiedImageError):
+            return None
+
+    def json(self) -> Markup:
+        return Markup(json.dumps(self.uris, separators=(",", ":")).replace("</", "<\\/"))
+
+
+def _image_file(folder: Path, case_id: str) -> Path | None:
+    for suffix in (".png", ".jpg", ".webp"):
+        path = folder / IMAGES_DIR / f"{case_id}{suffix}"
+        if path.is_file():
+            return path
+    return None
+
+
+# ------------------------------------------------------------------------------ trees
+
+_NODE_W, _NODE_H, _DX, _DY = 46, 22, 58, 50
+
+
+def _tree_svg(tree: DiagnosticTree, failing: list[str]) -> Markup:
+    """The tree drawn as SVG: leaves in order, parents centred over their children, one row
+    per depth; each node carries its per-target status for the page's script to colour."""
+    children: dict[str | None, list[str]] = {}
+    for node in tree.nodes:
+        children.setdefault(node.parent, []).append(node.id)
+    x: dict[str, float] = {}
+    leaves = iter(range(len(tree.nodes)))
+
+    def place(node_id: str) -> float:
+        kids = children.get(node_id, [])
+        x[node_id] = (sum(place(k) for k in kids) / len(kids)) if kids else float(next(leaves))
+        return x[node_id]
+
+    place(tree.nodes[0].id)
+    width = (max(x.values()) + 1) * _DX + 10
+    height = (tree.max_depth + 1) * _DY + 10
+    by_id = {n.id: n for n in tree.nodes}
+    parts = [f'<svg class="tree" viewBox="0 0 {width:.0f} {height:.0f}" width="{width:.0f}" height="{height:.0f}" '
+             f'role="img" aria-label="diagnostic tree of {escape(tree.case_id)}">']
+    for node in tree.nodes[1:]:
+        x0, y0 = x[node.parent] * _DX + _DX / 2 + 5, by_id[node.parent].depth * _DY + _NODE_H + 5
+        x1, y1 = x[node.id] * _DX + _DX / 2 + 5, node.depth * _DY + 5
+        parts.append(f'<line x1="{x0:.1f}" y1="{y0:.1f}" x2="{x1:.1f}" y2="{y1:.1f}"/>')
+    for node in tree.nodes:
+        cx, top = x[node.id] * _DX + _DX / 2 + 5, node.depth * _DY + 5
+        status = {t: s for t, s in node.status.items() if t in failing}
+        state = ("unknown" if not node.evaluated else "fail" if "fail" in status.values()
+                 else "pass" if status else "neutral")
+        title = f"{node.id} [{node.rule or 'root'}] {node.formula}"
+        parts.append(
+            f'<g class="node {state}" data-node="{escape(node.id)}" data-status="{escape(json.dumps(node.status))}" '
+            f'tabindex="0"><title>{escape(title)}</title>'
+            f'<rect x="{cx - _NODE_W / 2:.1f}" y="{top:.1f}" width="{_NODE_W}" height="{_NODE_H}" rx="5"/>'
+            f'<text x="{cx:.1f}" y="{top + 15:.1f}">{escape(node.id)}</text></g>')
+    parts.append("</svg>")
+    return Markup("".join(parts))
+
+
+# ------------------------------------------------------------------------------ the page
+
+@dataclass
+class _RunView:
+    name: str
+    root: Path
+    scores: dict[str, Any]
+
+
+def _run_name(manifest) -> str:
+    return manifest.generator.removeprefix("openai:")
+
+
+def _case_view(case: Case, verdicts: list[Verdict], run_root: Path, cases_dir: Path, images: _Images,
+               tree: DiagnosticTree | None, diag_dir: Path | None) -> dict[str, Any]:
+    by_question = {v.question_id: v for v in verdicts}
+    outcome = {qid: v.verdict for qid, v in by_question.items()}
+    results = instance_results(case, outcome)
+    failing_ops = sorted({op for (op, _), ok in results.items() if ok is False})
+    image = _image_file(run_root, case.id)
+    questions = []
+    for q in case.checklist:
+        v = by_question.get(q.id)
+        questions.append({"id": q.id, "op": q.op, "text": q.question, "expected": q.expected,
+                          "verdict": v.verdict if v else "missing",
+                          "reasons": [f"{vote.judge}: {vote.answer or '-'} — {vote.reason}" for vote in v.votes] if v else []})
+    view: dict[str, Any] = {
+        "id": case.id, "slot": case.slot, "application": case.application or "", "formula": case.formula,
+        "template": case.template, "prompt": case.prompt, "failing_ops": failing_ops,
+        "references": [{"label": r.image, "src": images.add(cases_dir / r.path), "source": r.source_id}
+                       for r in case.references],
+        "image": images.add(image), "questions": questions, "tree": None}
+    if tree is not None and diag_dir is not None:
+        failing = [a.target for a in tree.attributions if a.root == "fail"]
+        nodes = []
+        for node in tree.nodes:
+            path = None
+            if node.image:
+                path = Path(node.image) if Path(node.image).is_absolute() else diag_dir / node.image
+            nodes.append({"id": node.id, "rule": node.rule or "root", "formula": node.formula, "prompt": node.prompt,
+                          "evaluated": node.evaluated, "same_as": node.same_as,
+                          "image": images.add(path) if path and path.is_file() else None,
+                          "status": node.status})
+        view["tree"] = {"svg": _tree_svg(tree, failing), "failing": failing, "nodes": nodes,
+                        "attributions": [a.model_dump() for a in tree.attributions if a.root != "pass"]}
+    return view
+
+
+def _best(rows: list[dict], key: str) -> float | None:
+    values = [r[key] for r in rows if r[key] is not None]
+    return max(values) if values else None
+
+
+def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, compare: Sequence[Path] = (),
+                 full_images: bool = False, seed: int = 0) -> Path:
+    """Write the report of ``run_dir`` to ``out`` (one HTML file); returns ``out``."""
+    run = load_run(run_dir)
+    runs = [_RunView(_run_name(run.manifest), Path(run_dir), score_run(run_dir, seed=seed))]
+    for other in compare:
+        other_run = load_run(other)
+        runs.append(_RunView(_run_name(other_run.manifest), Path(other), score_run(other, seed=seed)))
+    names = [r.name for r in runs]
+    if len(set(names)) < len(names):  # the same generator twice: tell the rows apart by folder
+        for r in runs:
+            r.name = f"{r.name} ({r.root.name})"
+    trees: dict[str, DiagnosticTree] = {}
+    summary = None
+    if diagnosis is not None:
+        diagnosis = Path(diagnosis)
+        trees_path, summary_path = diagnosis / "trees.jsonl", diagnosis / "summary.json"
+        if not trees_path.is_file() or not summary_path.is_file():
+            raise TraceError(f"--diagnosis {diagnosis}: not a diagnosis folder (no trees.jsonl or summary.json)")
+        try:
+            summary = DiagnosisSummary.model_validate_json(summary_path.read_text(encoding="utf-8"))
+            for lineno, line in enumerate(trees_path.read_text(encoding="utf-8").splitlines(), 1):
+                tree = DiagnosticTree.model_validate_json(line)
+                trees[tree.case_id] = tree
+        except ValueError:
+            raise TraceError(f"--diagnosis {diagnosis}: not a diagnosis of this tracebench version") from None
+        unknown = [c for c in trees if c not in run.cases]
+        if unknown:
+            raise TraceError(f"--diagnosis {diagnosis}: case {unknown[0]} is not in run {run_dir}")
+
+    headline = []
+    for r in runs:
+        row = {"name": r.name, "cases": r.scores["cases"], "overall": r.scores["overall"],
+               "ci": r.scores["ci95"], "abstentions": r.scores["abstentions"]}
+        row.update({op: r.scores["operators"].get(op) for op in OPERATORS})
+        headline.append(row)
+    best = {key: _best(headline, key) for key in (*OPERATORS, "overall")}
+    plots = {
+        "by_slot": Markup(_plots.lines_by_slot({r.name: r.scores["by_slot"] for r in runs})),
+        "by_subtype": Markup(_plots.bars({r.name: {k: v["disentangle"] for k, v in r.scores["by_subtype"].items()}
+                                          for r in runs}, title="disentangle by attribute subtype")),
+        "by_entities": Markup(_plots.bars({r.name: {f"{k} entities": v["anchor"]
+                                                    for k, v in r.scores["by_entity_count"].items()} for r in runs},
+                                          title="anchor by entities in the reference image")),
+        "by_application": (Markup(_plots.bars({r.name: {k: v["overall"] for k, v in r.scores["by_application"].items()}
+                                               for r in runs}, title="overall score by application"))
+                           if any(r.scores["by_application"] for r in runs) else None),
+        "cumulative": Markup(_plots.cumulative_pass(summary.cumulative_pass)) if summary else None,
+    }
+    verdicts: dict[str, list[Verdict]] = {}
+    for v in read_verdicts(Path(run_dir) / "verdicts.jsonl"):
+        verdicts.setdefault(v.case_id, []).append(v)
+    images = _Images(full_images)
+    cases = [_case_view(run.cases[cid], verdicts[cid], Path(run_dir), run.cases_dir, images, trees.get(cid),
+                        diagnosis) for cid in verdicts]
+    from ..diagnose import sources as source_catalogue
+
+    sources = [{"name": name, "title": s.title, "means": s.means} for name, s in source_catalogue().items()]
+    html = render_html(TEMPLATE, tool=f"tracebench {__version__}", runs=headline, best=best, operators=OPERATORS,
+                       plots=plots, cases=cases, summary=summary.model_dump(mode="json") if summary else None,
+                       sources=sources, manifests=[load_run(r.root).manifest.model_dump(mode="json") for r in runs],
+                       slots=sorted({c["slot"] for c in cases}), run_dir=str(run_dir), images=images.json())
+    out = Path(out)
+    if out.is_dir():
+        raise TraceError(f"--out {out}: is a folder; give the HTML file to write")
+    write_atomic(out, html.encode("utf-8"))
+    return out

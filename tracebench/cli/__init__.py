@@ -12,6 +12,7 @@ from typing import Sequence
 
 from .. import __version__
 from ..errors import TraceError, ValidationFailed
+from . import agree as agree_cmd
 from . import diagnose as diagnose_cmd
 from . import library as library_cmd
 from . import merge as merge_cmd
@@ -26,7 +27,7 @@ from . import templates as templates_cmd
 
 __all__ = ["main", "build_parser"]
 
-_SUBCOMMANDS = (sample_cmd, run_cmd, score_cmd, diagnose_cmd, report_cmd, merge_cmd, serve_cmd, parse_cmd, templates_cmd, library_cmd,
+_SUBCOMMANDS = (sample_cmd, run_cmd, score_cmd, diagnose_cmd, report_cmd, agree_cmd, merge_cmd, serve_cmd, parse_cmd, templates_cmd, library_cmd,
                tag_cmd)
 
 

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from ._score import OPERATORS, effective_verdicts, format_scores, instance_results, score_run
+from ._score import OPERATORS, effective_verdicts, format_scores, instance_results, instance_scores, score_run
 
-__all__ = ["OPERATORS", "effective_verdicts", "format_scores", "instance_results", "score_run"]
+__all__ = ["OPERATORS", "effective_verdicts", "format_scores", "instance_results", "instance_scores", "score_run"]

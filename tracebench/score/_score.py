@@ -31,7 +31,7 @@ from ..errors import TraceError
 from ..records import Case
 from ..run import load_run
 
-__all__ = ["OPERATORS", "effective_verdicts", "format_scores", "instance_results", "score_run"]
+__all__ = ["OPERATORS", "effective_verdicts", "format_scores", "instance_results", "instance_scores", "score_run"]
 
 OPERATORS = ("anchor", "disentangle", "apply", "compose")
 
@@ -66,7 +66,10 @@ def instance_results(case: Case, verdicts: dict[str, str]) -> dict[tuple[str, st
             for key, values in answers.items()}
 
 
-def _instances(case: Case, effective: dict[str, bool | None]) -> dict[tuple[str, str], float]:
+def instance_scores(case: Case, verdicts: dict[str, str]) -> dict[tuple[str, str], float]:
+    """(operator, target) -> the share of its answered questions that pass (after dependencies);
+    instances with no answered question are left out. What ``trace score`` averages."""
+    effective = effective_verdicts(case, verdicts)
     answered: dict[tuple[str, str], list[bool]] = defaultdict(list)
     for q in case.checklist:
         if effective[q.id] is not None:
@@ -109,7 +112,7 @@ def score_run(run_dir: Path, *, cases_dir: Path | None = None, seed: int = 0) ->
     rows, subtype_scores, entity_scores = [], defaultdict(list), defaultdict(list)
     for case_id in verdicts:
         case = cases[case_id]
-        instances = _instances(case, effective_verdicts(case, verdicts[case_id]))
+        instances = instance_scores(case, verdicts[case_id])
         terms = {t.symbol: t for t in case.terms}
         row = {"slot": case.slot, "application": case.application}
         for op in OPERATORS:

@@ -1,0 +1,213 @@
+"""`trace agree`: agreement statistics checked against independent computations, and the labelling page."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.stats import rankdata
+
+from test_cli import run_trace
+from test_report import FLAGS, _chromium
+from tracebench.diagnose import diagnose_run
+from tracebench.run import ClientSettings, read_verdicts, run_benchmark
+from tracebench.sample import read_cases, sample_benchmark
+
+SETTINGS = ClientSettings(max_retries=0, timeout=30.0)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("agree")
+    bench = root / "bench"
+    sample_benchmark(bench, slots=tuple(range(1, 9)), per_slot=6, seed=3, applications=False)
+    run_benchmark(bench, root / "judge", generator="synthetic:global-interference,composition-interference:2",
+                  judges=["oracle"], settings=SETTINGS)
+    rng = random.Random(7)
+    truth = {(v.case_id, v.question_id): v.verdict == "pass" for v in read_verdicts(root / "judge" / "verdicts.jsonl")}
+    human = {key: (not ok if rng.random() < 0.15 else ok) for key, ok in truth.items() if rng.random() < 0.9}
+    lines = [json.dumps({"case_id": c, "question_id": q, "pass": ok}) for (c, q), ok in human.items()]
+    (root / "human.jsonl").write_text("\n".join(lines) + "\n")
+    second = {key: (not ok if rng.random() < 0.1 else ok) for key, ok in truth.items()}
+    (root / "second.jsonl").write_text("".join(json.dumps({"case_id": c, "question_id": q, "pass": ok}) + "\n"
+                                               for (c, q), ok in second.items()))
+    return {"root": root, "bench": bench, "truth": truth, "human": human, "second": second,
+            "cases": {c.id: c for c in read_cases(bench)}}
+
+
+def _agree(*args: str) -> dict:
+    result = run_trace("agree", *args, "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+# ------------------------------------------------------------------------------ independent computations
+
+def _kappa(x: list[bool], y: list[bool]) -> float:
+    n = len(x)
+    observed = sum(a == b for a, b in zip(x, y)) / n
+    px, py = sum(x) / n, sum(y) / n
+    expected = px * py + (1 - px) * (1 - py)
+    return (observed - expected) / (1 - expected)
+
+
+def _op_scores(case, answers: dict[str, bool]) -> dict[str, float]:
+    """Operator scores of one case, written out again: failed parents fail their children,
+    an instance is the share of its answered questions passing, an operator the mean of its instances."""
+    parents = {q.id: q.depends_on for q in case.checklist}
+
+    def holds(qid):
+        if qid not in answers:
+            return None
+        if any(holds(p) is False for p in parents[qid]):
+            return False
+        return answers[qid]
+
+    instances = defaultdict(list)
+    for q in case.checklist:
+        value = holds(q.id)
+        if value is not None:
+            instances[(q.op, q.target)].append(value)
+    per_op = defaultdict(list)
+    for (op, _), values in instances.items():
+        per_op[op].append(sum(values) / len(values))
+    return {op: sum(v) / len(v) for op, v in per_op.items()}
+
+
+def _alpha_nominal(raters: list[dict]) -> float:
+    """Krippendorff's alpha for nominal data, from the coincidence matrix."""
+    units = set().union(*raters)
+    coincidence = Counter()
+    for unit in units:
+        values = [r[unit] for r in raters if unit in r]
+        m = len(values)
+        if m < 2:
+            continue
+        for i, a in enumerate(values):
+            for j, b in enumerate(values):
+                if i != j:
+                    coincidence[(a, b)] += 1 / (m - 1)
+    n = sum(coincidence.values())
+    totals = Counter()
+    for (a, _), w in coincidence.items():
+        totals[a] += w
+    observed = sum(w for (a, b), w in coincidence.items() if a != b) / n
+    expected = sum(totals[a] * totals[b] for a in totals for b in totals if a != b) / (n * (n - 1))
+    return 1 - observed / expected
+
+
+def test_checklist_and_operator_level_agreement(world):
+    result = _agree("--cases", str(world["bench"]), "--human", str(world["root"] / "human.jsonl"),
+                    "--judge", str(world["root"] / "judge"))
+    keys = [k for k in world["human"] if k in world["truth"]]
+    x, y = [world["human"][k] for k in keys], [world["truth"][k] for k in keys]
+    assert result["n"] == len(keys)
+    assert result["agreement"] == pytest.approx(np.mean(np.equal(x, y)), abs=1e-4)
+    assert result["cohen_kappa"] == pytest.approx(_kappa(x, y), abs=1e-4)
+    by_case = defaultdict(dict)
+    for c, q in keys:
+        by_case[c][q] = None
+    for op in ("anchor", "disentangle"):
+        pairs = []
+        for case_id, qids in by_case.items():
+            a = _op_scores(world["cases"][case_id], {q: world["human"][(case_id, q)] for q in qids})
+            b = _op_scores(world["cases"][case_id], {q: world["truth"][(case_id, q)] for q in qids})
+            if op in a and op in b:
+                pairs.append((a[op], b[op]))
+        a, b = np.array(pairs).T
+        got = result["operators"][op]
+        assert got["cases"] == len(pairs)
+        assert got["pearson"] == pytest.approx(np.corrcoef(a, b)[0, 1], abs=1e-4)
+        assert got["spearman"] == pytest.approx(np.corrcoef(rankdata(a), rankdata(b))[0, 1], abs=1e-4)
+        assert got["mae"] == pytest.approx(np.abs(a - b).mean(), abs=1e-4)
+        for metric in ("pearson", "spearman", "mae"):
+            low, high = result["ci95"]["operators"][op][metric]
+            assert low <= got[metric] <= high
+    low, high = result["ci95"]["agreement"]
+    assert low < result["agreement"] < high
+    assert set(result) >= {"n", "agreement", "cohen_kappa", "operators", "ci95"}
+
+
+def test_judges_against_each_other_and_krippendorff(world):
+    result = _agree("--cases", str(world["bench"]), "--human", str(world["root"] / "human.jsonl"),
+                    "--judge", str(world["root"] / "judge"), "--judge", str(world["root"] / "second.jsonl"))
+    assert [(p["a"], Path(p["b"]).name) for p in result["pairs"]] == [
+        ("human", "judge"), ("human", "second.jsonl"), (str(world["root"] / "judge"), "second.jsonl")]
+    judges = result["pairs"][2]
+    x = [world["truth"][k] for k in world["truth"]]
+    y = [world["second"][k] for k in world["truth"]]
+    assert judges["agreement"] == pytest.approx(np.mean(np.equal(x, y)), abs=1e-4)
+    expected = _alpha_nominal([world["human"], world["truth"], world["second"]])
+    assert result["krippendorff_alpha"] == pytest.approx(expected, abs=1e-4)
+    again = _agree("--cases", str(world["bench"]), "--human", str(world["root"] / "human.jsonl"),
+                   "--judge", str(world["root"] / "judge"), "--judge", str(world["root"] / "second.jsonl"))
+    assert again == result  # seeded bootstrap
+
+
+def test_diagnosis_agreement(world, tmp_path):
+    diag = tmp_path / "diag"
+    diagnose_run(world["root"] / "judge", diag, strategy="adaptive", settings=SETTINGS)
+    attributions = [(t["case_id"], a["target"], a["source"])
+                    for t in map(json.loads, (diag / "trees.jsonl").read_text().splitlines())
+                    for a in t["attributions"] if a["source"]]
+    changed = {k for k in range(0, len(attributions), 5)}
+    lines = [json.dumps({"case_id": c, "target": t, "source": "persistent_failure" if k in changed else s})
+             for k, (c, t, s) in enumerate(attributions)]
+    (tmp_path / "sources.jsonl").write_text("\n".join(lines) + "\n")
+    result = _agree("--cases", str(world["bench"]), "--human-diagnosis", str(tmp_path / "sources.jsonl"),
+                    "--diagnosis", str(diag))
+    same = sum(1 for k, (_, _, s) in enumerate(attributions) if k not in changed or s == "persistent_failure")
+    assert result["diagnosis"]["n"] == len(attributions)
+    assert result["diagnosis"]["agreement"] == pytest.approx(same / len(attributions), abs=1e-4)
+
+
+@pytest.mark.parametrize("line,message", [
+    ('{"case_id": "s1-00000", "question_id": "f1:existence"}', "human.jsonl:1: pass: Field required"),
+    ('{"case_id": "nope", "question_id": "f1:existence", "pass": true}', "case 'nope' is not in the benchmark"),
+    ("not json", "human.jsonl:1:"),
+])
+def test_bad_labels_are_one_line(world, tmp_path, line, message):
+    (tmp_path / "human.jsonl").write_text(line + "\n")
+    result = run_trace("agree", "--cases", str(world["bench"]), "--human", str(tmp_path / "human.jsonl"),
+                       "--judge", str(world["root"] / "judge"))
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_export_sample_and_label_in_a_browser(world, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    out = tmp_path / "sample"
+    result = run_trace("agree", "--cases", str(world["bench"]), "--export-sample", "16", "--judge",
+                       str(world["root"] / "judge"), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    sample = [json.loads(line) for line in (out / "sample.jsonl").read_text().splitlines()]
+    assert len(sample) == 16 and Counter(s["slot"] for s in sample) == {s: 2 for s in range(1, 9)}  # stratified
+    executable = _chromium()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, args=FLAGS)
+        page = browser.new_context(accept_downloads=True).new_page()
+        errors = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto((out / "annotate.html").as_uri())
+        assert page.locator("section.case").count() == 16
+        assert page.locator("img[src^='data:image/']").count() > 16
+        page.locator("input[value=yes]").evaluate_all("els => els.forEach(e => e.click())")
+        with page.expect_download() as download:
+            page.click("#download")
+        labels_path = tmp_path / "labels.jsonl"
+        download.value.save_as(labels_path)
+        browser.close()
+    assert errors == []
+    labels = [json.loads(line) for line in labels_path.read_text().splitlines()]
+    questions = {(c.id, q.id): q for c in world["cases"].values() for q in c.checklist
+                 if c.id in {s["case_id"] for s in sample}}
+    assert len(labels) == len(questions)
+    for label in labels:  # "yes" everywhere: passes exactly where yes is the passing answer
+        assert label["pass"] == (questions[(label["case_id"], label["question_id"])].expected == "yes")
+    result = _agree("--cases", str(world["bench"]), "--human", str(labels_path), "--judge", str(world["root"] / "judge"))
+    assert result["n"] == len(labels)

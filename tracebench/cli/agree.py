@@ -1,0 +1,51 @@
+"""``trace agree``: agreement of a judge with human labels, of judges with each other, of diagnoses."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import TraceError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("agree", help="measure a judge against human labels (and judges against each other)",
+                       description="Compare verdicts question by question: agreement, Cohen's kappa, and per "
+                                   "operator Pearson, Spearman and MAE of operator scores, with bootstrap 95%% "
+                                   "intervals; Krippendorff's alpha for three or more raters; agreement of "
+                                   "diagnosed failure sources. With --export-sample N, write a labelling page.")
+    p.add_argument("--cases", type=Path, required=True, metavar="CASES_DIR", help="the benchmark folder")
+    p.add_argument("--human", type=Path, metavar="LABELS.jsonl",
+                   help='human labels, one {"case_id", "question_id", "pass"} a line')
+    p.add_argument("--judge", type=Path, action="append", default=[], metavar="RUN_DIR_OR_JSONL",
+                   help="a run folder or a label file; repeat to compare judges or repeated runs")
+    p.add_argument("--human-diagnosis", type=Path, metavar="SOURCES.jsonl",
+                   help='human failure sources, one {"case_id", "target", "source"} a line')
+    p.add_argument("--diagnosis", type=Path, metavar="DIAG_DIR", help="the diagnosis to compare them with")
+    p.add_argument("--export-sample", type=int, metavar="N",
+                   help="write N cases, stratified by slot level, with a labelling page, to --out")
+    p.add_argument("--out", type=Path, help="with --export-sample: the folder to write")
+    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and of the sample")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    if args.export_sample is not None:
+        from ..report import export_sample
+
+        if args.out is None:
+            raise TraceError("--export-sample needs --out DIR")
+        if len(args.judge) > 1:
+            raise TraceError("--export-sample takes at most one --judge (the run whose images to show)")
+        sample = export_sample(args.cases, args.out, args.export_sample, run_dir=args.judge[0] if args.judge else None,
+                               seed=args.seed)
+        print(f"{args.out}/annotate.html: {len(sample)} cases to label; save the labels and run "
+              f"trace agree --cases {args.cases} --human labels.jsonl --judge RUN_DIR")
+        return 0
+    from ..report import agree, format_agreement
+
+    result = agree(args.cases, human=args.human, judges=args.judge, human_diagnosis=args.human_diagnosis,
+                   diagnosis=args.diagnosis, seed=args.seed)
+    print(json.dumps(result, indent=2) if args.json else format_agreement(result))
+    return 0

@@ -1,0 +1,69 @@
+"""``trace agree --export-sample N``: a stratified sample of cases and a plain page to label them.
+
+The page (``annotate.html``, self-contained like the report) shows each case's prompt, its
+reference images and, given a run, the generated image, with a yes/no choice per question.
+"Download labels" saves ``labels.jsonl``: one ``{"case_id", "question_id", "pass"}`` a line,
+``pass`` after the question's polarity, ready for ``trace agree --human labels.jsonl``.
+Answers are kept in the browser's local storage while labelling.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import defaultdict
+from pathlib import Path
+
+from ..errors import TraceError
+from ..library import staged_output
+from ..records import Case
+from ..run import load_run
+from ..sample import read_cases
+from ..templating import render_html
+from ._report import _image_file, _Images
+
+__all__ = ["export_sample", "stratified"]
+
+TEMPLATE = "report/annotate.html.j2"
+
+
+def stratified(cases: list[Case], n: int, rng: random.Random) -> list[Case]:
+    """``n`` cases spread over slot levels in proportion to their sizes (largest remainders),
+    drawn at random within each level; returned in benchmark order."""
+    if n < 1:
+        raise TraceError(f"--export-sample: {n} must be at least 1")
+    groups: dict[int, list[Case]] = defaultdict(list)
+    for case in cases:
+        groups[case.slot].append(case)
+    n = min(n, len(cases))
+    quota = {slot: n * len(group) / len(cases) for slot, group in groups.items()}
+    take = {slot: int(q) for slot, q in quota.items()}
+    for slot in sorted(quota, key=lambda s: (-(quota[s] - take[s]), s))[:n - sum(take.values())]:
+        take[slot] += 1
+    chosen = {c.id for slot, group in sorted(groups.items()) for c in rng.sample(group, take[slot])}
+    return [c for c in cases if c.id in chosen]
+
+
+def export_sample(cases_dir: Path, out: Path, n: int, *, run_dir: Path | None = None, seed: int = 0) -> list[Case]:
+    """Write ``out/annotate.html`` and ``out/sample.jsonl`` for ``n`` stratified cases."""
+    cases = list(read_cases(Path(cases_dir)))
+    images = _Images(full=False)
+    run = load_run(run_dir) if run_dir is not None else None
+    if run is not None and run.cases_dir.resolve() != Path(cases_dir).resolve():
+        raise TraceError(f"--judge {run_dir}: a run of {run.cases_dir}, not of {cases_dir}")
+    sample = stratified(cases, n, random.Random(f"tracebench-annotate:{seed}"))
+    views = []
+    for case in sample:
+        generated = _image_file(Path(run_dir), case.id) if run_dir is not None else None
+        views.append({
+            "id": case.id, "slot": case.slot, "prompt": case.prompt,
+            "references": [{"label": r.image, "key": images.add(Path(cases_dir) / r.path)} for r in case.references],
+            "image": images.add(generated),
+            "questions": [{"id": q.id, "op": q.op, "text": q.question, "expected": q.expected} for q in case.checklist]})
+    html = render_html(TEMPLATE, cases=views, images=images.json(), source=str(cases_dir),
+                       questions=sum(len(v["questions"]) for v in views))
+    with staged_output(Path(out)) as stage:
+        (stage / "annotate.html").write_text(html, encoding="utf-8")
+        (stage / "sample.jsonl").write_text("".join(json.dumps({"case_id": c.id, "slot": c.slot}) + "\n"
+                                                    for c in sample), encoding="utf-8")
+    return sample

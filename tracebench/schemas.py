@@ -15,6 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from .library import LibraryInfo, TaggedImage
+from .report._agree import Label, SourceLabel
 from .records import (Case, DiagnosisManifest, DiagnosisSummary, DiagnosticTree, NodeOccurrence, RunManifest,
                       SampleManifest, Verdict)
 
@@ -32,6 +33,8 @@ SCHEMAS: dict[str, tuple[str, type[BaseModel]]] = {
     "diagnosis_summary.schema.json": ("docs", DiagnosisSummary),
     "diagnosis_manifest.schema.json": ("docs", DiagnosisManifest),
     "node_occurrence.schema.json": ("docs", NodeOccurrence),
+    "label.schema.json": ("docs", Label),
+    "source_label.schema.json": ("docs", SourceLabel),
 }
 
 

@@ -1,4 +1,4 @@
-"""JSON Schemas of every record written to disk, exported from the pydantic models.
+"""JSON Schemas of every record written to disk (and of the label files users write), from the pydantic models.
 
 Library records ship with the package in taxonomy/; benchmark records are documented in
 docs/schemas/. Regenerate after changing a model, from the repository's root (a test fails
@@ -15,9 +15,9 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from .library import LibraryInfo, TaggedImage
-from .report._agree import Label, SourceLabel
 from .records import (Case, DiagnosisManifest, DiagnosisSummary, DiagnosticTree, NodeOccurrence, RunManifest,
                       SampleManifest, Verdict)
+from .report import Label, SourceLabel
 
 __all__ = ["SCHEMAS", "schema_path", "schema_text", "export"]
 

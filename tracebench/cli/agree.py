@@ -11,7 +11,7 @@ from ..errors import TraceError
 def register(sub) -> None:
     p = sub.add_parser("agree", help="measure a judge against human labels (and judges against each other)",
                        description="Compare verdicts question by question: agreement, Cohen's kappa, and per "
-                                   "operator Pearson, Spearman and MAE of operator scores, with bootstrap 95%% "
+                                   "operator Pearson, Spearman and MAE of operator scores, with bootstrap 95% "
                                    "intervals; Krippendorff's alpha for three or more raters; agreement of "
                                    "diagnosed failure sources. With --export-sample N, write a labelling page.")
     p.add_argument("--cases", type=Path, required=True, metavar="CASES_DIR", help="the benchmark folder")

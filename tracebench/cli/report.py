@@ -8,7 +8,7 @@ from pathlib import Path
 def register(sub) -> None:
     p = sub.add_parser("report", help="write a self-contained HTML report of a run",
                        description="One HTML file (images and plots embedded, no network request when opened): "
-                                   "scores with 95%% intervals, plots by slot, subtype, entities and application, "
+                                   "scores with 95% intervals, plots by slot, subtype, entities and application, "
                                    "the failure-source table and trees of a diagnosis, and a filterable case browser.")
     p.add_argument("run_dir", type=Path, help="a run folder (trace run's output)")
     p.add_argument("--diagnosis", type=Path, metavar="DIAG_DIR", help="a diagnosis folder of this run (trace diagnose)")

@@ -33,8 +33,8 @@ from ..library import staged_output
 from ..records import (Case, DiagnosisManifest, DiagnosisSummary, DiagnosticEdge, DiagnosticNode, DiagnosticTree,
                        NodeOccurrence, SampleManifest)
 from ..resources import data_hash
-from ..run import IMAGES_DIR, ClientSettings, load_run, make_generator, make_judge, read_verdicts, run_benchmark
-from ..run import shard_of
+from ..run import (ClientSettings, generated_image, load_run, make_generator, make_judge, read_verdicts,
+                   run_benchmark, shard_of)
 from ..run._cache import sha256, write_atomic
 from ..score import instance_results
 from ._attribute import Finding, attribute, localization, pending, summarize_sources
@@ -157,14 +157,6 @@ def _select(run, which: str, shard: tuple[int, int] | None) -> list[Case]:
     if shard is not None:
         chosen = [i for i in chosen if shard_of(i, shard[1]) == shard[0]]
     return [run.cases[i] for i in chosen]
-
-
-def _image_of(folder: Path, case_id: str) -> Path | None:
-    for suffix in (".png", ".jpg", ".webp"):
-        path = folder / IMAGES_DIR / f"{case_id}{suffix}"
-        if path.is_file():
-            return path
-    return None
 
 
 # ------------------------------------------------------------------------------ the diagnosis
@@ -412,10 +404,10 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
         got: dict[str, dict[str, str]] = {}
         for v in read_verdicts(folder / "run" / "verdicts.jsonl"):
             got.setdefault(v.case_id, {})[v.question_id] = v.verdict
-        images = {c.id: str(p.relative_to(out)) for c in batch if (p := _image_of(folder / "run", c.id))}
+        images = {c.id: str(p.relative_to(out)) for c in batch if (p := generated_image(folder / "run", c.id))}
         return got, images
 
-    root_images = {c.id: str(p.resolve()) for c in roots if (p := _image_of(run.root, c.id))}
+    root_images = {c.id: str(p.resolve()) for c in roots if (p := generated_image(run.root, c.id))}
     synthetic = generator.startswith("synthetic:")
     causes = None
     if synthetic:

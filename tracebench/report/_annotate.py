@@ -17,10 +17,10 @@ from pathlib import Path
 from ..errors import TraceError
 from ..library import staged_output
 from ..records import Case
-from ..run import load_run
+from ..run import generated_image, load_run
 from ..sample import read_cases
 from ..templating import render_html
-from ._report import _image_file, _Images
+from ._report import _Images
 
 __all__ = ["export_sample", "stratified"]
 
@@ -54,7 +54,7 @@ def export_sample(cases_dir: Path, out: Path, n: int, *, run_dir: Path | None = 
     sample = stratified(cases, n, random.Random(f"tracebench-annotate:{seed}"))
     views = []
     for case in sample:
-        generated = _image_file(Path(run_dir), case.id) if run_dir is not None else None
+        generated = generated_image(Path(run_dir), case.id) if run_dir is not None else None
         views.append({
             "id": case.id, "slot": case.slot, "prompt": case.prompt,
             "references": [{"label": r.image, "key": images.add(Path(cases_dir) / r.path)} for r in case.references],

@@ -23,7 +23,7 @@ from PIL import Image, UnidentifiedImageError
 from .. import __version__
 from ..errors import TraceError
 from ..records import Case, DiagnosisSummary, DiagnosticTree, Verdict
-from ..run import IMAGES_DIR, load_run, read_verdicts
+from ..run import generated_image, load_run, read_verdicts
 from ..run._cache import write_atomic
 from ..score import OPERATORS, instance_results, score_run
 from ..templating import render_html
@@ -78,14 +78,6 @@ class _Images:
 
     def json(self) -> Markup:
         return Markup(json.dumps(self.uris, separators=(",", ":")).replace("</", "<\\/"))
-
-
-def _image_file(folder: Path, case_id: str) -> Path | None:
-    for suffix in (".png", ".jpg", ".webp"):
-        path = folder / IMAGES_DIR / f"{case_id}{suffix}"
-        if path.is_file():
-            return path
-    return None
 
 
 # ------------------------------------------------------------------------------ trees
@@ -151,7 +143,7 @@ def _case_view(case: Case, verdicts: list[Verdict], run_root: Path, cases_dir: P
     outcome = {qid: v.verdict for qid, v in by_question.items()}
     results = instance_results(case, outcome)
     failing_ops = sorted({op for (op, _), ok in results.items() if ok is False})
-    image = _image_file(run_root, case.id)
+    image = generated_image(run_root, case.id)
     questions = []
     for q in case.checklist:
         v = by_question.get(q.id)

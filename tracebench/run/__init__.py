@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ._adapters import CallFailed, ClientSettings, make_generator, make_judge
 from ._cache import Cache, cache_key
-from ._harness import (IMAGES_DIR, RUN_FILE, VERDICTS_FILE, RunFolder, load_run, parse_reply, read_verdicts,
+from ._harness import (IMAGES_DIR, RUN_FILE, VERDICTS_FILE, RunFolder, generated_image, load_run, parse_reply, read_verdicts,
                        run_benchmark, shard_of)
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "RunFolder",
     "VERDICTS_FILE",
     "cache_key",
+    "generated_image",
     "load_run",
     "make_generator",
     "make_judge",

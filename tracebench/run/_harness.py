@@ -34,7 +34,7 @@ from ._adapters import JUDGE_TEMPLATES, CallFailed, ClientSettings, Generator, J
 from ..sample import read_cases
 from ._cache import Cache, cache_key, sha256, write_atomic
 
-__all__ = ["IMAGES_DIR", "RUN_FILE", "RunFolder", "VERDICTS_FILE", "load_run", "parse_reply", "read_verdicts",
+__all__ = ["IMAGES_DIR", "RUN_FILE", "RunFolder", "VERDICTS_FILE", "generated_image", "load_run", "parse_reply", "read_verdicts",
            "run_benchmark", "shard_of"]
 
 VERDICTS_FILE = "verdicts.jsonl"
@@ -172,6 +172,15 @@ class _Runner:
                             votes=tuple(votes[q.id])) for q in case.checklist]
         self.stats.abstentions += sum(v.verdict == "abstain" for v in verdicts)
         return verdicts
+
+
+def generated_image(run_dir: Path, case_id: str) -> Path | None:
+    """The image a run folder holds for a case (whatever its format), or None."""
+    for suffix in (".png", ".jpg", ".webp"):
+        path = Path(run_dir) / IMAGES_DIR / f"{case_id}{suffix}"
+        if path.is_file():
+            return path
+    return None
 
 
 def image_suffix(data: bytes) -> str:

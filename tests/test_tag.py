@@ -419,3 +419,18 @@ def test_trace_tag_command_failure_is_one_line_and_writes_nothing(images, tmp_pa
     assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith("trace tag: ")
     assert KEY not in result.stderr + result.stdout
     assert not out.exists()
+
+
+def test_replies_are_cached_and_a_rerun_asks_only_for_what_failed(images, tmp_path, stub, key):
+    stub.handler = Script(images, red_png=[(500, "overloaded")])
+    first = run(images, tmp_path / "lib", stub, max_retries=0)
+    assert [s.path for s in first.skipped] == ["red.png"] and first.cache_hits == 0
+    stub.handler = Script(images)
+    second = run(images, tmp_path / "lib-retry", stub)  # same folder, so the same cache
+    assert second.calls == 1 and second.cache_hits == first.tagged and not second.skipped
+    third = run(images, tmp_path / "lib-again", stub)
+    assert third.calls == 0 and third.cache_hits == second.tagged
+    assert (tmp_path / "lib-again" / "tags.jsonl").read_bytes() == (tmp_path / "lib-retry" / "tags.jsonl").read_bytes()
+    other = run(images, tmp_path / "lib-other", stub, model="another-model")  # another model: asked again
+    assert other.cache_hits == 0 and other.calls == other.tagged
+    assert not any(KEY in p.read_text(errors="ignore") for p in files_under(tmp_path / ".tracebench-tag-cache"))

@@ -18,6 +18,8 @@ def register(sub) -> None:
     p.add_argument("--max-retries", type=int, default=2, help="client retries of a failed request (default 2)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per request (default 120)")
     p.add_argument("--name", help="library name (default: the --out folder's name)")
+    p.add_argument("--cache", type=Path, help="cache of replies (default: .tracebench-tag-cache beside --out); "
+                                              "run the command again to resume")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(run=run)
 
@@ -27,11 +29,12 @@ def run(args) -> int:
 
     report = tag_images(args.images_dir, args.out, model=args.model, base_url=args.base_url,
                         api_key_env=args.api_key_env, concurrency=args.concurrency, name=args.name,
-                        max_retries=args.max_retries, timeout=args.timeout)
+                        max_retries=args.max_retries, timeout=args.timeout, cache_dir=args.cache)
     if args.json:
         print(report.model_dump_json())
         return 0
-    print(f"{args.out}: {report.tagged} images tagged, {len(report.skipped)} skipped, {report.calls} requests")
+    print(f"{args.out}: {report.tagged} images tagged, {len(report.skipped)} skipped, {report.calls} requests, "
+          f"{report.cache_hits} from the cache")
     for skipped in report.skipped:
         print(f"  skipped {skipped.path}: {skipped.reason}")
     return 0

@@ -35,7 +35,7 @@ from ..records import (Case, DiagnosisManifest, DiagnosisSummary, DiagnosticEdge
 from ..resources import data_hash
 from ..run import (ClientSettings, generated_image, load_run, make_generator, make_judge, read_verdicts,
                    run_benchmark, shard_of)
-from ..run._cache import sha256, write_atomic
+from ..cache import sha256, write_atomic
 from ..score import instance_results
 from ._attribute import Finding, attribute, localization, pending, summarize_sources
 from ._node import node_case, root_formula

@@ -10,6 +10,12 @@ written half-way: the library is assembled in a staging folder (:func:`staged_ou
 
 The API key is read from an environment variable and handed to the client only; it is
 scrubbed from every reason and error message, in case a server echoes it back.
+
+Every valid reply is cached, content-addressed (model, endpoint, prompt and schema, image
+bytes; never the key), in the folder ``.tracebench-tag-cache`` beside the library unless
+``cache_dir`` says otherwise: a run that was killed is run again with the same command, and
+one that left images out after server errors again with another ``--out`` in the same
+folder; either asks only for what it does not have. Failures are not cached.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from ..apikeys import LOCAL_API_KEY
 from ..apikeys import api_key as api_key_for
 from ..errors import TraceError
 from ..replies import unfence
+from ..cache import Cache, cache_key, sha256
 from ..resources import read_toml
 from ..templating import render
 from ._io import staged_output, write_library
@@ -49,6 +56,9 @@ SCHEMA_NAME = "tagged_image"
 _REASON_LIMIT = 300  # characters of a one-line reason in the report
 # The image formats vision APIs accept, as Pillow names them (MPO: a camera JPEG with extra frames).
 _MIME_TYPES = {"PNG": "image/png", "JPEG": "image/jpeg", "MPO": "image/jpeg", "WEBP": "image/webp"}
+
+
+TAG_CACHE = ".tracebench-tag-cache"  # the default cache folder, beside the library written
 
 
 class ModelTags(BaseModel):
@@ -81,19 +91,21 @@ class TagReport(BaseModel):
     tagged: int = Field(ge=0, description="images tagged and written to the library")
     skipped: tuple[SkippedImage, ...] = Field(default=(), description="images left out, in path order")
     calls: int = Field(ge=0, description="chat requests sent (the client's own retries of one request not counted)")
+    cache_hits: int = Field(default=0, ge=0, description="images whose tags came from the cache (no request)")
     library: LibraryInfo = Field(description="the library written")
 
 
 def tag_images(images_dir: Path, out: Path, *, model: str, base_url: str | None = None,
                api_key_env: str = "OPENAI_API_KEY", concurrency: int = 4, name: str | None = None,
-               max_retries: int = 2, timeout: float = 120.0) -> TagReport:
+               max_retries: int = 2, timeout: float = 120.0, cache_dir: Path | None = None) -> TagReport:
     """Tag every image under ``images_dir`` with ``model`` and write a library to ``out``.
 
     ``base_url`` defaults to ``$OPENAI_BASE_URL``, then to OpenAI's. The key is read from
     the variable ``api_key_env``; a loopback server needs none. ``concurrency`` bounds the
     requests in flight; ``max_retries`` and ``timeout`` (seconds) go to the openai client.
     Images are copied to ``out/images/`` (keeping their relative paths); the library name
-    defaults to the name of ``out``. Raises :class:`TraceError` on bad arguments, when no
+    defaults to the name of ``out``. Replies are cached in ``cache_dir`` (default: the folder
+    ``.tracebench-tag-cache`` beside ``out``). Raises :class:`TraceError` on bad arguments, when no
     image is found, when the endpoint refuses the key or the model, or when every image fails.
     """
     images_dir, out = Path(images_dir), Path(out)
@@ -110,7 +122,9 @@ def tag_images(images_dir: Path, out: Path, *, model: str, base_url: str | None 
 
     with staged_output(out) as root:
         client = {"api_key": api_key, "base_url": base_url, "max_retries": max_retries, "timeout": timeout}
-        tagger = _Tagger(model=model, secret="" if api_key == LOCAL_API_KEY else api_key)
+        cache = Cache(cache_dir if cache_dir is not None else out.parent / TAG_CACHE)
+        tagger = _Tagger(model=model, secret="" if api_key == LOCAL_API_KEY else api_key, base_url=base_url,
+                         cache=cache)
         outcomes = asyncio.run(tagger.tag_all(jobs, client=client, concurrency=concurrency))
         if tagger.fatal:
             raise TraceError(tagger.fatal)
@@ -128,7 +142,8 @@ def tag_images(images_dir: Path, out: Path, *, model: str, base_url: str | None 
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(outcome.job.file, target)
         info = write_library(root, name, records)
-    return TagReport(tagged=len(records), skipped=tuple(skipped), calls=tagger.calls, library=info)
+    return TagReport(tagged=len(records), skipped=tuple(skipped), calls=tagger.calls, cache_hits=tagger.cache_hits,
+                     library=info)
 
 
 # -- the prompt and the schema, from the taxonomy ------------------------------------------
@@ -209,10 +224,13 @@ class _InvalidReply(ValueError):
 class _Tagger:
     """Sends the requests of one ``tag_images`` call and counts them."""
 
-    def __init__(self, *, model: str, secret: str) -> None:
+    def __init__(self, *, model: str, secret: str, base_url: str, cache: Cache) -> None:
         self.model = model
         self.secret = secret
+        self.base_url = base_url
+        self.cache = cache
         self.calls = 0
+        self.cache_hits = 0
         self.fatal: str | None = None  # set when no further request can succeed (key or model refused)
 
     async def tag_all(self, jobs: list[_Job], *, client: dict[str, Any], concurrency: int) -> list[_Outcome]:
@@ -225,7 +243,29 @@ class _Tagger:
                     return await self.tag(api, job)
             return list(await asyncio.gather(*(one(job) for job in jobs)))
 
+    def key(self, job: _Job) -> str:
+        """What the reply depends on: model, endpoint, prompt and schema, the image's bytes."""
+        return cache_key(adapter="tag", model=self.model, base_url=self.base_url,
+                         prompt=sha256((_system_prompt() + json.dumps(_tag_schema(), sort_keys=True)).encode()),
+                         image=sha256(job.file.read_bytes()), size=[job.width, job.height])
+
     async def tag(self, api: openai.AsyncOpenAI, job: _Job) -> _Outcome:
+        key = self.key(job)
+        hit = self.cache.get(key)
+        if hit is not None:
+            try:
+                tags = ModelTags.model_validate_json(hit[0]["content"])
+            except (KeyError, ValueError):
+                tags = None  # an entry of another version: asked again
+            if tags is not None:
+                self.cache_hits += 1
+                return _Outcome(job, tags=tags)
+        outcome = await self._converse(api, job)
+        if outcome.tags is not None:
+            self.cache.put(key, {"content": outcome.tags.model_dump_json()})
+        return outcome
+
+    async def _converse(self, api: openai.AsyncOpenAI, job: _Job) -> _Outcome:
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": _system_prompt()},
             {"role": "user", "content": [

@@ -24,7 +24,7 @@ from .. import __version__
 from ..errors import TraceError
 from ..records import Case, DiagnosisSummary, DiagnosticTree, Verdict
 from ..run import generated_image, load_run, read_verdicts
-from ..run._cache import write_atomic
+from ..cache import write_atomic
 from ..score import OPERATORS, instance_results, score_run
 from ..templating import render_html
 from . import _plots

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ._adapters import CallFailed, ClientSettings, make_generator, make_judge
-from ._cache import Cache, cache_key
+from ..cache import Cache, cache_key
 from ._harness import (IMAGES_DIR, RUN_FILE, VERDICTS_FILE, RunFolder, generated_image, load_run, parse_reply, read_verdicts,
                        run_benchmark, shard_of)
 

@@ -24,7 +24,7 @@ from ..apikeys import api_key
 from ..errors import TraceError
 from ..records import Case, Question
 from ..templating import render, template_hash
-from ._cache import sha256
+from ..cache import sha256
 
 __all__ = ["Generator", "Judge", "CallFailed", "make_generator", "make_judge", "JUDGE_TEMPLATES"]
 

@@ -32,7 +32,7 @@ from ..replies import unfence
 from ..templating import template_hash
 from ._adapters import JUDGE_TEMPLATES, CallFailed, ClientSettings, Generator, Judge, make_generator, make_judge
 from ..sample import read_cases
-from ._cache import Cache, cache_key, sha256, write_atomic
+from ..cache import Cache, cache_key, sha256, write_atomic
 
 __all__ = ["IMAGES_DIR", "RUN_FILE", "RunFolder", "VERDICTS_FILE", "generated_image", "load_run", "parse_reply", "read_verdicts",
            "run_benchmark", "shard_of"]

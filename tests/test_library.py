@@ -69,7 +69,7 @@ def _corrupt(root: Path, line: int, change) -> None:
     (root / TAGS_FILE).write_text("\n".join(lines) + "\n")
 
 
-def _set(path, value):
+def set_attribute(path, value):
     def change(data, root):
         target = data
         for part in path[:-1]:
@@ -90,22 +90,22 @@ def _garbage_image(data, root):
 
 
 CORRUPTIONS = [
-    (_set(["ent_list", 0, "tag_dict", "1_Appearance", "1.9_sparkle"], ["x"]),
+    (set_attribute(["ent_list", 0, "tag_dict", "1_Appearance", "1.9_sparkle"], ["x"]),
      "tags.jsonl:1: ent_list.0.tag_dict.1_Appearance.1.9_sparkle: Extra inputs are not permitted"),
-    (_set(["ent_list", 0, "category"], "Robot"), "tags.jsonl:1: ent_list.0.category: unknown category 'Robot'"),
-    (_set(["ent_list", 0, "tag_dict", "2_Form", "2.1_hairstyle"], ["bun"]),
+    (set_attribute(["ent_list", 0, "category"], "Robot"), "tags.jsonl:1: ent_list.0.category: unknown category 'Robot'"),
+    (set_attribute(["ent_list", 0, "tag_dict", "2_Form", "2.1_hairstyle"], ["bun"]),
      "tags.jsonl:1: ent_list.0.tag_dict.2_Form.2.1_hairstyle: does not apply to category 'Animal'"),
-    (_set(["ent_list", 0, "usable_as"], ["attach"]), "tags.jsonl:1: ent_list.0.usable_as: 'attach' does not apply"),
-    (_set(["ent_list", 0, "bbox"], [0, 0, 500, 10]), "tags.jsonl:1: ent_list.0.bbox: [0, 0, 500, 10] is not inside"),
-    (_set(["path"], "images/missing.png"), "tags.jsonl:1: path: image not found: images/missing.png"),
-    (_set(["path"], "/etc/passwd"), "tags.jsonl:1: path: absolute paths are not allowed"),
-    (_set(["path"], "images/../../outside.png"), "tags.jsonl:1: path: '..' is not allowed"),
+    (set_attribute(["ent_list", 0, "usable_as"], ["attach"]), "tags.jsonl:1: ent_list.0.usable_as: 'attach' does not apply"),
+    (set_attribute(["ent_list", 0, "bbox"], [0, 0, 500, 10]), "tags.jsonl:1: ent_list.0.bbox: [0, 0, 500, 10] is not inside"),
+    (set_attribute(["path"], "images/missing.png"), "tags.jsonl:1: path: image not found: images/missing.png"),
+    (set_attribute(["path"], "/etc/passwd"), "tags.jsonl:1: path: absolute paths are not allowed"),
+    (set_attribute(["path"], "images/../../outside.png"), "tags.jsonl:1: path: '..' is not allowed"),
     (_outside_link, "tags.jsonl:1: path: a link that leaves the library folder"),
     (_garbage_image, "tags.jsonl:1: path: not a readable image"),
-    (_set(["width"], 65), "tags.jsonl:1: width: recorded 65x48, image is 64x48"),
-    (_set(["id"], "pair"), "tags.jsonl:2: id: duplicate id 'pair' (first on line 1)"),
-    (_set(["height"], -3), "tags.jsonl:1: height: Input should be greater than 0"),
-    (_set(["ent_list", 0, "ent_desc"], ""), "tags.jsonl:1: ent_list.0.ent_desc: String should have at least 1 character"),
+    (set_attribute(["width"], 65), "tags.jsonl:1: width: recorded 65x48, image is 64x48"),
+    (set_attribute(["id"], "pair"), "tags.jsonl:2: id: duplicate id 'pair' (first on line 1)"),
+    (set_attribute(["height"], -3), "tags.jsonl:1: height: Input should be greater than 0"),
+    (set_attribute(["ent_list", 0, "ent_desc"], ""), "tags.jsonl:1: ent_list.0.ent_desc: String should have at least 1 character"),
 ]
 
 

@@ -24,7 +24,7 @@ from tracebench.library import synth
 from tracebench.library._io import INFO_FILE, TAGS_FILE, load_library, tags_line
 from tracebench.library._models import TaggedImage
 from tracebench.library.synth import _build
-from tracebench.library.synth._world import World, _world_hash
+from tracebench.library.synth._world import World, world_hash
 from tracebench.resources import read_toml
 
 MIN_PER_SUBTYPE = 20
@@ -309,7 +309,7 @@ def test_default_library_is_built_once_and_reused(default_lib, monkeypatch):
     cache, path, info, _ = default_lib
     assert path.parent == cache
     assert f"n{synth.DEFAULT_N}" in path.name and f"seed{synth.DEFAULT_SEED}" in path.name
-    assert _world_hash()[:12] in path.name
+    assert world_hash()[:12] in path.name
     assert [p.name for p in cache.iterdir()] == [path.name]  # no leftovers of the build
 
     def no_rebuild(*args, **kwargs):
@@ -331,7 +331,7 @@ def test_default_library_race_uses_the_folder_another_process_finished(tmp_path,
     def slow_build(out, **kwargs):
         info = real(out, **kwargs)
         # meanwhile another process finished the same library and renamed it into place
-        name = f"synthetic-{__version__}-n3-seed{synth.DEFAULT_SEED}-{_world_hash()[:12]}"
+        name = f"synthetic-{__version__}-n3-seed{synth.DEFAULT_SEED}-{world_hash()[:12]}"
         other = tmp_path / name
         real(other, n=3, seed=synth.DEFAULT_SEED, name="other-process")
         winner.append(other)

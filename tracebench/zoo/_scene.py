@@ -18,9 +18,8 @@ import re
 from typing import Any
 
 from ..errors import TraceError
-from ..library.synth._plan import RENDER_VERSION, _options, _set, _slot_boxes
-from ..library.synth._tags import _relation_tag
-from ..library.synth._world import World, _world, _world_hash
+from ..library.synth import (RENDER_VERSION, World, entity_options, load_world, new_entity, relation_tag,
+                             set_attribute, slot_boxes, world_hash)
 from ..records import Case, TermBinding
 from ..sample import LibraryIndex
 from ._profiles import Profile
@@ -60,7 +59,7 @@ def _stream(seed: int, *parts: object) -> random.Random:
 
 def _choices(world: World, e: dict, dim: str) -> list[Any]:
     try:
-        return list(_options(world, e, dim))
+        return list(entity_options(world, e, dim))
     except KeyError:
         return []
 
@@ -138,9 +137,9 @@ def _apply(world: World, e: dict, dim: str, value: Any) -> bool:
     orientation that would leave a profile pose facing the viewer is not drawn). Any other
     value is drawn as the renderer can."""
     trial = copy.deepcopy(e)
-    _set(world, trial, dim, value)
+    set_attribute(world, trial, dim, value)
     if dim != "features":
-        trial[dim] = value  # _set drops damage the figure does not list; the renderer draws any
+        trial[dim] = value  # set_attribute drops damage the figure does not list; the renderer draws any
 
     def pose_ok() -> bool:
         return trial.get("pose") is None or trial["pose"] in _choices(world, trial, "pose")
@@ -169,8 +168,6 @@ def _stand_in(world: World, t: TermBinding, wanted: list[tuple[str, Any]], avoid
               rng: random.Random) -> dict:
     """A figure of the text entity's category: its own noun if the world draws it, else the one
     that can show most of the attributes it is to take; plain (no optional attributes)."""
-    from ..library.synth._plan import _new_entity
-
     figures = world.figures_of(t.category or "") or list(world.figures)
 
     def rank(name: str) -> tuple:
@@ -182,7 +179,7 @@ def _stand_in(world: World, t: TermBinding, wanted: list[tuple[str, Any]], avoid
 
     best = min(rank(f) for f in figures)
     pool = [f for f in figures if rank(f) == best]
-    e = _new_entity(world, rng, pool[rng.randrange(len(pool))])
+    e = new_entity(world, rng, pool[rng.randrange(len(pool))])
     for key in (*_OPTIONAL, "design"):
         e.pop(key, None)
     e["noun"] = world.figures[e["figure"]]["noun"]
@@ -223,7 +220,7 @@ def _boxes(layout: str, n: int, size: int, viewpoint: dict) -> list[list[float]]
     """Slot boxes: the planner's own for the layouts it knows, else a generic arrangement,
     scaled by the viewpoint as the planner scales them."""
     if (layout, n) in _NATIVE_BOXES:
-        return _slot_boxes(layout, n, size, viewpoint)
+        return slot_boxes(layout, n, size, viewpoint)
     scale = float(viewpoint.get("scale", 1.0))
     cx, cy = 128.0, 236.0 if layout in ("centered", "row") else 128.0
     k = size / 256
@@ -241,7 +238,7 @@ def _default_layout(n: int) -> str:
 class _Planner:
     def __init__(self, case: Case, profile: Profile, index: LibraryIndex, seed: int) -> None:
         self.case, self.profile, self.seed = case, profile, seed
-        self.world = _world()
+        self.world = load_world()
         self.scene = Scene(case)
         self.sources = _Sources(index)
         self.entities: list[dict] = []
@@ -293,7 +290,7 @@ class _Planner:
             e = _fresh(self.sources.entity(t))
             if self.broken(t.symbol, "identity", "global-interference", "composition-interference"):
                 old = e["color"]
-                _set(world, e, "color", _other_color(world, e, {old, e.get("second", "")}))
+                set_attribute(world, e, "color", _other_color(world, e, {old, e.get("second", "")}))
                 self.notes["anchors"][t.symbol] = {"identity": "altered", "color": [old, e["color"]]}
             else:
                 self.notes["anchors"][t.symbol] = {"identity": "kept"}
@@ -408,7 +405,7 @@ class _Planner:
         degraded = self.broken(g.symbol, "fidelity", "global-interference")
         if degraded:
             old = item["color"]
-            _set(world, item, "color", _other_color(world, item, {old, item.get("second", "")}))
+            set_attribute(world, item, "color", _other_color(world, item, {old, item.get("second", "")}))
             note["color"] = [old, item["color"]]
         item["term"], item["copy"] = g.symbol, 0
         note.update(status="applied", fidelity="lost" if degraded else "kept", on=carrier["term"],
@@ -421,7 +418,7 @@ class _Planner:
         members = [self.at[p] for p in g.participants if p in self.at]
         source = self.sources.plan(g)
         kinds = [r["type"] for r in source.get("relations") or []
-                 if _relation_tag(world, r, source["entities"]) == g.value]
+                 if relation_tag(world, r, source["entities"]) == g.value]
         kind = (kinds or [r["type"] for r in source.get("relations") or []] or ["beside"])[0]
         drawn = not self.broken(g.symbol, "presence", "relation-blind", "weak-subtype")
         if drawn and kind in ("facing", "chasing") and len(members) >= 2:
@@ -465,7 +462,7 @@ class _Planner:
                      and (lighting is None or bool(world.lighting[lighting].get("keeps_colors"))))
         return {
             "version": RENDER_VERSION,
-            "world": _world_hash()[:12],
+            "world": world_hash()[:12],
             "seed": self.seed,
             "case": self.case.id,
             "size": world.size,

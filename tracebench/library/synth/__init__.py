@@ -13,6 +13,10 @@ entity category is checked against ``taxonomy/subtypes.toml`` when the world is 
 
 Public entry points: :func:`synthesize_library` (write a library), :func:`default_library`
 (the cached default library), :func:`synthesize_image`, :func:`plan_scene` and :func:`render_scene`.
+For tools that plan scenes of their own (the synthetic generators of ``tracebench.zoo``): the
+world (:func:`load_world`, :func:`world_hash`, ``RENDER_VERSION``) and the planner's helpers
+:func:`new_entity`, :func:`entity_options`, :func:`set_attribute`, :func:`slot_boxes` and
+:func:`relation_tag`.
 
 The modules, each importing only those above it (``_figures`` names ``World`` in annotations only):
 
@@ -28,19 +32,29 @@ The modules, each importing only those above it (``_figures`` names ``World`` in
 from __future__ import annotations
 
 from ._build import DEFAULT_N, DEFAULT_SEED, cache_root, default_library, synthesize_image, synthesize_library
-from ._plan import FINE_MIN_PX, plan_scene
+from ._plan import FINE_MIN_PX, RENDER_VERSION, entity_options, new_entity, plan_scene, set_attribute, slot_boxes
 from ._render import render_scene
-from ._world import SYNTH_FILE
+from ._tags import relation_tag
+from ._world import SYNTH_FILE, World, load_world, world_hash
 
 __all__ = [
     "DEFAULT_N",
     "DEFAULT_SEED",
     "FINE_MIN_PX",
+    "RENDER_VERSION",
     "SYNTH_FILE",
+    "World",
     "cache_root",
     "default_library",
+    "entity_options",
+    "load_world",
+    "new_entity",
     "plan_scene",
+    "relation_tag",
     "render_scene",
+    "set_attribute",
+    "slot_boxes",
     "synthesize_image",
     "synthesize_library",
+    "world_hash",
 ]

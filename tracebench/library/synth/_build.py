@@ -17,7 +17,7 @@ from .._models import LibraryInfo, TaggedImage
 from ._plan import plan_scene
 from ._render import render_scene
 from ._tags import _record
-from ._world import _world, _world_hash
+from ._world import load_world, world_hash
 
 DEFAULT_N = 400
 DEFAULT_SEED = 0
@@ -30,7 +30,7 @@ def image_id(index: int) -> str:
 
 def synthesize_image(index: int, *, seed: int = DEFAULT_SEED) -> tuple[Image.Image, TaggedImage]:
     """Image ``index`` of the synthetic library of ``seed`` and its tagged record."""
-    world = _world()
+    world = load_world()
     plan = json.loads(json.dumps(plan_scene(seed, index)))  # exactly what the record will hold
     img, render = render_scene(plan)
     ident = image_id(index)
@@ -82,7 +82,7 @@ def default_library() -> Path:
     process that finds the folder already there uses it.
     """
     root = cache_root()
-    dest = root / f"synthetic-{__version__}-n{DEFAULT_N}-seed{DEFAULT_SEED}-{_world_hash()[:12]}"
+    dest = root / f"synthetic-{__version__}-n{DEFAULT_N}-seed{DEFAULT_SEED}-{world_hash()[:12]}"
     if _complete(dest):
         return dest
     root.mkdir(parents=True, exist_ok=True)

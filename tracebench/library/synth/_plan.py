@@ -10,12 +10,12 @@ from typing import Any, Callable
 
 from ._draw import _luma
 from ._figures import _fit_box
-from ._world import World, _rng, _weighted, _world, _world_hash
+from ._world import World, _rng, _weighted, load_world, world_hash
 
 RENDER_VERSION = 1
 
 
-def _slot_boxes(layout: str, count: int, size: int, viewpoint: dict) -> list[list[float]]:
+def slot_boxes(layout: str, count: int, size: int, viewpoint: dict) -> list[list[float]]:
     if layout == "centered":
         boxes = [[6, 4, 250, 252]] if viewpoint.get("single") else [[34, 26, 222, 240]]
     elif layout == "row" and count == 2:
@@ -47,7 +47,7 @@ _POSITIONS = {
 }
 
 
-def _options(world: World, e: dict, dim: str) -> list[Any]:
+def entity_options(world: World, e: dict, dim: str) -> list[Any]:
     """The values dimension ``dim`` may take on entity ``e``, given its other attributes."""
     fig = world.figures[e["figure"]]
     human = e["category"] in world.humanoid
@@ -101,10 +101,10 @@ _CONFLICTS = ({"glasses", "sunglasses"}, {"blush", "freckles"})
 def _valid(world: World, e: dict) -> bool:
     for dim in ("pattern", "material", "damage", "shape", "pose", "orientation", "effect", "hairstyle",
                 "expression", "font", "word"):
-        if e.get(dim) is not None and e[dim] not in _options(world, e, dim):
+        if e.get(dim) is not None and e[dim] not in entity_options(world, e, dim):
             return False
     feats = set(e.get("features", []))
-    if not feats <= set(_options(world, e, "features")) or any(pair <= feats for pair in _CONFLICTS):
+    if not feats <= set(entity_options(world, e, "features")) or any(pair <= feats for pair in _CONFLICTS):
         return False
     return not (e.get("pattern") and e.get("material"))
 
@@ -112,7 +112,7 @@ def _valid(world: World, e: dict) -> bool:
 def _pick_features(world: World, rng: random.Random, e: dict) -> list[str]:
     count = rng.choices((0, 1, 2), weights=world.scene["n_features"])[0]
     out: list[str] = []
-    for f in rng.sample(_options(world, e, "features"), k=len(_options(world, e, "features"))):
+    for f in rng.sample(entity_options(world, e, "features"), k=len(entity_options(world, e, "features"))):
         if len(out) < count and not any(pair <= set(out) | {f} for pair in _CONFLICTS):
             out.append(f)
     return sorted(out)
@@ -124,12 +124,12 @@ def _second_color(world: World, rng: random.Random, main: str) -> str:
     return rng.choice(far or [c for c in world.colors if c != main])
 
 
-def _new_entity(world: World, rng: random.Random, name: str) -> dict:
+def new_entity(world: World, rng: random.Random, name: str) -> dict:
     fig = world.figures[name]
     cat = fig["category"]
     sc = world.scene
     e: dict[str, Any] = {"figure": name, "category": cat, "noun": fig["noun"], "seed": rng.getrandbits(31)}
-    e["color"] = rng.choice(_options(world, e, "color"))
+    e["color"] = rng.choice(entity_options(world, e, "color"))
     e["second"] = _second_color(world, rng, e["color"])
     e["accent"] = rng.choice([c for c in world.colors if c != e["color"]])
     if cat in world.humanoid:
@@ -139,11 +139,11 @@ def _new_entity(world: World, rng: random.Random, name: str) -> dict:
     if fig.get("orientations"):
         e["orientation"] = rng.choice(fig["orientations"])
     if fig.get("poses"):
-        e["pose"] = rng.choice(_options(world, e, "pose"))
+        e["pose"] = rng.choice(entity_options(world, e, "pose"))
     if cat in world.humanoid:
-        e["hairstyle"] = rng.choice(_options(world, e, "hairstyle"))
+        e["hairstyle"] = rng.choice(entity_options(world, e, "hairstyle"))
         e["features"] = _pick_features(world, rng, e)
-        e["expression"] = rng.choice(_options(world, e, "expression"))
+        e["expression"] = rng.choice(entity_options(world, e, "expression"))
     if cat == "Text":
         e["word"] = rng.choice(world.words)
         e["font"] = rng.choice(list(world.fonts))
@@ -152,17 +152,17 @@ def _new_entity(world: World, rng: random.Random, name: str) -> dict:
         e["noun"] = fig.get("design_noun", fig["noun"])
     else:
         roll = rng.random()
-        patterns, materials = _options(world, e, "pattern"), _options(world, e, "material")
+        patterns, materials = entity_options(world, e, "pattern"), entity_options(world, e, "material")
         if patterns and roll < sc["p_pattern"]:
             e["pattern"] = rng.choice(patterns)
         elif materials and roll > 1 - sc["p_material"]:
             e["material"] = rng.choice(materials)
-        damage = _options(world, e, "damage")
+        damage = entity_options(world, e, "damage")
         if damage and rng.random() < sc["p_damage"]:
             e["damage"] = rng.choice(damage)
     if fig.get("shapes") and rng.random() < sc["p_shape"]:
         e["shape"] = rng.choice(list(fig["shapes"]))
-    effects = _options(world, e, "effect")
+    effects = entity_options(world, e, "effect")
     if effects and rng.random() < sc["p_effect"]:
         e["effect"] = rng.choice(effects)
     uses = (["attach"] if fig.get("attach") else []) + (["ip"] if e.get("design") else [])
@@ -170,7 +170,7 @@ def _new_entity(world: World, rng: random.Random, name: str) -> dict:
     return e
 
 
-def _set(world: World, e: dict, dim: str, value: Any) -> None:
+def set_attribute(world: World, e: dict, dim: str, value: Any) -> None:
     if dim == "pattern":
         e["pattern"] = value
         e.pop("material", None)
@@ -190,7 +190,7 @@ def _set(world: World, e: dict, dim: str, value: Any) -> None:
         e["design"] = {"motif": value}
     else:
         e[dim] = value
-    if e.get("damage") and e["damage"] not in _options(world, e, "damage"):
+    if e.get("damage") and e["damage"] not in entity_options(world, e, "damage"):
         e.pop("damage")
 
 
@@ -211,15 +211,15 @@ def _distract(world: World, rng: random.Random, e: dict, colors_ok: bool,
             continue
         if dim in ("pattern", "material", "damage") and e.get("design"):
             continue
-        if len(_options(world, e, dim)) >= 2:
+        if len(entity_options(world, e, dim)) >= 2:
             dims.append(dim)
     rng.shuffle(dims)
     for dim in dims:
         for _ in range(8):
-            v1, v2 = rng.sample(_options(world, e, dim), 2)
+            v1, v2 = rng.sample(entity_options(world, e, dim), 2)
             a, b = copy.deepcopy(e), copy.deepcopy(e)
-            _set(world, a, dim, v1)
-            _set(world, b, dim, v2)
+            set_attribute(world, a, dim, v1)
+            set_attribute(world, b, dim, v2)
             if dim == "color" and (a.get("material") or b.get("material")):
                 continue
             if _valid(world, a) and _valid(world, b):
@@ -247,7 +247,7 @@ class _Picker:
 
 @cache
 def _category_cycle(seed: int) -> tuple[str, ...]:
-    names = sorted(_world().category_weights)
+    names = sorted(load_world().category_weights)
     _rng(seed, "categories").shuffle(names)
     return tuple(names)
 
@@ -259,9 +259,9 @@ def _compound(world: World, rng: random.Random, pick: _Picker, kind: str,
     x0, y0, x1, y1 = box
     w, h = x1 - x0, y1 - y0
     if kind in ("holding", "wearing"):
-        who = _new_entity(world, rng, pick(lambda f: figs[f]["category"] in world.humanoid))
+        who = new_entity(world, rng, pick(lambda f: figs[f]["category"] in world.humanoid))
         if kind == "holding":
-            item = _new_entity(world, rng, pick(lambda f: "hold" in figs[f]))
+            item = new_entity(world, rng, pick(lambda f: "hold" in figs[f]))
             who["pose"] = "reaching"
             if who.get("orientation") == "front":
                 who["mirror"] = rng.random() < 0.5
@@ -270,20 +270,20 @@ def _compound(world: World, rng: random.Random, pick: _Picker, kind: str,
                             else [x0, y0, round(x0 + 0.75 * w, 1), y1]}
             item["place"] = {"mode": "held", "of": 0}
         else:
-            item = _new_entity(world, rng, pick(lambda f: "wear" in figs[f]))
+            item = new_entity(world, rng, pick(lambda f: "wear" in figs[f]))
             item["worn"] = True
             if figs[item["figure"]]["wear"] == "head":
                 who["wears"] = "head"
-                if who["hairstyle"] not in _options(world, who, "hairstyle"):
-                    who["hairstyle"] = rng.choice(_options(world, who, "hairstyle"))
+                if who["hairstyle"] not in entity_options(world, who, "hairstyle"):
+                    who["hairstyle"] = rng.choice(entity_options(world, who, "hairstyle"))
                 item.pop("shape", None)
             item["mirror"] = who.get("orientation") == "left"
             who["place"] = {"mode": "slot", "box": box}
             item["place"] = {"mode": "worn", "of": 0}
         return [who, item], {"type": kind, "subject": 0, "object": 1}
     if kind == "on_top":
-        base = _new_entity(world, rng, pick(lambda f: bool(figs[f].get("platform"))))
-        top = _new_entity(world, rng, pick(lambda f: bool(figs[f].get("topper"))))
+        base = new_entity(world, rng, pick(lambda f: bool(figs[f].get("platform"))))
+        top = new_entity(world, rng, pick(lambda f: bool(figs[f].get("topper"))))
         if top["category"] == "Animal":
             calm = [p for p in ("standing", "sitting", "lying", "perched") if p in figs[top["figure"]].get("poses", [])]
             top["pose"] = rng.choice(calm)
@@ -293,8 +293,8 @@ def _compound(world: World, rng: random.Random, pick: _Picker, kind: str,
         top["place"] = {"mode": "on", "of": 0}
         return [base, top], {"type": "on_top", "subject": 1, "object": 0}
     if kind == "in_front":
-        back = _new_entity(world, rng, pick(lambda f: figs[f]["category"] == "Structure"))
-        front = _new_entity(world, rng, pick(lambda f: bool(figs[f].get("front"))))
+        back = new_entity(world, rng, pick(lambda f: figs[f]["category"] == "Structure"))
+        front = new_entity(world, rng, pick(lambda f: bool(figs[f].get("front"))))
         back["place"] = {"mode": "slot", "box": [x0, y0, x1, round(y1 - 0.06 * h, 1)]}
         left = rng.random() < 0.5
         fx0 = x0 if left else x1 - 0.55 * w
@@ -323,7 +323,7 @@ def _pair(world: World, rng: random.Random, pick: _Picker, kind: str, colors_ok:
     else:
         ok = fits
     fixed: set[str] = set()
-    first = _new_entity(world, rng, pick(ok))
+    first = new_entity(world, rng, pick(ok))
     if min(_fit_box(world, first, box)[2] for box in boxes) < FINE_MIN_PX:
         fixed |= set(_FINE)
     if kind == "facing":
@@ -335,8 +335,8 @@ def _pair(world: World, rng: random.Random, pick: _Picker, kind: str, colors_ok:
         fixed |= {"orientation", "pose"}
     if kind in ("facing", "chasing"):
         for dim in ("expression", "pose"):
-            if first.get(dim) is not None and first[dim] not in _options(world, first, dim):
-                first[dim] = rng.choice(_options(world, first, dim))
+            if first.get(dim) is not None and first[dim] not in entity_options(world, first, dim):
+                first[dim] = rng.choice(entity_options(world, first, dim))
     distractor = None
     pair = _distract(world, rng, first, colors_ok, fixed) if distract else None
     if pair is not None:
@@ -344,14 +344,14 @@ def _pair(world: World, rng: random.Random, pick: _Picker, kind: str, colors_ok:
         distractor = {"entities": [0, 1], "attribute": dim}
     else:
         a = first
-        b = _new_entity(world, rng, pick(ok))
+        b = new_entity(world, rng, pick(ok))
         if kind == "chasing":
             b["pose"], b["orientation"] = "running", first["orientation"]
     if kind == "facing":
         b["orientation"] = "left"
         for dim in ("expression", "pose"):
-            if b.get(dim) is not None and b[dim] not in _options(world, b, dim):
-                b[dim] = rng.choice(_options(world, b, dim))
+            if b.get(dim) is not None and b[dim] not in entity_options(world, b, dim):
+                b[dim] = rng.choice(entity_options(world, b, dim))
     a["place"] = {"mode": "slot", "box": boxes[0]}
     b["place"] = {"mode": "slot", "box": boxes[1]}
     relation = None
@@ -367,7 +367,7 @@ def _pair(world: World, rng: random.Random, pick: _Picker, kind: str, colors_ok:
 
 def plan_scene(seed: int, index: int) -> dict[str, Any]:
     """The plan of image ``index`` of the library of ``seed`` (plain JSON data)."""
-    world = _world()
+    world = load_world()
     sc = world.scene
     rng = _rng(seed, index)
     cycle = _category_cycle(seed)
@@ -378,7 +378,7 @@ def plan_scene(seed: int, index: int) -> dict[str, Any]:
     viewpoint = _weighted(rng, vps)
     layout = {1: "centered", 2: "row", 3: rng.choice(("row", "diagonal")), 4: "grid"}[count]
     vp = world.viewpoints[viewpoint]
-    boxes = _slot_boxes(layout, count, world.size, vp)
+    boxes = slot_boxes(layout, count, world.size, vp)
     tone = (_weighted(rng, {k: v.get("weight", 1.0) for k, v in world.tones.items()})
             if rng.random() < sc["p_tone"] else None)
     lighting = (_weighted(rng, {k: v.get("weight", 1.0) for k, v in world.lighting.items()})
@@ -410,7 +410,7 @@ def plan_scene(seed: int, index: int) -> dict[str, Any]:
     for slot in range(start, count):
         base = len(entities)
         if kinds[slot] == "single":
-            e = _new_entity(world, rng, pick(_fits(world, boxes[slot])))
+            e = new_entity(world, rng, pick(_fits(world, boxes[slot])))
             e["place"] = {"mode": "slot", "box": boxes[slot]}
             entities.append(e)
             primaries.append(base)
@@ -435,7 +435,7 @@ def plan_scene(seed: int, index: int) -> dict[str, Any]:
             entities[i]["position"] = positions[slot]
     return {
         "version": RENDER_VERSION,
-        "world": _world_hash()[:12],
+        "world": world_hash()[:12],
         "seed": seed,
         "index": index,
         "size": world.size,

@@ -13,7 +13,7 @@ from PIL import Image, ImageChops, ImageDraw, ImageEnhance, ImageFilter, ImageOp
 
 from ._draw import RGB, Pen, _damage, _material, _mix, _noise, _pattern
 from ._figures import FIGURES, Look, _fit_box, _shape_sx
-from ._world import World, _world
+from ._world import World, load_world
 
 
 # =============================================================================== drawing an entity
@@ -364,7 +364,7 @@ def render_scene(render: dict[str, Any]) -> tuple[Image.Image, dict[str, Any]]:
     ``rgb`` (its resolved colors); those keys are ignored on input and recomputed, so the
     same plan always gives the same pixels.
     """
-    world = _world()
+    world = load_world()
     render = copy.deepcopy(render)
     S = int(render["size"])
     if S != world.size:

@@ -18,7 +18,7 @@ def _plural(noun: str) -> str:
     return _PLURALS.get(noun, noun + "s")
 
 
-def _relation_tag(world: World, rel: dict, entities: list[dict]) -> str:
+def relation_tag(world: World, rel: dict, entities: list[dict]) -> str:
     a, b = entities[rel["subject"]]["noun"], entities[rel["object"]]["noun"]
     if a == b:
         if rel["type"] == "facing":
@@ -179,7 +179,7 @@ def _record(world: World, render: dict, image_id: str, path: str) -> TaggedImage
         ents.append(Entity(category=e["category"], ent_desc=desc, tag_dict=_tag_dict(world, e),
                            bbox=tuple(e["bbox"]), usable_as=tuple(e["usable_as"])))
     bg = world.backgrounds[render["background"]["kind"]].get("tag")
-    rel_tags = tuple(dict.fromkeys(_relation_tag(world, r, render["entities"]) for r in render["relations"]))
+    rel_tags = tuple(dict.fromkeys(relation_tag(world, r, render["entities"]) for r in render["relations"]))
     glob = GlobalTag(
         style=(world.styles[render["style"]]["tag"],),
         lighting=(world.lighting[render["lighting"]]["tag"],) if render["lighting"] else (),

@@ -127,7 +127,7 @@ class World:
 
 
 @cache
-def _world() -> World:
+def load_world() -> World:
     return World(read_toml("taxonomy", SYNTH_FILE), read_toml("taxonomy", "subtypes.toml"),
                  read_toml("taxonomy", "categories.toml"))
 
@@ -144,7 +144,7 @@ def _weighted(rng: random.Random, weights: dict[Any, float]) -> Any:
 
 
 @cache
-def _world_hash() -> str:
+def world_hash() -> str:
     """What the pixels depend on: the world file, the renderer (every module of this package, in
     name order) and Pillow's version."""
     digest = hashlib.sha256()

@@ -167,10 +167,16 @@ def test_diagnosis_agreement(world, tmp_path):
 
 @pytest.mark.parametrize("line,message", [
     ('{"case_id": "s1-00000", "question_id": "f1:existence"}', "human.jsonl:1: pass: Field required"),
-    ('{"case_id": "nope", "question_id": "f1:existence", "pass": true}', "case 'nope' is not in the benchmark"),
+    ('{"case_id": "nope", "question_id": "f1:existence", "pass": true}',
+     "human.jsonl:1: case_id: 'nope' is not a case of the benchmark"),
+    ('{"case_id": "s1-00000", "question_id": "f9:nothing", "pass": true}', "human.jsonl:1: question_id:"),
+    ('{"case_id": "s1-00000", "question_id": "QID", "pass": true}\n'
+     '{"case_id": "s1-00000", "question_id": "QID", "pass": false}', "human.jsonl:2: s1-00000 QID is labelled twice"),
     ("not json", "human.jsonl:1:"),
 ])
 def test_bad_labels_are_one_line(world, tmp_path, line, message):
+    qid = world["cases"]["s1-00000"].checklist[0].id
+    line, message = line.replace("QID", qid), message.replace("QID", qid)
     (tmp_path / "human.jsonl").write_text(line + "\n")
     result = run_trace("agree", "--cases", str(world["bench"]), "--human", str(tmp_path / "human.jsonl"),
                        "--judge", str(world["root"] / "judge"))
@@ -211,3 +217,21 @@ def test_export_sample_and_label_in_a_browser(world, tmp_path):
         assert label["pass"] == (questions[(label["case_id"], label["question_id"])].expected == "yes")
     result = _agree("--cases", str(world["bench"]), "--human", str(labels_path), "--judge", str(world["root"] / "judge"))
     assert result["n"] == len(labels)
+
+
+def test_undefined_statistics_are_null_not_nan(world, tmp_path):
+    keys = list(world["truth"])[:30]
+    files = []
+    lone = list(world["truth"])[30]
+    for k, extra in enumerate((None, None, lone)):
+        rows = [{"case_id": c, "question_id": q, "pass": True} for c, q in keys]
+        if extra is not None:
+            rows.append({"case_id": extra[0], "question_id": extra[1], "pass": False})  # answered by this rater alone
+        files.append(tmp_path / f"r{k}.jsonl")
+        files[-1].write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = run_trace("agree", "--cases", str(world["bench"]), "--human", str(files[0]), "--judge", str(files[1]),
+                       "--judge", str(files[2]), "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
+    assert data["krippendorff_alpha"] is None and data["cohen_kappa"] is None and data["agreement"] == 1.0
+    assert data["operators"]["anchor"]["pearson"] is None

@@ -436,3 +436,13 @@ def test_diagnosis_over_http_matches_in_process(small, tmp_path, monkeypatch):
     abstained = [v for t in (tmp_path / "http-diag" / "rounds").glob("*/run/run.json")
                  for v in [json.loads(t.read_text())["abstentions"]]]
     assert abstained and sum(abstained) == 0
+
+
+def test_export_nodes_refuses_a_folder_that_holds_files(small, tmp_path):
+    run_benchmark(small, tmp_path / "run", generator="synthetic:global-interference", judges=["oracle"],
+                  settings=SETTINGS, shard=(1, 8))
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("precious")
+    result = run_trace("diagnose", str(tmp_path / "run"), "--export-nodes", str(tmp_path / "mine"))
+    assert result.returncode == 2 and "exists and is not empty" in result.stderr
+    assert [p.name for p in (tmp_path / "mine").iterdir()] == ["notes.txt"]

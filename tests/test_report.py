@@ -162,3 +162,31 @@ def test_bad_diagnosis_folder_is_one_line(report, tmp_path):
                        str(tmp_path / "r.html"))
     assert result.returncode == 2 and "not a diagnosis folder" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "r.html").exists()
+
+
+def test_report_refuses_what_does_not_belong_to_the_run(report, tmp_path):
+    root = report["root"]
+    other = tmp_path / "other"
+    sample_benchmark(other, slots=(1, 2), per_slot=2, seed=9, applications=False)
+    # in a subprocess: Playwright's event loop is running in this thread
+    made = run_trace("run", str(other), "--generator", "synthetic:perfect", "--judge", "oracle", "--out",
+                     str(tmp_path / "other-run"))
+    assert made.returncode == 0, made.stderr
+    result = run_trace("report", str(root / "perfect"), "--diagnosis", str(root / "diag"), "--out", str(tmp_path / "a.html"))
+    assert result.returncode == 2 and "a diagnosis of run" in result.stderr
+    result = run_trace("report", str(root / "run"), "--compare", str(tmp_path / "other-run"), "--out",
+                       str(tmp_path / "b.html"))
+    assert result.returncode == 2 and "a run of another benchmark" in result.stderr
+    result = run_trace("report", str(root / "run"), "--out", str(tmp_path / "missing" / "c.html"))
+    assert result.returncode == 2 and "does not exist" in result.stderr
+    assert not list(tmp_path.glob("*.html"))
+
+
+def test_same_model_twice_gets_two_rows_and_two_lines(report, tmp_path):
+    root = report["root"]
+    out = tmp_path / "twice.html"
+    result = run_trace("report", str(root / "run"), "--compare", str(root / "run"), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    html = out.read_text()
+    assert html.count("data-run=\"synthetic:global-interference,composition-interference:2 #") == 2
+    assert "composition-interference:2 #1</text>" in html and "composition-interference:2 #2</text>" in html

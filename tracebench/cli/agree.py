@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from ..errors import TraceError
@@ -40,6 +41,8 @@ def run(args) -> int:
             raise TraceError("--export-sample takes at most one --judge (the run whose images to show)")
         sample = export_sample(args.cases, args.out, args.export_sample, run_dir=args.judge[0] if args.judge else None,
                                seed=args.seed)
+        if len(sample) < args.export_sample:
+            print(f"the benchmark holds {len(sample)} cases: all of them are in the sample", file=sys.stderr)
         print(f"{args.out}/annotate.html: {len(sample)} cases to label; save the labels and run "
               f"trace agree --cases {args.cases} --human labels.jsonl --judge RUN_DIR")
         return 0
@@ -47,5 +50,5 @@ def run(args) -> int:
 
     result = agree(args.cases, human=args.human, judges=args.judge, human_diagnosis=args.human_diagnosis,
                    diagnosis=args.diagnosis, seed=args.seed)
-    print(json.dumps(result, indent=2) if args.json else format_agreement(result))
+    print(json.dumps(result, indent=2, allow_nan=False) if args.json else format_agreement(result))
     return 0

@@ -102,15 +102,18 @@ def plan_trees(roots: Sequence[Case]) -> TreePlan:
 # ------------------------------------------------------------------------------ node folders
 
 def _write_node_folder(target: Path, cases: list[Case], source_dir: Path, sample: SampleManifest | None,
-                       arguments: dict, occurrences: list[NodeOccurrence] | None = None) -> None:
-    """Write sub-cases as a benchmark folder in trace sample's format (plus nodes.jsonl)."""
+                       arguments: dict, occurrences: list[NodeOccurrence] | None = None, *,
+                       replace: bool = False) -> None:
+    """Write sub-cases as a benchmark folder in trace sample's format (plus nodes.jsonl).
+    ``replace``: the folder is the diagnosis's own round and may be rewritten; otherwise an
+    existing non-empty folder is refused."""
     lines = "".join(c.model_dump_json() + "\n" for c in cases)
-    if (target / "cases.jsonl").is_file() and (target / "cases.jsonl").read_text(encoding="utf-8") == lines:
+    if replace and (target / "cases.jsonl").is_file() and (target / "cases.jsonl").read_text(encoding="utf-8") == lines:
         return  # the same round, written before a resume
     slots: dict[str, int] = {}
     for c in cases:
         slots[str(c.slot)] = slots.get(str(c.slot), 0) + 1
-    with staged_output(target, overwrite=True) as stage:
+    with staged_output(target, overwrite=replace) as stage:
         (stage / "cases.jsonl").write_text(lines, encoding="utf-8", newline="\n")
         for path in sorted({r.path for c in cases for r in c.references}):
             (stage / path).parent.mkdir(parents=True, exist_ok=True)
@@ -339,6 +342,9 @@ def _zoo_causes(case: Case, image: str) -> dict[str, tuple[str, ...]] | None:
 def export_nodes(run_dir: Path, out: Path, *, cases: str = "failing", shard: tuple[int, int] | None = None) -> int:
     """Write every node of the chosen cases' whole trees as one benchmark folder (roots as
     ``<case>.N0``) with ``nodes.jsonl`` saying where each sub-case sits; returns the count."""
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise TraceError(f"--export-nodes {out}: exists and is not empty; choose a new folder")
     run = load_run(run_dir)
     plan = plan_trees(_select(run, cases, shard))
     _write_node_folder(Path(out), list(plan.cases.values()), run.cases_dir, _sample_manifest(run.cases_dir),
@@ -361,9 +367,10 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
     judges = tuple(judges or manifest.judges)
     judge_batch = judge_batch or manifest.judge_batch
     seed = settings.seed if generator.startswith("synthetic:") else None
-    make_generator(generator, settings)  # a bad spec is an error before anything is written
-    for spec in judges:
-        make_judge(spec, settings)
+    # a bad spec or a missing key is an error before anything is written
+    for adapter in (make_generator(generator, settings), *(make_judge(spec, settings) for spec in judges)):
+        if hasattr(adapter, "client"):
+            adapter.client()
     roots_from_run = (generator == manifest.generator and judges == tuple(manifest.judges)
                       and judge_batch == manifest.judge_batch and seed == manifest.seed)
     roots = _select(run, cases, shard)
@@ -397,7 +404,7 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
     def evaluate(batch: list[Case]) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
         folder = out / ROUNDS_DIR / f"{next(rounds):02d}"
         _write_node_folder(folder / "cases", batch, run.cases_dir, sample,
-                           {"diagnosis_of": identity.run_dir, "strategy": strategy, "round": folder.name})
+                           {"diagnosis_of": identity.run_dir, "strategy": strategy, "round": folder.name}, replace=True)
         run_benchmark(folder / "cases", folder / "run", generator=generator, judges=judges, settings=settings,
                       concurrency=concurrency, judge_batch=judge_batch, cache_dir=cache_dir or out / CACHE_DIR,
                       retry_abstained=retry_abstained, progress=progress)

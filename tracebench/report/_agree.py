@@ -64,7 +64,8 @@ class SourceLabel(BaseModel):
 Answers = dict[tuple[str, str], bool]
 
 
-def _read_jsonl(path: Path, model: type[BaseModel]) -> list[BaseModel]:
+def _read_jsonl(path: Path, model: type[BaseModel]) -> list[tuple[int, BaseModel]]:
+    """(line number, record) of every non-blank line; a bad line is ``file:line: field: message``."""
     if not path.is_file():
         raise TraceError(f"{path}: no such file")
     out = []
@@ -73,7 +74,7 @@ def _read_jsonl(path: Path, model: type[BaseModel]) -> list[BaseModel]:
             if not line.strip():
                 continue
             try:
-                out.append(model.model_validate_json(line))
+                out.append((lineno, model.model_validate_json(line)))
             except ValidationError as err:
                 first = err.errors()[0]
                 where = ".".join(str(p) for p in first["loc"]) or "line"
@@ -84,22 +85,28 @@ def _read_jsonl(path: Path, model: type[BaseModel]) -> list[BaseModel]:
 def read_labels(source: Path, cases: dict[str, Case]) -> Answers:
     """A rater's answers: a run folder's verdicts or a JSONL label file, checked against the cases."""
     source = Path(source)
-    answers: Answers = {}
+    rows: list[tuple[str, str, str, bool]] = []  # (where, case id, question id, passed)
     if source.is_dir():
         if not (source / RUN_FILE).is_file():
             raise TraceError(f"{source}: neither a run folder (no {RUN_FILE}) nor a label file")
-        for v in read_verdicts(source / VERDICTS_FILE):
-            if v.verdict != "abstain":
-                answers[(v.case_id, v.question_id)] = v.verdict == "pass"
+        rows = [(f"{source / VERDICTS_FILE}:{k}", v.case_id, v.question_id, v.verdict == "pass")
+                for k, v in enumerate(read_verdicts(source / VERDICTS_FILE), 1) if v.verdict != "abstain"]
     else:
-        for label in _read_jsonl(source, Label):
-            answers[(label.case_id, label.question_id)] = label.passed  # type: ignore[attr-defined]
-    for case_id, question_id in answers:
+        rows = [(f"{source}:{lineno}", label.case_id, label.question_id, label.passed)  # type: ignore[attr-defined]
+                for lineno, label in _read_jsonl(source, Label)]
+    answers: Answers = {}
+    first: dict[tuple[str, str], str] = {}
+    for where, case_id, question_id, passed in rows:
         case = cases.get(case_id)
         if case is None:
-            raise TraceError(f"{source}: case {case_id!r} is not in the benchmark")
+            raise TraceError(f"{where}: case_id: {case_id!r} is not a case of the benchmark")
         if question_id not in {q.id for q in case.checklist}:
-            raise TraceError(f"{source}: case {case_id}: no question {question_id!r}")
+            raise TraceError(f"{where}: question_id: case {case_id} has no question {question_id!r}")
+        key = (case_id, question_id)
+        if key in first:
+            raise TraceError(f"{where}: {case_id} {question_id} is labelled twice (first at {first[key]})")
+        first[key] = where
+        answers[key] = passed
     return answers
 
 
@@ -188,8 +195,13 @@ def _statistic(pair: _Pair, metric: str, op: str | None):
     return on_cases
 
 
+MIN_DEFINED = 0.9  # an interval needs the metric defined in at least this share of the resamples
+
+
 def _value(pair: _Pair, metric: str, op: str | None, seed: int) -> tuple[float | None, list[float] | None]:
-    """A metric on all cases, and its percentile bootstrap interval over cases (None where undefined)."""
+    """A metric on all cases, and its percentile bootstrap interval over cases: over the
+    resamples where the metric is defined (a correlation is not when a resample's scores are
+    constant), and none when that is less than 90% of them."""
     fn = _statistic(pair, metric, op)
     everything = np.arange(len(pair.cases))
     value = fn(everything)
@@ -201,9 +213,12 @@ def _value(pair: _Pair, metric: str, op: str | None, seed: int) -> tuple[float |
         warnings.simplefilter("ignore")
         result = stats.bootstrap((everything,), fn, n_resamples=RESAMPLES, vectorized=False, method="percentile",
                                  confidence_level=0.95, random_state=np.random.default_rng(seed))
-    low, high = result.confidence_interval
-    interval = None if np.isnan(low) or np.isnan(high) else [round(float(low), 4), round(float(high), 4)]
-    return round(value, 4), interval
+    resamples = np.asarray(result.bootstrap_distribution)
+    defined = resamples[np.isfinite(resamples)]
+    if len(defined) < MIN_DEFINED * len(resamples):
+        return round(value, 4), None
+    low, high = np.percentile(defined, [2.5, 97.5])
+    return round(value, 4), [round(float(low), 4), round(float(high), 4)]
 
 
 def _compare(pair: _Pair, seed: int) -> dict[str, Any]:
@@ -234,7 +249,8 @@ def _alpha(raters: dict[str, Answers]) -> float | None:
     data = np.array([[float(answers[k]) if k in answers else np.nan for k in keys] for answers in raters.values()])
     if data.size == 0 or len({v for v in data.flatten() if not np.isnan(v)}) < 2:
         return None
-    return round(float(krippendorff.alpha(reliability_data=data, level_of_measurement="nominal")), 4)
+    alpha = float(krippendorff.alpha(reliability_data=data, level_of_measurement="nominal"))
+    return None if np.isnan(alpha) else round(alpha, 4)  # nan: no two raters share a unit with two values
 
 
 def _diagnosis(labels_path: Path, diag_dir: Path) -> dict[str, Any]:
@@ -249,14 +265,19 @@ def _diagnosis(labels_path: Path, diag_dir: Path) -> dict[str, Any]:
                 found[(tree.case_id, a.target)] = a.source
     from ..diagnose import sources
 
-    known = set(sources())
+    known = list(sources())
+    diagnosed_cases = {case_id for case_id, _ in found}
     pairs = []
-    for k, label in enumerate(_read_jsonl(Path(labels_path), SourceLabel), 1):
+    for lineno, label in _read_jsonl(Path(labels_path), SourceLabel):
+        where = f"{labels_path}:{lineno}"
         if label.source not in known:  # type: ignore[attr-defined]
-            raise TraceError(f"{labels_path}: line {k}: source {label.source!r} is not one of {', '.join(known)}")  # type: ignore[attr-defined]
+            raise TraceError(f"{where}: source: {label.source!r} is not one of {', '.join(known)}")  # type: ignore[attr-defined]
         key = (label.case_id, label.target)  # type: ignore[attr-defined]
-        if key in found:
-            pairs.append((label.source, found[key]))  # type: ignore[attr-defined]
+        if key not in found:
+            what = "target" if label.case_id in diagnosed_cases else "case_id"  # type: ignore[attr-defined]
+            raise TraceError(f"{where}: {what}: {label.case_id} {label.target} is not an operator instance "  # type: ignore[attr-defined]
+                             f"the diagnosis attributed")
+        pairs.append((label.source, found[key]))  # type: ignore[attr-defined]
     if not pairs:
         raise TraceError(f"{labels_path}: no operator instance in common with {diag_dir}")
     x, y = [p for p, _ in pairs], [q for _, q in pairs]
@@ -283,8 +304,12 @@ def agree(cases_dir: Path, *, human: Path | None = None, judges: Sequence[Path] 
     for path in judges:
         name = str(path)
         raters[name if name not in raters else f"{name} ({len(raters)})"] = read_labels(path, cases)
-    if len(raters) < 2 and not (human_diagnosis and diagnosis):
+    if (human_diagnosis is None) != (diagnosis is None):
+        raise TraceError("diagnosis agreement needs both --human-diagnosis FILE and --diagnosis DIAG_DIR")
+    if len(raters) < 2 and human_diagnosis is None:
         raise TraceError("give two raters: --human and a --judge, or two --judge")
+    if len(raters) == 1:
+        raise TraceError("give a second rater (--judge), or only the diagnosis files")
     result: dict[str, Any] = {"raters": list(raters)}
     names = list(raters)
     pairs = [_compare(_pair(a, raters[a], b, raters[b], cases), seed)
@@ -296,9 +321,7 @@ def agree(cases_dir: Path, *, human: Path | None = None, judges: Sequence[Path] 
         result["pairs"] = pairs
     if len(raters) >= 3:
         result["krippendorff_alpha"] = _alpha(raters)
-    if human_diagnosis is not None or diagnosis is not None:
-        if human_diagnosis is None or diagnosis is None:
-            raise TraceError("diagnosis agreement needs both --human-diagnosis FILE and --diagnosis DIAG_DIR")
+    if human_diagnosis is not None:
         result["diagnosis"] = _diagnosis(human_diagnosis, diagnosis)
     return result
 

@@ -14,6 +14,7 @@ import random
 from collections import defaultdict
 from pathlib import Path
 
+from ..cache import sha256
 from ..errors import TraceError
 from ..library import staged_output
 from ..records import Case
@@ -60,8 +61,10 @@ def export_sample(cases_dir: Path, out: Path, n: int, *, run_dir: Path | None = 
             "references": [{"label": r.image, "key": images.add(Path(cases_dir) / r.path)} for r in case.references],
             "image": images.add(generated),
             "questions": [{"id": q.id, "op": q.op, "text": q.question, "expected": q.expected} for q in case.checklist]})
+    # answers kept while labelling belong to this sample of this benchmark (file:// pages share storage)
+    store = sha256(((Path(cases_dir) / "cases.jsonl").read_bytes() + " ".join(c.id for c in sample).encode()))
     html = render_html(TEMPLATE, cases=views, images=images.json(), source=str(cases_dir),
-                       questions=sum(len(v["questions"]) for v in views))
+                       questions=sum(len(v["questions"]) for v in views), store=store[:16])
     with staged_output(Path(out)) as stage:
         (stage / "annotate.html").write_text(html, encoding="utf-8")
         (stage / "sample.jsonl").write_text("".join(json.dumps({"case_id": c.id, "slot": c.slot}) + "\n"

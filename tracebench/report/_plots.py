@@ -18,8 +18,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 __all__ = ["bars", "lines_by_slot", "cumulative_pass"]
 
 OPERATORS = ("anchor", "disentangle", "apply", "compose")
+# text.parse_math off: run names are generator specs, and a command: spec may hold "$VAR"s
 _STYLE = {"svg.hashsalt": "tracebench", "svg.fonttype": "none", "font.size": 9, "axes.spines.top": False,
-          "axes.spines.right": False}
+          "axes.spines.right": False, "text.parse_math": False}
 
 
 def _svg(fig) -> str:
@@ -35,19 +36,23 @@ def lines_by_slot(runs: Mapping[str, Mapping[str, Mapping[str, float | None]]]) 
     ``runs``: run name -> slot -> {operator: score}."""
     with plt.rc_context(_STYLE):
         fig, axes = plt.subplots(1, 4, figsize=(11, 2.8), sharey=True)
+        colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
         for ax, op in zip(axes, OPERATORS):
-            for name, by_slot in runs.items():
-                slots = sorted((int(s) for s in by_slot), key=int)
+            for k, (name, by_slot) in enumerate(runs.items()):
+                slots = sorted(int(s) for s in by_slot)
                 points = [(s, by_slot[str(s)].get(op)) for s in slots]
                 points = [(s, v) for s, v in points if v is not None]
-                if points:
-                    ax.plot([s for s, _ in points], [v for _, v in points], marker="o", ms=3, label=name)
+                if points:  # one color per run in every panel, so one legend serves all
+                    ax.plot([s for s, _ in points], [v for _, v in points], marker="o", ms=3,
+                            color=colors[k % len(colors)])
             ax.set_title(op)
             ax.set_xlabel("slot level")
             ax.set_ylim(0, 1.02)
             ax.set_xticks(range(1, 9))
         axes[0].set_ylabel("score")
-        axes[-1].legend(fontsize=7, loc="lower left", frameon=False)
+        handles = [plt.Line2D([], [], color=colors[k % len(colors)], marker="o", ms=3) for k in range(len(runs))]
+        fig.legend(handles, list(runs), fontsize=7, frameon=False, loc="lower center", ncol=min(3, len(runs)),
+                   bbox_to_anchor=(0.5, -0.08 * ((len(runs) + 2) // 3)))
         return _svg(fig)
 
 
@@ -60,7 +65,8 @@ def bars(values: Mapping[str, Mapping[str, float | None]], *, title: str, xlabel
         width = 0.8 / max(1, len(values))
         for k, (name, per_run) in enumerate(values.items()):
             ys = [i + k * width for i in range(len(categories))]
-            ax.barh(ys, [per_run.get(c) or 0.0 for c in categories], height=width, label=name)
+            ax.barh(ys, [float("nan") if per_run.get(c) is None else per_run[c] for c in categories],
+                    height=width, label=name)  # no bar where a run has no score
         ax.set_yticks([i + 0.4 - width / 2 for i in range(len(categories))], categories)
         ax.invert_yaxis()
         ax.set_xlim(0, 1.0)

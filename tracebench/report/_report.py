@@ -22,7 +22,7 @@ from PIL import Image, UnidentifiedImageError
 
 from .. import __version__
 from ..errors import TraceError
-from ..records import Case, DiagnosisSummary, DiagnosticTree, Verdict
+from ..records import Case, DiagnosisManifest, DiagnosisSummary, DiagnosticTree, Verdict
 from ..run import generated_image, load_run, read_verdicts
 from ..cache import write_atomic
 from ..score import OPERATORS, instance_results, score_run
@@ -180,15 +180,26 @@ def _best(rows: list[dict], key: str) -> float | None:
 def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, compare: Sequence[Path] = (),
                  full_images: bool = False, seed: int = 0) -> Path:
     """Write the report of ``run_dir`` to ``out`` (one HTML file); returns ``out``."""
+    out = Path(out)
+    if out.is_dir():
+        raise TraceError(f"--out {out}: is a folder; give the HTML file to write")
+    if not out.parent.is_dir():
+        raise TraceError(f"--out {out}: the folder {out.parent} does not exist")
     run = load_run(run_dir)
     runs = [_RunView(_run_name(run.manifest), Path(run_dir), score_run(run_dir, seed=seed))]
     for other in compare:
         other_run = load_run(other)
+        if other_run.manifest.cases_hash != run.manifest.cases_hash:
+            raise TraceError(f"--compare {other}: a run of another benchmark ({other_run.cases_dir}, not the "
+                             f"cases of {run_dir})")
         runs.append(_RunView(_run_name(other_run.manifest), Path(other), score_run(other, seed=seed)))
+    for r, manifest in zip(runs, [run.manifest, *(load_run(o).manifest for o in compare)]):
+        if manifest.shard:
+            r.name += f" (shard {manifest.shard})"
     names = [r.name for r in runs]
-    if len(set(names)) < len(names):  # the same generator twice: tell the rows apart by folder
-        for r in runs:
-            r.name = f"{r.name} ({r.root.name})"
+    if len(set(names)) < len(names):  # the same model twice (another seed, another judge): number the rows
+        for k, r in enumerate(runs, 1):
+            r.name = f"{r.name} #{k}"
     trees: dict[str, DiagnosticTree] = {}
     summary = None
     if diagnosis is not None:
@@ -197,15 +208,18 @@ def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, com
         if not trees_path.is_file() or not summary_path.is_file():
             raise TraceError(f"--diagnosis {diagnosis}: not a diagnosis folder (no trees.jsonl or summary.json)")
         try:
+            identity = DiagnosisManifest.model_validate_json((diagnosis / "diagnosis.json").read_text(encoding="utf-8"))
             summary = DiagnosisSummary.model_validate_json(summary_path.read_text(encoding="utf-8"))
             for lineno, line in enumerate(trees_path.read_text(encoding="utf-8").splitlines(), 1):
                 tree = DiagnosticTree.model_validate_json(line)
                 trees[tree.case_id] = tree
-        except ValueError:
+        except (OSError, ValueError):
             raise TraceError(f"--diagnosis {diagnosis}: not a diagnosis of this tracebench version") from None
-        unknown = [c for c in trees if c not in run.cases]
-        if unknown:
-            raise TraceError(f"--diagnosis {diagnosis}: case {unknown[0]} is not in run {run_dir}")
+        same_run = Path(identity.run_dir).resolve() == Path(run_dir).resolve() or (
+            identity.cases_hash == run.manifest.cases_hash and identity.generator == run.manifest.generator
+            and identity.judges == run.manifest.judges)
+        if not same_run:
+            raise TraceError(f"--diagnosis {diagnosis}: a diagnosis of run {identity.run_dir}, not of {run_dir}")
 
     headline = []
     for r in runs:
@@ -239,8 +253,5 @@ def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, com
                        plots=plots, cases=cases, summary=summary.model_dump(mode="json") if summary else None,
                        sources=sources, manifests=[load_run(r.root).manifest.model_dump(mode="json") for r in runs],
                        slots=sorted({c["slot"] for c in cases}), run_dir=str(run_dir), images=images.json())
-    out = Path(out)
-    if out.is_dir():
-        raise TraceError(f"--out {out}: is a folder; give the HTML file to write")
     write_atomic(out, html.encode("utf-8"))
     return out

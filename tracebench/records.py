@@ -6,13 +6,27 @@ Every path is relative to the benchmark folder, so the folder can be moved or sh
 
 from __future__ import annotations
 
-from typing import Literal
+from pathlib import Path
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .errors import TraceError
+
 __all__ = ["Attribution", "Case", "DiagnosisManifest", "DiagnosisSummary", "DiagnosticEdge", "DiagnosticNode",
            "DiagnosticTree", "GenerationRecord", "NodeOccurrence", "Question", "Reference", "RunManifest",
-           "SampleManifest", "TermBinding", "Verdict", "Vote"]
+           "SampleManifest", "TermBinding", "Verdict", "Vote", "read_record"]
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def read_record(path: Path, model: type[M], what: str, *, hint: str = "") -> M:
+    """One record file (a manifest, a summary): a TraceError naming it when it cannot be read
+    or is not a record of this version (``hint`` is added to that message)."""
+    try:
+        return model.model_validate_json(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise TraceError(f"{path}: not a {what} of this tracebench version{hint}") from None
 
 
 class _Record(BaseModel):

@@ -42,17 +42,11 @@ def add_model_options(p: argparse.ArgumentParser, *, cache_default: str, default
 
 def client_settings(args, *, cases_dir: Path | None, seed: int = 0):
     """ClientSettings from the options above; the library comes from the benchmark's manifest."""
-    from ..records import SampleManifest
     from ..run import ClientSettings
+    from ..sample import read_sample_manifest
 
-    library = None
-    manifest_path = Path(cases_dir) / "manifest.json" if cases_dir else None
-    if manifest_path is not None and manifest_path.is_file():
-        try:
-            sample = SampleManifest.model_validate_json(manifest_path.read_text(encoding="utf-8"))
-            library = Path(sample.arguments["library"]) if sample.arguments.get("library") else None
-        except ValueError:
-            library = None
+    sample = read_sample_manifest(cases_dir) if cases_dir else None
+    library = Path(sample.arguments["library"]) if sample and sample.arguments.get("library") else None
     return ClientSettings(base_url=args.base_url, api_key_env=args.api_key_env, judge_base_url=args.judge_base_url,
                           judge_api_key_env=args.judge_api_key_env, max_retries=args.max_retries,
                           timeout=args.timeout, library=library, seed=seed if args.seed is None else args.seed)

@@ -31,11 +31,12 @@ from .. import __version__
 from ..errors import TraceError
 from ..library import staged_output
 from ..records import (Case, DiagnosisManifest, DiagnosisSummary, DiagnosticEdge, DiagnosticNode, DiagnosticTree,
-                       NodeOccurrence, SampleManifest)
+                       NodeOccurrence, SampleManifest, read_record)
 from ..resources import data_hash
 from ..run import (ClientSettings, generated_image, load_run, make_generator, make_judge, read_verdicts,
                    run_benchmark, shard_of)
 from ..cache import sha256, write_atomic
+from ..sample import read_sample_manifest
 from ..score import instance_results
 from ._attribute import Finding, attribute, localization, pending, summarize_sources
 from ._node import node_case, root_formula
@@ -131,16 +132,6 @@ def _write_node_folder(target: Path, cases: list[Case], source_dir: Path, sample
         if occurrences is not None:
             (stage / NODES_FILE).write_text("".join(o.model_dump_json() + "\n" for o in occurrences),
                                             encoding="utf-8", newline="\n")
-
-
-def _sample_manifest(cases_dir: Path) -> SampleManifest | None:
-    path = cases_dir / "manifest.json"
-    if not path.is_file():
-        return None
-    try:
-        return SampleManifest.model_validate_json(path.read_text(encoding="utf-8"))
-    except ValueError:
-        return None
 
 
 # ------------------------------------------------------------------------------ selection
@@ -347,7 +338,7 @@ def export_nodes(run_dir: Path, out: Path, *, cases: str = "failing", shard: tup
         raise TraceError(f"--export-nodes {out}: exists and is not empty; choose a new folder")
     run = load_run(run_dir)
     plan = plan_trees(_select(run, cases, shard))
-    _write_node_folder(Path(out), list(plan.cases.values()), run.cases_dir, _sample_manifest(run.cases_dir),
+    _write_node_folder(Path(out), list(plan.cases.values()), run.cases_dir, read_sample_manifest(run.cases_dir),
                        {"diagnosis_of": str(Path(run_dir).resolve()), "cases": cases}, plan.occurrences)
     return len(plan.cases)
 
@@ -383,11 +374,7 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
         hashes={"diagnose": data_hash(("diagnose", RULES_FILE), ("diagnose", SOURCES_FILE))})
     manifest_path = out / DIAGNOSIS_FILE
     if manifest_path.is_file():
-        try:
-            old = DiagnosisManifest.model_validate_json(manifest_path.read_text(encoding="utf-8"))
-        except ValueError:
-            raise TraceError(f"{manifest_path}: not a diagnosis manifest of this tracebench version; "
-                             "choose another --out") from None
+        old = read_record(manifest_path, DiagnosisManifest, "diagnosis manifest", hint="; choose another --out")
         changed = [f for f in DiagnosisManifest.model_fields if f != "tool" and getattr(old, f) != getattr(identity, f)]
         if changed:
             raise TraceError(f"{out}: holds a diagnosis with another {', '.join(changed)}; choose another --out")
@@ -398,7 +385,7 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
     plan = plan_trees(roots)
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(manifest_path, (json.dumps(identity.model_dump(mode="json"), indent=2) + "\n").encode())
-    sample = _sample_manifest(run.cases_dir)
+    sample = read_sample_manifest(run.cases_dir)
     rounds = iter(range(1, 1000))
 
     def evaluate(batch: list[Case]) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
@@ -438,10 +425,7 @@ def merge_diagnoses(folders: Sequence[Path], out: Path) -> DiagnosisSummary:
         path = folder / DIAGNOSIS_FILE
         if not path.is_file() or not (folder / TREES_FILE).is_file():
             raise TraceError(f"{folder}: not a finished diagnosis folder (no {DIAGNOSIS_FILE} or {TREES_FILE})")
-        try:
-            identities.append(DiagnosisManifest.model_validate_json(path.read_text(encoding="utf-8")))
-        except ValueError:
-            raise TraceError(f"{path}: not a diagnosis manifest of this tracebench version") from None
+        identities.append(read_record(path, DiagnosisManifest, "diagnosis manifest"))
     first = identities[0]
     for folder, other in zip(folders[1:], identities[1:]):
         changed = [f for f in DiagnosisManifest.model_fields if f not in ("tool", "shard")

@@ -22,10 +22,10 @@ from PIL import Image, UnidentifiedImageError
 
 from .. import __version__
 from ..errors import TraceError
-from ..records import Case, DiagnosisManifest, DiagnosisSummary, DiagnosticTree, Verdict
+from ..records import Case, DiagnosisManifest, DiagnosisSummary, DiagnosticTree, RunManifest, Verdict, read_record
 from ..run import generated_image, load_run, read_verdicts
 from ..cache import write_atomic
-from ..score import OPERATORS, instance_results, score_run
+from ..score import OPERATORS, instance_results, score_folder
 from ..templating import render_html
 from . import _plots
 
@@ -130,6 +130,7 @@ def _tree_svg(tree: DiagnosticTree, failing: list[str]) -> Markup:
 class _RunView:
     name: str
     root: Path
+    manifest: RunManifest
     scores: dict[str, Any]
 
 
@@ -186,16 +187,13 @@ def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, com
     if not out.parent.is_dir():
         raise TraceError(f"--out {out}: the folder {out.parent} does not exist")
     run = load_run(run_dir)
-    runs = [_RunView(_run_name(run.manifest), Path(run_dir), score_run(run_dir, seed=seed))]
-    for other in compare:
-        other_run = load_run(other)
-        if other_run.manifest.cases_hash != run.manifest.cases_hash:
-            raise TraceError(f"--compare {other}: a run of another benchmark ({other_run.cases_dir}, not the "
+    others = [load_run(other) for other in compare]
+    for other in others:
+        if other.manifest.cases_hash != run.manifest.cases_hash:
+            raise TraceError(f"--compare {other.root}: a run of another benchmark ({other.cases_dir}, not the "
                              f"cases of {run_dir})")
-        runs.append(_RunView(_run_name(other_run.manifest), Path(other), score_run(other, seed=seed)))
-    for r, manifest in zip(runs, [run.manifest, *(load_run(o).manifest for o in compare)]):
-        if manifest.shard:
-            r.name += f" (shard {manifest.shard})"
+    runs = [_RunView(_run_name(r.manifest) + (f" (shard {r.manifest.shard})" if r.manifest.shard else ""),
+                     r.root, r.manifest, score_folder(r, seed=seed)) for r in (run, *others)]
     names = [r.name for r in runs]
     if len(set(names)) < len(names):  # the same model twice (another seed, another judge): number the rows
         for k, r in enumerate(runs, 1):
@@ -207,14 +205,14 @@ def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, com
         trees_path, summary_path = diagnosis / "trees.jsonl", diagnosis / "summary.json"
         if not trees_path.is_file() or not summary_path.is_file():
             raise TraceError(f"--diagnosis {diagnosis}: not a diagnosis folder (no trees.jsonl or summary.json)")
-        try:
-            identity = DiagnosisManifest.model_validate_json((diagnosis / "diagnosis.json").read_text(encoding="utf-8"))
-            summary = DiagnosisSummary.model_validate_json(summary_path.read_text(encoding="utf-8"))
-            for lineno, line in enumerate(trees_path.read_text(encoding="utf-8").splitlines(), 1):
+        identity = read_record(diagnosis / "diagnosis.json", DiagnosisManifest, "diagnosis manifest")
+        summary = read_record(summary_path, DiagnosisSummary, "diagnosis summary")
+        for lineno, line in enumerate(trees_path.read_text(encoding="utf-8").splitlines(), 1):
+            try:
                 tree = DiagnosticTree.model_validate_json(line)
-                trees[tree.case_id] = tree
-        except (OSError, ValueError):
-            raise TraceError(f"--diagnosis {diagnosis}: not a diagnosis of this tracebench version") from None
+            except ValueError:
+                raise TraceError(f"{trees_path}:{lineno}: not a diagnostic tree of this tracebench version") from None
+            trees[tree.case_id] = tree
         same_run = Path(identity.run_dir).resolve() == Path(run_dir).resolve() or (
             identity.cases_hash == run.manifest.cases_hash and identity.generator == run.manifest.generator
             and identity.judges == run.manifest.judges)
@@ -251,7 +249,7 @@ def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, com
     sources = [{"name": name, "title": s.title, "means": s.means} for name, s in source_catalogue().items()]
     html = render_html(TEMPLATE, tool=f"tracebench {__version__}", runs=headline, best=best, operators=OPERATORS,
                        plots=plots, cases=cases, summary=summary.model_dump(mode="json") if summary else None,
-                       sources=sources, manifests=[load_run(r.root).manifest.model_dump(mode="json") for r in runs],
+                       sources=sources, manifests=[r.manifest.model_dump(mode="json") for r in runs],
                        slots=sorted({c["slot"] for c in cases}), run_dir=str(run_dir), images=images.json())
     write_atomic(out, html.encode("utf-8"))
     return out

@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from .. import __version__
 from ..errors import TraceError
-from ..records import Case, Question, RunManifest, Verdict, Vote
+from ..records import Case, Question, RunManifest, Verdict, Vote, read_record
 from ..replies import unfence
 from ..templating import template_hash
 from ._adapters import JUDGE_TEMPLATES, CallFailed, ClientSettings, Generator, Judge, make_generator, make_judge
@@ -237,10 +237,7 @@ def load_run(run_dir: Path, *, cases_dir: Path | None = None) -> RunFolder:
     manifest_path = run_dir / RUN_FILE
     if not manifest_path.is_file():
         raise TraceError(f"{run_dir}: not a run folder (no {RUN_FILE}); make one with `trace run`")
-    try:
-        manifest = RunManifest.model_validate_json(manifest_path.read_text(encoding="utf-8"))
-    except ValueError:
-        raise TraceError(f"{manifest_path}: not a run manifest of this tracebench version") from None
+    manifest = read_record(manifest_path, RunManifest, "run manifest")
     cases_dir = Path(cases_dir or manifest.cases_dir)
     if not (cases_dir / "cases.jsonl").is_file():
         raise TraceError(f"{cases_dir}: not a benchmark folder (no cases.jsonl); give it with --cases")
@@ -320,11 +317,7 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
         abstentions=0, tokens=0)
     manifest_path = out / RUN_FILE
     if manifest_path.is_file():
-        try:
-            old = RunManifest.model_validate_json(manifest_path.read_text(encoding="utf-8"))
-        except ValueError:
-            raise TraceError(f"{manifest_path}: not a run manifest of this tracebench version; "
-                             "choose another --out") from None
+        old = read_record(manifest_path, RunManifest, "run manifest", hint="; choose another --out")
         fields = ("cases_hash", "generator", "seed", "judges", "judge_batch", "shard")
         changed = [f for f in fields if getattr(old, f) != getattr(identity, f)]
         if changed:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..errors import TraceError
 from ..library import staged_output
-from ..records import RunManifest, Verdict
+from ..records import RunManifest, Verdict, read_record
 from ..sample import read_cases
 from ._harness import IMAGES_DIR, RUN_FILE, VERDICTS_FILE, read_verdicts
 
@@ -24,10 +24,7 @@ def merge_runs(runs: list[Path], out: Path) -> RunManifest:
         path = Path(run) / RUN_FILE
         if not path.is_file():
             raise TraceError(f"{run}: not a run folder (no {RUN_FILE})")
-        try:
-            manifests.append(RunManifest.model_validate_json(path.read_text(encoding="utf-8")))
-        except ValueError:
-            raise TraceError(f"{path}: not a run manifest of this tracebench version") from None
+        manifests.append(read_record(path, RunManifest, "run manifest"))
     first = manifests[0]
     for run, m in zip(runs, manifests):
         if (m.cases_hash, m.generator, m.judges, m.judge_batch) != (first.cases_hash, first.generator, first.judges,

@@ -5,7 +5,8 @@ from __future__ import annotations
 from ._bind import BindingError, BoundCase, bind
 from ._index import LibraryIndex
 from ._quotas import draw_templates, quotas
-from ._sample import CASES_FILE, MANIFEST_FILE, REFERENCES_DIR, plan_cases, read_cases, sample_benchmark
+from ._sample import (CASES_FILE, MANIFEST_FILE, REFERENCES_DIR, plan_cases, read_cases, read_sample_manifest,
+                      sample_benchmark)
 
 __all__ = [
     "BindingError",
@@ -19,5 +20,6 @@ __all__ = [
     "plan_cases",
     "quotas",
     "read_cases",
+    "read_sample_manifest",
     "sample_benchmark",
 ]

@@ -36,7 +36,8 @@ from ._bind import BindingError, bind
 from ._index import LibraryIndex
 from ._quotas import QUOTA_FILE, draw_templates, quotas
 
-__all__ = ["CASES_FILE", "MANIFEST_FILE", "REFERENCES_DIR", "Plan", "plan_cases", "read_cases", "sample_benchmark"]
+__all__ = ["CASES_FILE", "MANIFEST_FILE", "REFERENCES_DIR", "Plan", "plan_cases", "read_cases", "read_sample_manifest",
+           "sample_benchmark"]
 
 CASES_FILE = "cases.jsonl"
 MANIFEST_FILE = "manifest.json"
@@ -181,6 +182,16 @@ def sample_benchmark(out: Path, *, slots: tuple[int, ...], per_slot: int | None 
         (root / MANIFEST_FILE).write_text(json.dumps(manifest.model_dump(mode="json"), indent=2) + "\n",
                                           encoding="utf-8")
     return manifest
+
+
+def read_sample_manifest(folder: Path) -> SampleManifest | None:
+    """A benchmark folder's manifest.json, or None when it has none or one of another version
+    (what reads it only takes defaults from it: the library, the seed)."""
+    path = Path(folder) / MANIFEST_FILE
+    try:
+        return SampleManifest.model_validate_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 def read_cases(folder: Path) -> Iterator[Case]:

@@ -29,9 +29,10 @@ from scipy import stats
 
 from ..errors import TraceError
 from ..records import Case
-from ..run import load_run
+from ..run import RunFolder, load_run
 
-__all__ = ["OPERATORS", "effective_verdicts", "format_scores", "instance_results", "instance_scores", "score_run"]
+__all__ = ["OPERATORS", "effective_verdicts", "format_scores", "instance_results", "instance_scores", "score_folder",
+           "score_run"]
 
 OPERATORS = ("anchor", "disentangle", "apply", "compose")
 
@@ -105,7 +106,11 @@ def _group(rows: list[dict], key: str) -> dict[str, dict[str, float | None]]:
 
 def score_run(run_dir: Path, *, cases_dir: Path | None = None, seed: int = 0) -> dict[str, Any]:
     """The scores of a run folder (``trace run``'s output)."""
-    run = load_run(run_dir, cases_dir=cases_dir)
+    return score_folder(load_run(run_dir, cases_dir=cases_dir), seed=seed)
+
+
+def score_folder(run: RunFolder, *, seed: int = 0) -> dict[str, Any]:
+    """The scores of a run folder already read (:func:`~tracebench.run.load_run`)."""
     manifest, cases, verdicts = run.manifest, run.cases, run.verdicts
     total = sum(len(v) for v in verdicts.values())
     abstained = sum(verdict == "abstain" for v in verdicts.values() for verdict in v.values())

@@ -66,9 +66,10 @@ def timed_diagnosis(run_dir: Path, out: Path, strategy: str, settings, concurren
 
 def measure_profile(bench: Path, work: Path, profile: str, concurrency: int) -> dict:
     """Part 1 for one profile: in-process run, then full and adaptive diagnoses of its failing cases."""
-    from tracebench.run import ClientSettings, run_benchmark
+    from tracebench.providers import ModelSettings
+from tracebench.run import run_benchmark
 
-    settings = ClientSettings(seed=0)
+    settings = ModelSettings(seed=0)
     run = run_benchmark(bench, work / "run", generator=f"synthetic:{profile}", judges=["oracle"],
                         settings=settings, concurrency=concurrency, progress=False)
     full, full_s = timed_diagnosis(work / "run", work / "full", "full", settings, concurrency)
@@ -91,14 +92,15 @@ def measure_profile(bench: Path, work: Path, profile: str, concurrency: int) -> 
 def measure_served(bench: Path, work: Path, profile: str, latency: float, concurrency: int) -> dict:
     """Part 2: the benchmark and both diagnoses through `trace serve --latency`."""
     from tracebench.diagnose import export_nodes
-    from tracebench.run import ClientSettings, run_benchmark
+    from tracebench.providers import ModelSettings
+from tracebench.run import run_benchmark
 
     run_benchmark(bench, work / "local-run", generator=f"synthetic:{profile}", judges=["oracle"],
-                  settings=ClientSettings(seed=0), concurrency=concurrency, progress=False)
+                  settings=ModelSettings(seed=0), concurrency=concurrency, progress=False)
     exported = export_nodes(work / "local-run", work / "export")
     server, base_url = start_server([bench, work / "export"], latency, work / "serve.log")
     try:
-        settings = ClientSettings(base_url=base_url, api_key_env=NO_KEY_ENV, max_retries=3, timeout=60)
+        settings = ModelSettings(base_url=base_url, api_key_env=NO_KEY_ENV, max_retries=3, timeout=60)
         start = time.perf_counter()
         run = run_benchmark(bench, work / "served-run", generator=f"openai:synthetic/{profile}",
                             judges=["openai:oracle"], settings=settings, concurrency=concurrency, progress=False)

@@ -14,10 +14,11 @@ from scipy.stats import rankdata
 from test_cli import run_trace
 from test_report import FLAGS, _chromium
 from tracebench.diagnose import diagnose_run
-from tracebench.run import ClientSettings, read_verdicts, run_benchmark
+from tracebench.providers import ModelSettings
+from tracebench.run import read_verdicts, run_benchmark
 from tracebench.sample import read_cases, sample_benchmark
 
-SETTINGS = ClientSettings(max_retries=0, timeout=30.0)
+SETTINGS = ModelSettings(max_retries=0, timeout=30.0)
 
 
 @pytest.fixture(scope="module")

@@ -17,12 +17,13 @@ from tracebench.diagnose import (NODES_FILE, SUMMARY_FILE, TREES_FILE, attribute
                                  rules, sources, targets, tree_nodes)
 from tracebench.formula import Anchor, Apply, Compose, Disentangle, Expr, Text, analyze, parse, slot_count, to_text
 from tracebench.records import Case, DiagnosisSummary, DiagnosticTree, NodeOccurrence
-from tracebench.run import ClientSettings, run_benchmark
+from tracebench.providers import ModelSettings
+from tracebench.run import run_benchmark
 from tracebench.sample import read_cases, sample_benchmark
 from tracebench.sample._bind import bind
 from tracebench.zoo import failed_questions, parse_profile
 
-SETTINGS = ClientSettings(max_retries=0, timeout=30.0)
+SETTINGS = ModelSettings(max_retries=0, timeout=30.0)
 NAME = re.compile(r"N(\d+)([a-z]|[0-9]+)*")
 
 
@@ -425,7 +426,7 @@ def test_diagnosis_over_http_matches_in_process(small, tmp_path, monkeypatch):
     local = diagnose_run(tmp_path / "local", tmp_path / "local-diag", strategy="adaptive", settings=SETTINGS)
     export_nodes(tmp_path / "local", tmp_path / "nodes")  # the server answers the nodes' prompts too
     with ZooServer([small, tmp_path / "nodes"]).start() as server:
-        settings = ClientSettings(base_url=server.base_url, max_retries=2, timeout=30.0)
+        settings = ModelSettings(base_url=server.base_url, max_retries=2, timeout=30.0)
         run_benchmark(small, tmp_path / "http", generator=f"openai:synthetic/{profile}", judges=["openai:oracle"],
                       settings=settings, concurrency=4)
         http = diagnose_run(tmp_path / "http", tmp_path / "http-diag", strategy="adaptive", settings=settings,

@@ -10,11 +10,12 @@ import pytest
 
 from test_cli import run_trace
 from tracebench.diagnose import diagnose_run
-from tracebench.run import ClientSettings, run_benchmark
+from tracebench.providers import ModelSettings
+from tracebench.run import run_benchmark
 from tracebench.sample import sample_benchmark
 from tracebench.score import OPERATORS, score_run
 
-SETTINGS = ClientSettings(max_retries=0, timeout=30.0)
+SETTINGS = ModelSettings(max_retries=0, timeout=30.0)
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
          "--disable-component-update", "--disable-sync"]
 INJECTED = '<script>alert("injected")</script><img src=x onerror=alert(1)>'
@@ -82,7 +83,7 @@ def test_renders_without_errors_or_network(page):
 def test_headline_table_holds_the_scores_trace_score_prints(page, report):
     table = page["page"].locator("#headline")
     for folder in ("run", "perfect"):
-        scores = score_run(report["root"] / folder)
+        scores = score_run(report["root"] / folder).model_dump(mode="json")
         row = table.locator(f"tr[data-run^='synthetic:{'perfect' if folder == 'perfect' else 'global'}']")
         for op in (*OPERATORS, "overall"):
             value = scores["overall"] if op == "overall" else scores["operators"][op]

@@ -15,12 +15,13 @@ import pytest
 from openai_server import OpenAIStub
 from test_cli import run_trace
 from tracebench.records import RunManifest, Verdict
-from tracebench.run import ClientSettings, run_benchmark
+from tracebench.providers import ModelSettings
+from tracebench.run import run_benchmark
 from tracebench.sample import read_cases, sample_benchmark
 from tracebench.score import OPERATORS, score_run
 from tracebench.serve import ZooServer
 
-SETTINGS = ClientSettings(max_retries=3, timeout=30.0)
+SETTINGS = ModelSettings(max_retries=3, timeout=30.0)
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +37,7 @@ def _run(bench: Path, out: Path, generator: str, judges=("oracle",), **kw):
 
 
 def _scores(out: Path) -> dict:
-    return score_run(out)
+    return score_run(out).model_dump(mode="json")
 
 
 def test_perfect_generator_scores_one_everywhere(bench, tmp_path):
@@ -178,7 +179,7 @@ def test_a_flaky_server_loses_nothing(bench, tmp_path, monkeypatch):
     reference = tmp_path / "reference"
     _run(bench, reference, "synthetic:global-interference")
     with OpenAIStub(_oracle_handler(cases, flaky=True)) as stub:
-        settings = ClientSettings(base_url=stub.base_url, max_retries=3, timeout=5.0)
+        settings = ModelSettings(base_url=stub.base_url, max_retries=3, timeout=5.0)
         out = tmp_path / "flaky"
         first = _run(bench, out, "synthetic:global-interference", judges=("openai:oracle",), settings=settings,
                      concurrency=4)
@@ -205,7 +206,7 @@ def test_trace_serve_through_the_openai_adapters_gives_the_same_scores(bench, tm
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     _run(bench, tmp_path / "local", "synthetic:global-interference,relation-blind")
     with ZooServer([bench]).start() as server:
-        settings = ClientSettings(base_url=server.base_url, max_retries=2, timeout=30.0)
+        settings = ModelSettings(base_url=server.base_url, max_retries=2, timeout=30.0)
         manifest = _run(bench, tmp_path / "http", "openai:synthetic/global-interference,relation-blind",
                         judges=("openai:oracle",), settings=settings, concurrency=4)
     assert manifest.abstentions == 0
@@ -271,7 +272,7 @@ def test_a_failing_command_is_an_abstention_never_a_fail(tmp_path):
     assert verdicts and all(v.verdict == "abstain" for v in verdicts)
     assert "exited with status 3: broken" in verdicts[0].votes[0].reason
     assert manifest.abstentions == len(verdicts)
-    assert score_run(out)["abstentions"]["count"] == len(verdicts)
+    assert score_run(out).abstentions.count == len(verdicts)
 
 
 def test_the_command_output_placeholder(tmp_path):

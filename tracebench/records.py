@@ -12,6 +12,8 @@ from typing import Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import TraceError
+from .operators import Family, Operator, Role
+from .outcomes import Outcome, Status
 
 __all__ = ["Attribution", "Case", "DiagnosisManifest", "DiagnosisSummary", "DiagnosticEdge", "DiagnosticNode",
            "DiagnosticTree", "GenerationRecord", "NodeOccurrence", "Question", "Reference", "RunManifest",
@@ -45,8 +47,8 @@ class TermBinding(_Record):
     """What one term of the formula was bound to."""
 
     symbol: str = Field(description='the numbered symbol in the formula: "f1", "g_pattern1", "T_e1", "g_rel1"')
-    op: Literal["f", "g", "T"] = Field(description="anchor, disentangle or text term")
-    role: str = Field(description="anchor, local, attach, ip, relation, global or text")
+    op: Family = Field(description="the term's family: f (anchored entity), g (disentangled attribute) or T (text)")
+    role: Role = Field(description="anchor, local, attach, ip, relation, global or text")
     kind: str | None = Field(default=None, description="g kind (pattern, style, rel ...) or text name (e)")
     carrier: str | None = Field(default=None, description='symbol the term is applied to: "f1", "T_e1", "C1"; none for carriers')
     handle: str | None = Field(default=None, description="the readable handle of a carrier in the prompt, e.g. corgi_A")
@@ -68,7 +70,7 @@ class Question(_Record):
     """One binary checklist question."""
 
     id: str = Field(description='stable id, "<target>:<aspect>", kept by diagnostic sub-cases: "f1:identity"')
-    op: Literal["anchor", "disentangle", "apply", "compose"] = Field(description="the operator it scores")
+    op: Operator = Field(description="the operator it scores")
     target: str = Field(description='the term or part it checks: "f2", "f2⊕g_pattern1", "C1"')
     aspect: str = Field(description="existence, identity, presence, fidelity, integrity, fit, exclusivity, coexistence, relation, spatial, duplication, leakage ...")
     question: str = Field(description="the question put to the judge, with handles and grounding phrases")
@@ -130,20 +132,32 @@ class Vote(_Record):
     """One judge's answer to one question."""
 
     judge: str = Field(description="the judge spec")
-    verdict: Literal["pass", "fail", "abstain"] = Field(description="after polarity; abstain when no usable answer")
+    verdict: Status = Field(description="after polarity; abstain when no usable answer")
+    value: float | None = Field(default=None, ge=0, le=1, description="the graded value of the outcome: 1 pass, 0 fail, "
+                                "partial credit between; none when abstained")
     answer: Literal["yes", "no"] | None = Field(default=None, description="the raw answer, when there is one")
     reason: str = Field(default="", description="the judge's reason, or why it abstained")
     raw: str = Field(default="", description="this question's part of the raw reply (the whole reply is in the cache)")
     cache_key: str | None = Field(default=None, description="cache key of the call that produced the reply")
 
+    @property
+    def outcome(self) -> Outcome:
+        return Outcome.of(self.verdict, self.value)
+
 
 class Verdict(_Record):
     """One line of ``verdicts.jsonl``: the verdict on one question of one case."""
 
+    @property
+    def outcome(self) -> Outcome:
+        return Outcome.of(self.verdict, self.value)
+
     case_id: str
     question_id: str
-    op: str = Field(description="the question's operator")
-    verdict: Literal["pass", "fail", "abstain"] = Field(description="the judges' majority; abstain on no answer or a tie")
+    op: Operator = Field(description="the question's operator")
+    verdict: Status = Field(description="the judges' majority; abstain on no answer or a tie")
+    value: float | None = Field(default=None, ge=0, le=1, description="the graded value of the majority (the mean of "
+                                "the votes that formed it): 1 pass, 0 fail; none when abstained")
     judge: str = Field(description="the judge spec, or the ensemble's specs joined by +")
     votes: tuple[Vote, ...] = Field(description="every judge's answer")
 
@@ -170,9 +184,6 @@ class RunManifest(_Record):
 
 # ---------------------------------------------------------------------------------- diagnosis
 
-Outcome = Literal["pass", "fail", "abstain"]
-
-
 class DiagnosticNode(_Record):
     """One node of a diagnostic tree: a simplified sub-case of the root, and what it gave."""
 
@@ -192,8 +203,8 @@ class DiagnosticNode(_Record):
     references: tuple[Reference, ...] = ()
     question_ids: tuple[str, ...] = Field(default=(), description="the root's question ids it asks")
     image: str | None = Field(default=None, description="the generated image (relative to the diagnosis folder, or absolute)")
-    verdicts: dict[str, Outcome] = Field(default_factory=dict, description="question id -> verdict")
-    status: dict[str, Outcome] = Field(default_factory=dict, description="target -> whether the operator instance holds")
+    verdicts: dict[str, Status] = Field(default_factory=dict, description="question id -> verdict")
+    status: dict[str, Status] = Field(default_factory=dict, description="target -> whether the operator instance holds")
 
 
 class DiagnosticEdge(_Record):
@@ -205,9 +216,9 @@ class DiagnosticEdge(_Record):
 class Attribution(_Record):
     """Where one operator instance of a diagnosed case fails, and why."""
 
-    op: str
+    op: Operator
     target: str
-    root: Outcome = Field(description="its result at the root")
+    root: Status = Field(description="its result at the root")
     source: str | None = Field(description="stable_success, persistent_failure, global_reference, joint_composition, "
                                            "relation_attribute or unstable (diagnose/sources.toml); none when the "
                                            "root abstained")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from functools import cache
 
+from ..operators import Family, Operator, Role, apply_target, question_id
 from ..records import Question, TermBinding
 from ..resources import read_toml
 from ..realize import phrase_name
@@ -31,10 +32,6 @@ def _join(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
-def _qid(target: str, aspect: str) -> str:
-    return f"{target.replace('⊕', '+')}:{aspect}"
-
-
 def compile_checklist(terms: tuple[TermBinding, ...],
                       compositions: tuple[tuple[str, tuple[str, ...], str | None], ...]) -> tuple[Question, ...]:
     """Questions for every operator instance of a bound case, in formula order."""
@@ -53,30 +50,31 @@ def compile_checklist(terms: tuple[TermBinding, ...],
             depends: list[str] = []
             for dep in entry.get("depends_on", ()):
                 scope, _, aspect = dep.rpartition(".")
-                depends += [_qid(t, aspect) for t in links.get(scope, [target])]
+                depends += [question_id(t, aspect) for t in links.get(scope, [target])]
             wanted = entry.get("images")
             images = (image,) if wanted == "term" and image else all_images if wanted == "all" else ()
             questions.append(Question(
-                id=_qid(target, entry["aspect"]), op=op, target=target, aspect=entry["aspect"],
+                id=question_id(target, entry["aspect"]), op=op, target=target, aspect=entry["aspect"],
                 question=entry["compiled"](context), expected=entry.get("expected", "yes"),
                 depends_on=tuple(depends), images=images))
 
     relation_of: dict[str, TermBinding] = {}
     for t in terms:
-        if t.role == "anchor":
-            emit("anchor", "anchor", t.symbol, {"noun": t.noun, "handle": handle(t.symbol), "source": t.entity,
+        if t.role is Role.ANCHOR:
+            emit("anchor", Operator.ANCHOR, t.symbol, {"noun": t.noun, "handle": handle(t.symbol), "source": t.entity,
                                                 "image": t.image}, {}, t.image)
-        elif t.op == "g":
+        elif t.op is Family.DISENTANGLE:
             carrier = by_symbol.get(t.carrier or "")
             participants = _join([handle(p) for p in t.participants]) if t.participants else ""
             context = {"name": phrase_name(t.subtype), "value": t.value, "source": t.entity, "image": t.image,
                        "carrier_handle": handle(carrier.symbol) if carrier else "",
                        "carrier_noun": carrier.noun if carrier else "", "participants": participants}
-            emit(t.role, "disentangle", t.symbol, context, {}, t.image)
-            group = {"global": "apply_global", "relation": "apply_relation"}.get(t.role, "apply_local")
-            links = {"term": [t.symbol], "carrier": [carrier.symbol] if carrier and carrier.op == "f" else []}
-            emit(group, "apply", f"{t.carrier}⊕{t.symbol}", context, links, t.image)
-        if t.role == "relation":
+            emit(t.role, Operator.DISENTANGLE, t.symbol, context, {}, t.image)
+            group = {Role.GLOBAL: "apply_global", Role.RELATION: "apply_relation"}.get(t.role, "apply_local")
+            links = {"term": [t.symbol],
+                     "carrier": [carrier.symbol] if carrier and carrier.op is Family.ANCHOR else []}
+            emit(group, Operator.APPLY, apply_target(t.carrier, t.symbol), context, links, t.image)
+        if t.role is Role.RELATION:
             relation_of[t.carrier] = t
     nested = {symbol: {symbol} for symbol, _, _ in compositions}
     for symbol, _, parent in reversed(compositions):  # inner compositions come later in the tuple
@@ -86,12 +84,12 @@ def compile_checklist(terms: tuple[TermBinding, ...],
         inside = set(members) | nested[symbol]
         member_images = tuple(dict.fromkeys(
             t.image for t in terms if t.image and (t.symbol in inside or t.carrier in inside)))
-        anchors = [m for m in members if by_symbol[m].op == "f"]
+        anchors = [m for m in members if by_symbol[m].op is Family.ANCHOR]
         context = {"members": _join([noun_handle(m) for m in members]), "images": _join(list(member_images)) or "the references"}
-        emit("compose", "compose", symbol, context, {"members": anchors}, None, member_images)
+        emit("compose", Operator.COMPOSE, symbol, context, {"members": anchors}, None, member_images)
         relation = relation_of.get(symbol)
         if relation is not None:
-            emit("compose_relation", "compose", symbol,
+            emit("compose_relation", Operator.COMPOSE, symbol,
                  {"participants": _join([handle(p) for p in relation.participants]), "value": relation.value},
-                 {"members": [p for p in relation.participants if by_symbol[p].op == "f"]}, None)
+                 {"members": [p for p in relation.participants if by_symbol[p].op is Family.ANCHOR]}, None)
     return tuple(questions)

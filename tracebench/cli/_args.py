@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..formula._space import space_bounds
 
-__all__ = ["add_model_options", "client_settings", "shard", "slot_levels"]
+__all__ = ["add_model_options", "model_settings", "shard", "slot_levels"]
 
 
 def shard(text: str) -> tuple[int, int]:
@@ -23,13 +23,18 @@ def add_model_options(p: argparse.ArgumentParser, *, cache_default: str, default
     """The options of every command that calls models through the run harness (run, diagnose).
     ``defaults_from`` names where a left-out option comes from instead of the built-in default."""
     inherit = f" (default: {defaults_from})" if defaults_from else ""
+    p.add_argument("--models", type=Path, metavar="FILE",
+                   help="a models file (TOML): per-model base URLs (replicas), key variables, concurrency, "
+                        "retries and timeouts (docs/evaluate.md)")
     p.add_argument("--base-url", help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL, then OpenAI)")
     p.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR",
                    help="environment variable holding the API key (loopback servers need none)")
     p.add_argument("--judge-base-url", help="endpoint of the judges when it differs from --base-url")
     p.add_argument("--judge-api-key-env", metavar="VAR", help="key variable of the judges' endpoint")
-    p.add_argument("--concurrency", type=int, default=8, help="calls in flight per endpoint (default 8)")
-    p.add_argument("--max-retries", type=int, default=4, help="client retries of a failed call, with backoff")
+    p.add_argument("--concurrency", type=int, default=8,
+                   help="calls in flight per model and replica, where the models file says none (default 8)")
+    p.add_argument("--max-retries", type=int, default=4,
+                   help="retries of a transient failure or a rate limit, with backoff (default 4)")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per call")
     p.add_argument("--judge-batch", choices=("case", "op"), default=None if defaults_from else "case",
                    help="one judge call per case or one per operator" + (inherit or " (default case)"))
@@ -40,16 +45,14 @@ def add_model_options(p: argparse.ArgumentParser, *, cache_default: str, default
     p.add_argument("--cache", type=Path, help=f"cache folder (default {cache_default})")
 
 
-def client_settings(args, *, cases_dir: Path | None, seed: int = 0):
-    """ClientSettings from the options above; the library comes from the benchmark's manifest."""
-    from ..run import ClientSettings
-    from ..sample import read_sample_manifest
+def model_settings(args, *, seed: int = 0):
+    """ModelSettings from the options above (the models file read and checked)."""
+    from ..providers import ModelSettings, read_models_file
 
-    sample = read_sample_manifest(cases_dir) if cases_dir else None
-    library = Path(sample.arguments["library"]) if sample and sample.arguments.get("library") else None
-    return ClientSettings(base_url=args.base_url, api_key_env=args.api_key_env, judge_base_url=args.judge_base_url,
-                          judge_api_key_env=args.judge_api_key_env, max_retries=args.max_retries,
-                          timeout=args.timeout, library=library, seed=seed if args.seed is None else args.seed)
+    models = read_models_file(args.models) if args.models else {}
+    return ModelSettings(base_url=args.base_url, api_key_env=args.api_key_env, judge_base_url=args.judge_base_url,
+                         judge_api_key_env=args.judge_api_key_env, max_retries=args.max_retries,
+                         timeout=args.timeout, seed=seed if args.seed is None else args.seed, models=models)
 
 
 def slot_levels(spec: str) -> tuple[int, ...]:

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from ..errors import TraceError
-from ._args import add_model_options, client_settings
+from ._args import add_model_options, model_settings
 
 
 def register(sub) -> None:
@@ -73,7 +73,7 @@ def run(args) -> int:
     if not (args.run_dir / RUN_FILE).is_file():
         raise TraceError(f"{args.run_dir}: not a run folder (no {RUN_FILE}); make one with `trace run`")
     manifest = read_record(args.run_dir / RUN_FILE, RunManifest, "run manifest")  # the rest is read once, below
-    settings = client_settings(args, cases_dir=Path(manifest.cases_dir), seed=manifest.seed or 0)
+    settings = model_settings(args, seed=manifest.seed or 0)
     summary = diagnose_run(args.run_dir, args.out, cases=args.cases, generator=args.generator, judges=args.judge,
                            strategy=args.strategy, settings=settings, concurrency=args.concurrency,
                            judge_batch=args.judge_batch, cache_dir=args.cache, shard=args.shard,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ._args import add_model_options, client_settings
+from ._args import add_model_options, model_settings
 
 
 def register(sub) -> None:
@@ -12,10 +12,11 @@ def register(sub) -> None:
                        description="Send every case to a generator and its image to one or more judges.")
     p.add_argument("cases_dir", type=Path, help="a benchmark folder (trace sample's output)")
     p.add_argument("--generator", required=True, metavar="SPEC",
-                   help="openai:MODEL, folder:PATH, command:'...' (reads the case on stdin, writes {output}) "
-                        "or synthetic:PROFILE")
+                   help="openai:MODEL[@URL], folder:PATH, command:'...' (reads the case on stdin, writes {output}), "
+                        "synthetic:PROFILE, python:FILE.py[:NAME] or a registered provider's name")
     p.add_argument("--judge", action="append", required=True, metavar="SPEC",
-                   help="openai:MODEL or oracle; repeat for an ensemble (majority vote, ties recorded)")
+                   help="openai:MODEL[@URL[,URL]], oracle, python:FILE.py[:NAME], a registered provider's name "
+                        "or a name of the models file; repeat for an ensemble (majority vote, ties recorded)")
     add_model_options(p, cache_default="RUN_DIR/cache")
     p.add_argument("--out", type=Path, required=True, help="the run folder (resumed if it holds the same run)")
     p.set_defaults(run=run)
@@ -24,7 +25,7 @@ def register(sub) -> None:
 def run(args) -> int:
     from ..run import run_benchmark
 
-    settings = client_settings(args, cases_dir=args.cases_dir)
+    settings = model_settings(args)
     manifest = run_benchmark(args.cases_dir, args.out, generator=args.generator, judges=args.judge,
                              settings=settings, concurrency=args.concurrency, shard=args.shard,
                              judge_batch=args.judge_batch, retry_abstained=args.retry_abstained,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 
@@ -18,5 +17,5 @@ def run(args) -> int:
     from ..score import format_scores, score_run
 
     scores = score_run(args.run_dir, cases_dir=args.cases)
-    print(json.dumps(scores) if args.json else format_scores(scores))
+    print(scores.model_dump_json() if args.json else format_scores(scores))
     return 0

@@ -20,26 +20,23 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+from ..operators import OPERATORS, Instance
+from ..outcomes import ABSTAINED, Outcome
 from ..records import Attribution
 from ._rules import rules, sources, zoo_expectations
 from ._tree import TreeNode
 
 __all__ = ["DEPTH_GRID", "Finding", "attribute", "localization", "mode_of", "pending", "summarize_sources"]
 
-Instance = tuple[str, str]  # (operator, target)
-Results = dict[Instance, "bool | None"]
+Results = dict[Instance, Outcome]
 DEPTH_GRID = tuple(k / 10 for k in range(11))
-
-
-def _outcome(value: bool | None) -> str:
-    return "abstain" if value is None else "pass" if value else "fail"
 
 
 @dataclass(frozen=True)
 class Finding:
     op: str
     target: str
-    root: bool | None
+    root: Outcome
     source: str | None
     node: str | None
     rule: str | None
@@ -47,7 +44,7 @@ class Finding:
 
     def record(self, max_depth: int, causes: tuple[str, ...] = (), expected: tuple[str, ...] = ()) -> Attribution:
         relative = None if self.depth is None else (round(self.depth / max_depth, 4) if max_depth else 0.0)
-        return Attribution(op=self.op, target=self.target, root=_outcome(self.root), source=self.source,
+        return Attribution(op=self.op, target=self.target, root=self.root.status, source=self.source,
                            node=self.node, rule=self.rule, depth=self.depth, relative_depth=relative,
                            causes=causes, expected=expected)
 
@@ -55,8 +52,8 @@ class Finding:
 def attribute(nodes: list[TreeNode], results: dict[str, Results]) -> list[Finding]:
     """One finding per operator instance of the root (``nodes[0]``), in checklist order.
 
-    ``results`` maps each evaluated node id to its instances' results (True pass, False
-    fail, None abstained); nodes missing from it were not evaluated."""
+    ``results`` maps each evaluated node id to its instances' outcomes; nodes missing from
+    it were not evaluated."""
     children: dict[str, list[TreeNode]] = defaultdict(list)
     for node in nodes[1:]:
         children[node.parent].append(node)  # type: ignore[index]
@@ -64,34 +61,35 @@ def attribute(nodes: list[TreeNode], results: dict[str, Results]) -> list[Findin
     root = nodes[0]
     findings = []
     for instance in root.targets:
-        at_root = results[root.id].get(instance)
-        if at_root is None:
-            findings.append(Finding(*instance, None, None, None, None, None))
+        at_root = results[root.id].get(instance, ABSTAINED)
+        if not at_root.answered:
+            findings.append(Finding(*instance, ABSTAINED, None, None, None, None))
             continue
         first: TreeNode | None = None
         flipped = False
-        stack = [(child, at_root) for child in reversed(children[root.id])]
+        stack = [(child, at_root.passed) for child in reversed(children[root.id])]
         while stack:  # depth first; `passed`: it passed at or above this node's parent on this path
             node, passed = stack.pop()
             if node.id not in results or instance not in node.targets:
                 continue  # not evaluated, or no longer kept: nor is anything below
-            value = results[node.id].get(instance)
-            if value is True and not passed:
+            value = results[node.id].get(instance, ABSTAINED)
+            if value.passed and not passed:
                 if first is None or node.depth < first.depth:
                     first = node
                 passed = True
-            elif value is False and passed:
+            elif value.failed and passed:
                 flipped = True
             stack += [(child, passed) for child in reversed(children[node.id])]
         if flipped:
             source = "unstable"
-        elif at_root:
+        elif at_root.passed:
             source = "stable_success"
         else:
             source = "persistent_failure" if first is None else source_of[first.rule]  # type: ignore[index]
-        depth = 0 if at_root else (first.depth if first else None)
-        findings.append(Finding(*instance, at_root, source, first.id if first and not at_root else None,
-                                first.rule if first and not at_root else None, depth))
+        moved = first is not None and not at_root.passed
+        depth = 0 if at_root.passed else (first.depth if first else None)
+        findings.append(Finding(*instance, at_root, source, first.id if moved else None,  # type: ignore[union-attr]
+                                first.rule if moved else None, depth))  # type: ignore[union-attr]
     return findings
 
 
@@ -99,7 +97,7 @@ def pending(node: TreeNode, parent_pending: frozenset[Instance], results: Result
     """The root failures still unexplained at ``node``: pending at its parent, kept here, and
     not passing here. The root's own are its failing instances (``parent_pending`` of all
     its targets)."""
-    return frozenset(i for i in parent_pending if i in node.targets and results.get(i) is not True)
+    return frozenset(i for i in parent_pending if i in node.targets and not results.get(i, ABSTAINED).passed)
 
 
 def mode_of(cause: str) -> str:
@@ -128,7 +126,7 @@ def summarize_sources(attributions: list[Attribution]) -> dict:
     by_op: dict[str, list[Attribution]] = defaultdict(list)
     for a in counted:
         by_op[a.op].append(a)
-    ops = [op for op in ("anchor", "disentangle", "apply", "compose") if op in by_op]
+    ops = [op for op in OPERATORS if op in by_op]
     cumulative = {op: {f"{x:.1f}": round(sum(a.relative_depth is not None and a.relative_depth <= x + 1e-9
                                                 for a in by_op[op]) / len(by_op[op]), 4) for x in DEPTH_GRID}
                   for op in ops}

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -33,8 +33,9 @@ from ..library import staged_output
 from ..records import (Case, DiagnosisManifest, DiagnosisSummary, DiagnosticEdge, DiagnosticNode, DiagnosticTree,
                        NodeOccurrence, SampleManifest, read_record)
 from ..resources import data_hash
-from ..run import (ClientSettings, generated_image, load_run, make_generator, make_judge, read_verdicts,
-                   run_benchmark, shard_of)
+from ..outcomes import Outcome
+from ..providers import ModelSettings
+from ..run import generated_image, library_of, load_run, make_providers, read_verdicts, run_benchmark, shard_of
 from ..cache import sha256, write_atomic
 from ..sample import read_sample_manifest
 from ..score import instance_results
@@ -55,7 +56,7 @@ CACHE_DIR = "cache"
 STRATEGIES = ("full", "adaptive")
 
 # sub-cases in -> (case id -> question id -> verdict, case id -> image path)
-Evaluator = Callable[[list[Case]], tuple[dict[str, dict[str, str]], dict[str, str]]]
+Evaluator = Callable[[list[Case]], tuple[dict[str, dict[str, Outcome]], dict[str, str]]]
 
 
 @dataclass
@@ -139,7 +140,7 @@ def _write_node_folder(target: Path, cases: list[Case], source_dir: Path, sample
 def _select(run, which: str, shard: tuple[int, int] | None) -> list[Case]:
     ids = list(run.verdicts)  # run order
     if which == "failing":
-        chosen = [i for i in ids if any(v is False for v in instance_results(run.cases[i], run.verdicts[i]).values())]
+        chosen = [i for i in ids if any(v.failed for v in instance_results(run.cases[i], run.verdicts[i]).values())]
     elif which == "all":
         chosen = ids
     else:
@@ -155,10 +156,10 @@ def _select(run, which: str, shard: tuple[int, int] | None) -> list[Case]:
 
 # ------------------------------------------------------------------------------ the diagnosis
 
-def _strategy_rounds(plan: TreePlan, strategy: str, root_verdicts: dict[str, dict[str, str]], evaluate: Evaluator,
-                     roots_from_run: bool) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+def _strategy_rounds(plan: TreePlan, strategy: str, root_verdicts: dict[str, dict[str, Outcome]], evaluate: Evaluator,
+                     roots_from_run: bool) -> tuple[dict[str, dict[str, Outcome]], dict[str, str]]:
     """Evaluate the sub-cases the strategy asks for; returns verdicts and images by sub-case key."""
-    verdicts: dict[str, dict[str, str]] = {}
+    verdicts: dict[str, dict[str, Outcome]] = {}
     images: dict[str, str] = {}
 
     def run_round(keys: list[str]) -> None:
@@ -185,7 +186,7 @@ def _strategy_rounds(plan: TreePlan, strategy: str, root_verdicts: dict[str, dic
     for tree in plan.trees:
         at_root = root_verdicts.get(tree.root.id, {}) if roots_from_run else verdicts[tree.keys["N0"]]
         results = instance_results(tree.root, at_root)
-        failing = frozenset(i for i in tree.nodes[0].targets if results.get(i) is False)
+        failing = frozenset(i for i in tree.nodes[0].targets if i in results and results[i].failed)
         frontier.append((tree, tree.nodes[0], failing))
         explained[tree.root.id] = set()
     while frontier:
@@ -208,7 +209,7 @@ def _strategy_rounds(plan: TreePlan, strategy: str, root_verdicts: dict[str, dic
     return verdicts, images
 
 
-def diagnose(roots: Sequence[Case], root_verdicts: dict[str, dict[str, str]], evaluate: Evaluator, *,
+def diagnose(roots: Sequence[Case], root_verdicts: dict[str, dict[str, Outcome]], evaluate: Evaluator, *,
              strategy: str = "full", roots_from_run: bool = True, root_images: dict[str, str] | None = None,
              causes: Callable[[Case, str], dict[str, tuple[str, ...]] | None] | None = None,
              plan: TreePlan | None = None) -> list[DiagnosticTree]:
@@ -225,7 +226,7 @@ def diagnose(roots: Sequence[Case], root_verdicts: dict[str, dict[str, str]], ev
     trees = []
     for tree in plan.trees:
         results: dict[str, dict] = {}
-        node_verdicts: dict[str, dict[str, str]] = {}
+        node_verdicts: dict[str, dict[str, Outcome]] = {}
         for node in tree.nodes:
             key = tree.keys[node.id]
             if node.parent is None and roots_from_run:
@@ -250,9 +251,8 @@ def diagnose(roots: Sequence[Case], root_verdicts: dict[str, dict[str, str]], ev
                 **node.to_json(), case_id=tree.root.id if node.parent is None and roots_from_run else sub.id,
                 evaluated=evaluated, prompt=sub.prompt, references=sub.references,
                 question_ids=tuple(q.id for q in sub.checklist), image=image,
-                verdicts=node_verdicts.get(node.id, {}),
-                status={t: ("abstain" if v is None else "pass" if v else "fail")
-                        for (_, t), v in results.get(node.id, {}).items()}))
+                verdicts={qid: o.status for qid, o in node_verdicts.get(node.id, {}).items()},
+                status={t: v.status for (_, t), v in results.get(node.id, {}).items()}))
         edges = tuple(DiagnosticEdge(parent=u, child=v, rule=d["rule"]) for u, v, d in tree.graph.edges(data=True))
         trees.append(DiagnosticTree(case_id=tree.root.id, formula=tree.root.formula, slot=tree.root.slot,
                                     strategy=strategy, max_depth=max_depth, nodes=tuple(nodes), edges=edges,
@@ -281,7 +281,7 @@ def _cause(finding: Finding, root: Case, recorded: dict[str, tuple[str, ...]] | 
            ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The recorded causes of a root failure (of its own first broken question, else of the
     nearest question it depends on) and the sources they should be localized to."""
-    if recorded is None or finding.root is not False:
+    if recorded is None or not finding.root.failed:
         return (), ()
     questions = {q.id: q for q in root.checklist}
     queue = [q.id for q in root.checklist if q.op == finding.op and q.target == finding.target]
@@ -344,7 +344,7 @@ def export_nodes(run_dir: Path, out: Path, *, cases: str = "failing", shard: tup
 
 
 def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator: str | None = None,
-                 judges: Sequence[str] | None = None, strategy: str = "full", settings: ClientSettings | None = None,
+                 judges: Sequence[str] | None = None, strategy: str = "full", settings: ModelSettings | None = None,
                  concurrency: int = 8, judge_batch: str | None = None, cache_dir: Path | None = None,
                  shard: tuple[int, int] | None = None, retry_abstained: bool = False,
                  progress: bool | None = None) -> DiagnosisSummary:
@@ -353,22 +353,24 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
         raise TraceError(f"--strategy: {strategy!r} is neither full nor adaptive")
     run = load_run(run_dir)
     manifest = run.manifest
-    settings = settings or ClientSettings(seed=manifest.seed or 0)
+    settings = settings or ModelSettings(seed=manifest.seed or 0)
+    if settings.library is None:
+        settings = replace(settings, library=library_of(run.cases_dir))
     generator = generator or manifest.generator
     judges = tuple(judges or manifest.judges)
     judge_batch = judge_batch or manifest.judge_batch
-    seed = settings.seed if generator.startswith("synthetic:") else None
-    # a bad spec or a missing key is an error before anything is written
-    for adapter in (make_generator(generator, settings), *(make_judge(spec, settings) for spec in judges)):
-        if hasattr(adapter, "client"):
-            adapter.client()
-    roots_from_run = (generator == manifest.generator and judges == tuple(manifest.judges)
+    # a bad spec or a missing key is an error before anything is written; specs compared as resolved
+    # (a models-file name or an @URL suffix names the same model as the run's plain spec)
+    gen, judge_list = make_providers(generator, judges, settings)
+    seed = settings.seed if gen.spec.startswith("synthetic:") else None
+    generator_spec, judge_specs = gen.spec, tuple(j.spec for j in judge_list)
+    roots_from_run = (generator_spec == manifest.generator and judge_specs == tuple(manifest.judges)
                       and judge_batch == manifest.judge_batch and seed == manifest.seed)
     roots = _select(run, cases, shard)
     out = Path(out)
     identity = DiagnosisManifest(
         tool=f"tracebench {__version__}", run_dir=str(Path(run_dir).resolve()), cases_dir=str(run.cases_dir),
-        cases_hash=manifest.cases_hash, generator=generator, seed=seed, judges=judges, judge_batch=judge_batch,
+        cases_hash=manifest.cases_hash, generator=generator_spec, seed=seed, judges=judge_specs, judge_batch=judge_batch,
         strategy=strategy, cases=cases, shard=f"{shard[0]}/{shard[1]}" if shard else None,
         roots_from_run=roots_from_run,
         hashes={"diagnose": data_hash(("diagnose", RULES_FILE), ("diagnose", SOURCES_FILE))})
@@ -388,21 +390,21 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
     sample = read_sample_manifest(run.cases_dir)
     rounds = iter(range(1, 1000))
 
-    def evaluate(batch: list[Case]) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+    def evaluate(batch: list[Case]) -> tuple[dict[str, dict[str, Outcome]], dict[str, str]]:
         folder = out / ROUNDS_DIR / f"{next(rounds):02d}"
         _write_node_folder(folder / "cases", batch, run.cases_dir, sample,
                            {"diagnosis_of": identity.run_dir, "strategy": strategy, "round": folder.name}, replace=True)
         run_benchmark(folder / "cases", folder / "run", generator=generator, judges=judges, settings=settings,
                       concurrency=concurrency, judge_batch=judge_batch, cache_dir=cache_dir or out / CACHE_DIR,
                       retry_abstained=retry_abstained, progress=progress)
-        got: dict[str, dict[str, str]] = {}
+        got: dict[str, dict[str, Outcome]] = {}
         for v in read_verdicts(folder / "run" / "verdicts.jsonl"):
-            got.setdefault(v.case_id, {})[v.question_id] = v.verdict
+            got.setdefault(v.case_id, {})[v.question_id] = v.outcome
         images = {c.id: str(p.relative_to(out)) for c in batch if (p := generated_image(folder / "run", c.id))}
         return got, images
 
     root_images = {c.id: str(p.resolve()) for c in roots if (p := generated_image(run.root, c.id))}
-    synthetic = generator.startswith("synthetic:")
+    synthetic = generator_spec.startswith("synthetic:")
     causes = None
     if synthetic:
         def causes(case: Case, image: str) -> dict[str, tuple[str, ...]] | None:
@@ -411,7 +413,7 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
     trees = diagnose(roots, run.verdicts, evaluate, strategy=strategy, roots_from_run=roots_from_run,
                      root_images=root_images, causes=causes, plan=plan)
     write_atomic(out / TREES_FILE, "".join(t.model_dump_json() + "\n" for t in trees).encode())
-    result = summarize(trees, generator=generator, judges=judges, strategy=strategy, synthetic=synthetic)
+    result = summarize(trees, generator=generator_spec, judges=judge_specs, strategy=strategy, synthetic=synthetic)
     write_atomic(out / SUMMARY_FILE, (json.dumps(result.model_dump(mode="json"), indent=2) + "\n").encode())
     return result
 

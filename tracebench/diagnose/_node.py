@@ -16,6 +16,7 @@ from ..checklist import compile_checklist
 from ..errors import TraceError
 from ..formula import Anchor, AnchorBinding, Apply, Compose, Disentangle, DisentangleBinding, Expr, Text, analyze
 from ..formula import parse, symbol, template_of, to_text, walk
+from ..operators import ENTITY_ROLES, Family, Role
 from ..realize import realize
 from ..records import Case, TermBinding
 from ._rules import Downgrades
@@ -35,7 +36,7 @@ def root_formula(case: Case) -> Expr:
 def compositions_of(formula: Expr) -> tuple[tuple[str, tuple[str, ...], str | None], ...]:
     """(C symbol, the entity symbols inside it, the enclosing C) per composition, in order:
     what the checklist compiler reads (binding produces the same for a sampled case)."""
-    entities = {t.symbol for t in analyze(formula) if t.role in ("anchor", "text")}
+    entities = {t.symbol for t in analyze(formula) if t.role in ENTITY_ROLES}
     out = []
 
     def visit(node: Expr, parent: str | None) -> None:
@@ -73,7 +74,7 @@ def _words_symbol(g_symbol: str) -> str:
 def _node_terms(root: Case, kept: set[str], dg: Downgrades) -> tuple[TermBinding, ...]:
     renamed = {t.symbol: symbol(dg.anchors[t.symbol]) for t in root.terms if t.op == "f" and t.symbol not in kept}
     renamed |= {t.symbol: symbol(dg.relations[t.symbol]) for t in root.terms
-                if t.op == "g" and t.role == "relation" and t.symbol not in kept}
+                if t.op is Family.DISENTANGLE and t.role is Role.RELATION and t.symbol not in kept}
 
     def moved(t: TermBinding) -> dict:
         return {"carrier": renamed.get(t.carrier, t.carrier) if t.carrier else None,
@@ -84,11 +85,11 @@ def _node_terms(root: Case, kept: set[str], dg: Downgrades) -> tuple[TermBinding
         if t.op == "T" or t.symbol in kept:
             terms.append(t.model_copy(update=moved(t)))
             continue
-        words = {"op": "T", "image": None, "source_id": None, "entity": None, "entity_index": None,
+        words = {"op": Family.TEXT, "image": None, "source_id": None, "entity": None, "entity_index": None,
                  "source_entities": None, "replaces": t.symbol, **moved(t)}
         if t.op == "f":
-            words |= {"symbol": renamed[t.symbol], "role": "text", "kind": "e"}
-        elif t.role == "relation":
+            words |= {"symbol": renamed[t.symbol], "role": Role.TEXT, "kind": "e"}
+        elif t.role is Role.RELATION:
             words |= {"symbol": renamed[t.symbol]}
         else:
             words |= {"symbol": _words_symbol(t.symbol)}

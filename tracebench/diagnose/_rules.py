@@ -17,13 +17,13 @@ from typing import Callable, Mapping
 
 from ..errors import TraceError
 from ..formula import Anchor, Apply, Compose, Disentangle, Expr, Node, Text, analyze, slot_count, symbol, walk
+from ..operators import LOCAL_ROLES, Family, Instance, Operator, Role, apply_target
 from ..resources import read_toml
 
 __all__ = ["Downgrades", "Rule", "Source", "number_terms", "rules", "sources", "targets", "zoo_expectations"]
 
 RULES_FILE = "rules.toml"
 SOURCES_FILE = "sources.toml"
-_LOCAL = ("local", "attach", "ip")
 _DROP = object()  # a modifier a rewrite takes out of the formula
 
 
@@ -167,7 +167,7 @@ class Downgrades:
             if t.op == "f":
                 used["e"] += 1
                 anchors[t.symbol] = Text("e", used["e"], text)
-            elif t.op == "g" and t.role == "relation":
+            elif t.op is Family.DISENTANGLE and t.role is Role.RELATION:
                 used["rel"] += 1
                 relations[t.symbol] = Text("rel", used["rel"], text)
         return cls({t.symbol: t.role for t in terms}, anchors, relations)
@@ -182,7 +182,7 @@ class Downgrades:
             if isinstance(node, Anchor):
                 return self.anchors[symbol(node)]
             if isinstance(node, Disentangle):
-                return self.relations[symbol(node)] if self.role(node) == "relation" else _DROP
+                return self.relations[symbol(node)] if self.role(node) is Role.RELATION else _DROP
             return node
 
         return _rewrite(expr, swap)
@@ -201,7 +201,7 @@ def _strictly_inside(node: Node, outer: Node) -> bool:
 # ------------------------------------------------------------------------------ the four rules
 
 def strip_global(expr: Expr, dg: Downgrades) -> tuple[Expr, ...]:
-    term = next((t for t in analyze(expr) if t.op == "g" and t.role == "global"), None)
+    term = next((t for t in analyze(expr) if t.op is Family.DISENTANGLE and t.role is Role.GLOBAL), None)
     if term is None:
         return ()
     return (_rewrite(expr, _replacing(term.node, _DROP)),)
@@ -210,7 +210,7 @@ def strip_global(expr: Expr, dg: Downgrades) -> tuple[Expr, ...]:
 def simplify_relation(expr: Expr, dg: Downgrades) -> tuple[Expr, ...]:
     target = _split_target(expr)
     for t in analyze(expr):
-        if t.op == "g" and t.role == "relation":
+        if t.op is Family.DISENTANGLE and t.role is Role.RELATION:
             if target is not None and _strictly_inside(t.carrier, target):
                 continue  # its composition is split later, inside a split still pending
             return (_rewrite(expr, _replacing(t.node, dg.relations[t.symbol])),)
@@ -231,13 +231,13 @@ def flatten_composition(expr: Expr, dg: Downgrades) -> tuple[Expr, ...]:
 
 def remove_attributes(expr: Expr, dg: Downgrades) -> tuple[Expr, ...]:
     entity = next((n for n in walk(expr) if isinstance(n, Apply) and not isinstance(n.carrier, Compose)
-                   and any(dg.role(m) in _LOCAL for m in n.modifiers)), None)
+                   and any(dg.role(m) in LOCAL_ROLES for m in n.modifiers)), None)
     if entity is None:
         return ()
-    attributes = [m for m in entity.modifiers if dg.role(m) in _LOCAL]
+    attributes = [m for m in entity.modifiers if dg.role(m) in LOCAL_ROLES]
 
     def keeping(kept: list) -> Expr:
-        modifiers = tuple(m for m in entity.modifiers if dg.role(m) not in _LOCAL or any(m is k for k in kept))
+        modifiers = tuple(m for m in entity.modifiers if dg.role(m) not in LOCAL_ROLES or any(m is k for k in kept))
         return _rewrite(expr, _replacing(entity, Apply(entity.carrier, modifiers) if modifiers else entity.carrier))
 
     children = []
@@ -272,7 +272,7 @@ def _units_by_composition(expr: Expr, roles: Mapping[str, str]) -> dict[str, int
             visit(node.carrier, enclosing)
             inner = enclosing + ((symbol(node.carrier),) if isinstance(node.carrier, Compose) else ())
             for m in node.modifiers:
-                if isinstance(m, Disentangle) and roles.get(symbol(m)) != "global":
+                if isinstance(m, Disentangle) and roles.get(symbol(m)) is not Role.GLOBAL:
                     for c in inner:
                         out[c] += 1
         elif isinstance(node, Anchor):
@@ -283,20 +283,21 @@ def _units_by_composition(expr: Expr, roles: Mapping[str, str]) -> dict[str, int
     return out
 
 
-def targets(formula: Expr, root: Expr | None = None) -> tuple[tuple[str, str], ...]:
+def targets(formula: Expr, root: Expr | None = None) -> tuple[Instance, ...]:
     """The operator instances a node keeps, as (operator, target) in checklist order:
     anchors, each g term and its binding, then compositions. A composition is kept while it
     holds reference-conditioned content (a branch stated wholly in words is no longer
     judged as a composition) or never held any at the ``root``."""
     terms = analyze(formula)
     roles = {t.symbol: t.role for t in terms}
-    out: list[tuple[str, str]] = []
+    out: list[Instance] = []
     for t in terms:
-        if t.op == "f":
-            out.append(("anchor", t.symbol))
-        elif t.op == "g":
-            out += [("disentangle", t.symbol), ("apply", f"{symbol(t.carrier)}⊕{t.symbol}")]
+        if t.op is Family.ANCHOR:
+            out.append(Instance(Operator.ANCHOR, t.symbol))
+        elif t.op is Family.DISENTANGLE:
+            out += [Instance(Operator.DISENTANGLE, t.symbol),
+                    Instance(Operator.APPLY, apply_target(symbol(t.carrier), t.symbol))]
     units = _units_by_composition(formula, roles)
     root_units = units if root is None else _units_by_composition(root, {t.symbol: t.role for t in analyze(root)})
-    out += [("compose", c) for c, n in units.items() if n > 0 or root_units.get(c) == 0]
+    out += [Instance(Operator.COMPOSE, c) for c, n in units.items() if n > 0 or root_units.get(c) == 0]
     return tuple(out)

@@ -19,6 +19,7 @@ from typing import Callable
 import networkx as nx
 
 from ..formula import Expr, analyze, canonical, slot_count, to_text
+from ..operators import Instance
 from ._rules import Downgrades, number_terms, rules, targets
 
 __all__ = ["TreeNode", "build_tree", "draw_tree", "tree_nodes"]
@@ -33,7 +34,7 @@ class TreeNode:
     rule: str | None  # the rule that made it from its parent
     depth: int
     formula: Expr
-    targets: tuple[tuple[str, str], ...]  # (operator, target) it keeps
+    targets: tuple[Instance, ...]  # the operator instances it keeps
     suffix: str = ""
     same_as: str | None = None  # an earlier node with the same canonical formula
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..operators import LOCAL_ROLES, Family, Role
 from ._ast import Anchor, Apply, Compose, Disentangle, Expr, Node, Text
 from ._errors import FormulaConstraintError
 from ._language import Language, language
@@ -23,8 +24,8 @@ class Term:
     """One f, g or T term of a formula, in order of appearance."""
 
     node: Anchor | Disentangle | Text
-    op: str  # "f", "g" or "T"
-    role: str  # anchor, local, attach, ip, relation, global, text
+    op: Family  # f, g or T
+    role: Role
     carrier: Expr | None  # what a modifier is bound to; None for an unbound term
 
     @property
@@ -96,12 +97,12 @@ class _Walker:
 
     def visit(self, node: Expr, *, depth: int, at_top: bool) -> None:
         if isinstance(node, Anchor):
-            self.terms.append(Term(node, "f", "anchor", None))
+            self.terms.append(Term(node, Family.ANCHOR, Role.ANCHOR, None))
         elif isinstance(node, Text):
             role = self.lang.texts[node.name].role
             if role == "relation":
                 raise _fail(node, f"{symbol(node)} is a relation: apply it to a composition, C(f1, f2) ⊕ {symbol(node)}")
-            self.terms.append(Term(node, "T", role, None))
+            self.terms.append(Term(node, Family.TEXT, Role(role), None))
         elif isinstance(node, Compose):
             if depth + 1 > self.lang.max_compose_depth:
                 raise _fail(node, f"C nested {depth + 1} levels deep; at most {self.lang.max_compose_depth} levels of C are allowed")
@@ -123,20 +124,20 @@ class _Walker:
             if self.lang.texts[modifier.name].role != "relation":
                 raise _fail(modifier, f"{symbol(modifier)} cannot be applied with ⊕: only g terms and T_rel modify a carrier")
             self._check_relation_carrier(modifier, carrier)
-            return Term(modifier, "T", "relation", carrier)
+            return Term(modifier, Family.TEXT, Role.RELATION, carrier)
         roles = self.lang.kind_roles(modifier.kind)
         if "relation" in roles:
             self._check_relation_carrier(modifier, carrier)
-            return Term(modifier, "g", "relation", carrier)
+            return Term(modifier, Family.DISENTANGLE, Role.RELATION, carrier)
         scene_level = at_top and isinstance(carrier, Compose)
         if "global" in roles and (scene_level or (at_top and roles == {"global"})):
-            return Term(modifier, "g", "global", carrier)
+            return Term(modifier, Family.DISENTANGLE, Role.GLOBAL, carrier)
         if roles == {"global"}:
             raise _fail(modifier, f"{symbol(modifier)} is a global condition: apply it to the whole formula, not inside C(...)")
         if isinstance(carrier, Compose):
             raise _fail(modifier, f"{symbol(modifier)} binds to one entity, not to a composition: apply it to an entity inside C(...)")
-        local_role = next(r for r in ("local", "attach", "ip") if r in roles)
-        return Term(modifier, "g", local_role, carrier)
+        local_role = next(r for r in LOCAL_ROLES if r in roles)
+        return Term(modifier, Family.DISENTANGLE, local_role, carrier)
 
     def _check_relation_carrier(self, modifier: Node, carrier: Expr) -> None:
         need = self.lang.min_relation_arguments

@@ -7,13 +7,14 @@ from functools import cache
 from types import MappingProxyType
 from typing import Mapping
 
+from ..operators import Role
 from ..resources import read_toml
 
 __all__ = ["KindSpec", "Language", "ROLES", "language"]
 
 # Every role a term can play (canonical forms order modifiers by the order of kinds in
 # taxonomy/kinds.toml, not by role).
-ROLES = ("anchor", "local", "attach", "ip", "relation", "global", "text")
+ROLES = tuple(r.value for r in Role)
 
 
 @dataclass(frozen=True, slots=True)

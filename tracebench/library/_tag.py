@@ -5,11 +5,13 @@ built from the taxonomy (taxonomy/categories.toml, taxonomy/subtypes.toml) and a
 schema derived from the library records (:class:`ModelTags`). A reply is kept only when it
 validates completely: a reply that is not JSON, does not match the records or names an
 unknown category is sent back once with the error; if the second reply fails too, or the
-API fails after the client's own retries, the image is reported and left out. Nothing is
+API fails after the retries, the image is reported and left out. Nothing is
 written half-way: the library is assembled in a staging folder (:func:`staged_output`).
 
-The API key is read from an environment variable and handed to the client only; it is
-scrubbed from every reason and error message, in case a server echoes it back.
+Requests go through the shared model wrapper (:class:`~tracebench.providers.ModelAccess`):
+concurrency, retries with backoff on rate limits and transient errors, and scrubbing of the
+API key (read from an environment variable, handed to the client only) from every reason,
+in case a server echoes it back.
 
 Every valid reply is cached, content-addressed (model, endpoint, prompt and schema, image
 bytes; never the key), in the folder ``.tracebench-tag-cache`` beside the library unless
@@ -32,16 +34,16 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import openai
 from openai.types.chat import ChatCompletionMessage
 from PIL import Image, UnidentifiedImageError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..apikeys import LOCAL_API_KEY
-from ..apikeys import api_key as api_key_for
+from ..apikeys import api_key
 from ..errors import TraceError
 from ..replies import unfence
 from ..cache import Cache, cache_key, sha256
+from ..providers import (DEFAULT_BASE_URL, CallFailed, EndpointRefused, ModelAccess, ModelConfig, NotSent, OpenAIClients,
+                         one_line)
 from ..resources import read_toml
 from ..templating import render
 from ._io import staged_output, write_library
@@ -51,9 +53,7 @@ __all__ = ["IMAGE_SUFFIXES", "ModelTags", "SkippedImage", "TagReport", "tag_imag
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
 IMAGES_FOLDER = "images"
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
 SCHEMA_NAME = "tagged_image"
-_REASON_LIMIT = 300  # characters of a one-line reason in the report
 # The image formats vision APIs accept, as Pillow names them (MPO: a camera JPEG with extra frames).
 _MIME_TYPES = {"PNG": "image/png", "JPEG": "image/jpeg", "MPO": "image/jpeg", "WEBP": "image/webp"}
 
@@ -102,7 +102,8 @@ def tag_images(images_dir: Path, out: Path, *, model: str, base_url: str | None 
 
     ``base_url`` defaults to ``$OPENAI_BASE_URL``, then to OpenAI's. The key is read from
     the variable ``api_key_env``; a loopback server needs none. ``concurrency`` bounds the
-    requests in flight; ``max_retries`` and ``timeout`` (seconds) go to the openai client.
+    requests in flight; ``max_retries`` (of rate limits and transient errors, with backoff)
+    and ``timeout`` (seconds per request) are the wrapper's.
     Images are copied to ``out/images/`` (keeping their relative paths); the library name
     defaults to the name of ``out``. Replies are cached in ``cache_dir`` (default: the folder
     ``.tracebench-tag-cache`` beside ``out``). Raises :class:`TraceError` on bad arguments, when no
@@ -116,16 +117,17 @@ def tag_images(images_dir: Path, out: Path, *, model: str, base_url: str | None 
     if max_retries < 0:
         raise TraceError(f"--max-retries: must be 0 or more, got {max_retries}")
     base_url = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
-    api_key = api_key_for(api_key_env, base_url)
+    api_key(api_key_env, base_url)  # a missing key is an error before any image is read
     jobs, unreadable = _find_images(images_dir)
     name = name or out.resolve().name or "library"
 
     with staged_output(out) as root:
-        client = {"api_key": api_key, "base_url": base_url, "max_retries": max_retries, "timeout": timeout}
-        cache = Cache(cache_dir if cache_dir is not None else out.parent / TAG_CACHE)
-        tagger = _Tagger(model=model, secret="" if api_key == LOCAL_API_KEY else api_key, base_url=base_url,
-                         cache=cache)
-        outcomes = asyncio.run(tagger.tag_all(jobs, client=client, concurrency=concurrency))
+        provider = OpenAIClients(model, ModelConfig(base_urls=(base_url,), api_key_env=api_key_env,
+                                                    concurrency=concurrency, max_retries=max_retries, timeout=timeout))
+        provider.spec = f"openai:{model}"
+        tagger = _Tagger(provider=provider, access=ModelAccess(max_retries=max_retries),
+                         cache=Cache(cache_dir if cache_dir is not None else out.parent / TAG_CACHE))
+        outcomes = asyncio.run(tagger.tag_all(jobs))
         if tagger.fatal:
             raise TraceError(tagger.fatal)
         skipped = sorted(unreadable + [SkippedImage(path=o.job.rel, reason=o.reason)
@@ -222,34 +224,32 @@ class _InvalidReply(ValueError):
 
 
 class _Tagger:
-    """Sends the requests of one ``tag_images`` call and counts them."""
+    """Sends the requests of one ``tag_images`` call through the shared model wrapper."""
 
-    def __init__(self, *, model: str, secret: str, base_url: str, cache: Cache) -> None:
-        self.model = model
-        self.secret = secret
-        self.base_url = base_url
+    def __init__(self, *, provider: OpenAIClients, access: ModelAccess, cache: Cache) -> None:
+        self.provider = provider
+        self.access = access
         self.cache = cache
-        self.calls = 0
         self.cache_hits = 0
         self.fatal: str | None = None  # set when no further request can succeed (key or model refused)
 
-    async def tag_all(self, jobs: list[_Job], *, client: dict[str, Any], concurrency: int) -> list[_Outcome]:
-        limit = asyncio.Semaphore(concurrency)
-        async with openai.AsyncOpenAI(**client) as api:
-            async def one(job: _Job) -> _Outcome:
-                async with limit:
-                    if self.fatal:
-                        return _Outcome(job, reason="not sent: " + self.fatal)
-                    return await self.tag(api, job)
-            return list(await asyncio.gather(*(one(job) for job in jobs)))
+    @property
+    def calls(self) -> int:
+        return sum(self.access.stats.calls.values())
+
+    async def tag_all(self, jobs: list[_Job]) -> list[_Outcome]:
+        try:
+            return list(await asyncio.gather(*(self.tag(job) for job in jobs)))
+        finally:
+            await self.provider.aclose()
 
     def key(self, job: _Job) -> str:
         """What the reply depends on: model, endpoint, prompt and schema, the image's bytes."""
-        return cache_key(adapter="tag", model=self.model, base_url=self.base_url,
+        return cache_key(adapter="tag", model=self.provider.model, base_url=self.provider.base_url,
                          prompt=sha256((_system_prompt() + json.dumps(_tag_schema(), sort_keys=True)).encode()),
                          image=sha256(job.file.read_bytes()), size=[job.width, job.height])
 
-    async def tag(self, api: openai.AsyncOpenAI, job: _Job) -> _Outcome:
+    async def tag(self, job: _Job) -> _Outcome:
         key = self.key(job)
         hit = self.cache.get(key)
         if hit is not None:
@@ -260,12 +260,12 @@ class _Tagger:
             if tags is not None:
                 self.cache_hits += 1
                 return _Outcome(job, tags=tags)
-        outcome = await self._converse(api, job)
+        outcome = await self._converse(job)
         if outcome.tags is not None:
             self.cache.put(key, {"content": outcome.tags.model_dump_json()})
         return outcome
 
-    async def _converse(self, api: openai.AsyncOpenAI, job: _Job) -> _Outcome:
+    async def _converse(self, job: _Job) -> _Outcome:
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": _system_prompt()},
             {"role": "user", "content": [
@@ -275,16 +275,18 @@ class _Tagger:
         ]
         for _ in range(2):
             try:
-                reply = await self._ask(api, messages)
-            except (openai.AuthenticationError, openai.NotFoundError) as err:
-                self.fatal = f"the endpoint refused the request: {self._api_error(err)}"
+                reply = await self.access.call(self.provider, lambda: self._ask(messages))
+            except NotSent as err:
+                return _Outcome(job, reason=f"not sent: {err}")
+            except EndpointRefused as err:
+                self.fatal = f"the endpoint refused the request: {err}"
                 return _Outcome(job, reason=self.fatal)
-            except openai.APIError as err:
-                return _Outcome(job, reason=self._api_error(err))
+            except CallFailed as err:
+                return _Outcome(job, reason=str(err))
             try:
                 return _Outcome(job, tags=_parse_reply(reply))
             except _InvalidReply as err:
-                problem = self._one_line(str(err))
+                problem = one_line(str(err), self.provider.secrets())
             messages += [
                 {"role": "assistant", "content": (reply.content if reply else None) or ""},
                 {"role": "user", "content": f"That reply is not valid: {problem}. "
@@ -292,26 +294,15 @@ class _Tagger:
             ]
         return _Outcome(job, reason=f"invalid reply after one retry: {problem}")
 
-    async def _ask(self, api: openai.AsyncOpenAI, messages: list[dict[str, Any]]) -> ChatCompletionMessage | None:
-        self.calls += 1
-        response = await api.chat.completions.create(
-            model=self.model, messages=messages,  # type: ignore[arg-type]
+    async def _ask(self, messages: list[dict[str, Any]]) -> ChatCompletionMessage | None:
+        if self.fatal:  # checked under the concurrency limit: nothing is sent once the endpoint refused
+            raise NotSent(self.fatal)
+        response = await self.provider.client().chat.completions.create(
+            model=self.provider.model, messages=messages,  # type: ignore[arg-type]
             response_format={"type": "json_schema",
                              "json_schema": {"name": SCHEMA_NAME, "schema": _tag_schema(), "strict": False}},
         )
         return response.choices[0].message if response.choices else None
-
-    def _api_error(self, err: openai.APIError) -> str:
-        if isinstance(err, openai.APIStatusError):
-            return self._one_line(f"API error {err.status_code}: {err.message}")
-        cause = f" ({err.__cause__})" if err.__cause__ else ""
-        return self._one_line(f"API error: {err.message}{cause}")
-
-    def _one_line(self, text: str) -> str:
-        text = " ".join(text.split())
-        if self.secret:
-            text = text.replace(self.secret, "***")
-        return text if len(text) <= _REASON_LIMIT else text[:_REASON_LIMIT - 1] + "…"
 
 
 def _parse_reply(reply: ChatCompletionMessage | None) -> ModelTags:

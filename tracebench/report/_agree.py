@@ -36,7 +36,9 @@ from ..errors import TraceError
 from ..records import Case, DiagnosticTree
 from ..run import RUN_FILE, VERDICTS_FILE, read_verdicts
 from ..sample import read_cases
-from ..score import OPERATORS, instance_scores
+from ..operators import OPERATORS
+from ..outcomes import Outcome
+from ..score import instance_scores
 
 __all__ = ["Label", "SourceLabel", "agree", "format_agreement", "read_labels"]
 
@@ -89,8 +91,8 @@ def read_labels(source: Path, cases: dict[str, Case]) -> Answers:
     if source.is_dir():
         if not (source / RUN_FILE).is_file():
             raise TraceError(f"{source}: neither a run folder (no {RUN_FILE}) nor a label file")
-        rows = [(f"{source / VERDICTS_FILE}:{k}", v.case_id, v.question_id, v.verdict == "pass")
-                for k, v in enumerate(read_verdicts(source / VERDICTS_FILE), 1) if v.verdict != "abstain"]
+        rows = [(f"{source / VERDICTS_FILE}:{k}", v.case_id, v.question_id, v.outcome.passed)
+                for k, v in enumerate(read_verdicts(source / VERDICTS_FILE), 1) if v.outcome.answered]
     else:
         rows = [(f"{source}:{lineno}", label.case_id, label.question_id, label.passed)  # type: ignore[attr-defined]
                 for lineno, label in _read_jsonl(source, Label)]
@@ -112,7 +114,7 @@ def read_labels(source: Path, cases: dict[str, Case]) -> Answers:
 
 def _operator_scores(case: Case, answers: dict[str, bool]) -> dict[str, float]:
     """Per operator, the case's score from these answers (the rest unanswered), as trace score."""
-    instances = instance_scores(case, {qid: "pass" if ok else "fail" for qid, ok in answers.items()})
+    instances = instance_scores(case, {qid: Outcome.binary(ok) for qid, ok in answers.items()})
     per_op: dict[str, list[float]] = {}
     for (op, _), value in instances.items():
         per_op.setdefault(op, []).append(value)

@@ -15,9 +15,10 @@ import matplotlib
 matplotlib.use("Agg")  # no display; before pyplot is imported
 import matplotlib.pyplot as plt  # noqa: E402
 
+from ..operators import OPERATORS  # noqa: E402
+
 __all__ = ["bars", "lines_by_slot", "cumulative_pass"]
 
-OPERATORS = ("anchor", "disentangle", "apply", "compose")
 # text.parse_math off: run names are generator specs, and a command: spec may hold "$VAR"s
 _STYLE = {"svg.hashsalt": "tracebench", "svg.fonttype": "none", "font.size": 9, "axes.spines.top": False,
           "axes.spines.right": False, "text.parse_math": False}

@@ -25,7 +25,9 @@ from ..errors import TraceError
 from ..records import Case, DiagnosisManifest, DiagnosisSummary, DiagnosticTree, RunManifest, Verdict, read_record
 from ..run import generated_image, load_run, read_verdicts
 from ..cache import write_atomic
-from ..score import OPERATORS, instance_results, score_folder
+from ..operators import OPERATORS
+from ..outcomes import Status
+from ..score import instance_results, score_folder
 from ..templating import render_html
 from . import _plots
 
@@ -112,7 +114,7 @@ def _tree_svg(tree: DiagnosticTree, failing: list[str]) -> Markup:
     for node in tree.nodes:
         cx, top = x[node.id] * _DX + _DX / 2 + 5, node.depth * _DY + 5
         status = {t: s for t, s in node.status.items() if t in failing}
-        state = ("unknown" if not node.evaluated else "fail" if "fail" in status.values()
+        state = ("unknown" if not node.evaluated else "fail" if Status.FAIL in status.values()
                  else "pass" if status else "neutral")
         title = f"{node.id} [{node.rule or 'root'}] {node.formula}"
         parts.append(
@@ -131,7 +133,7 @@ class _RunView:
     name: str
     root: Path
     manifest: RunManifest
-    scores: dict[str, Any]
+    scores: dict[str, Any]  # a Scores record, as JSON data (what the page shows)
 
 
 def _run_name(manifest) -> str:
@@ -141,9 +143,8 @@ def _run_name(manifest) -> str:
 def _case_view(case: Case, verdicts: list[Verdict], run_root: Path, cases_dir: Path, images: _Images,
                tree: DiagnosticTree | None, diag_dir: Path | None) -> dict[str, Any]:
     by_question = {v.question_id: v for v in verdicts}
-    outcome = {qid: v.verdict for qid, v in by_question.items()}
-    results = instance_results(case, outcome)
-    failing_ops = sorted({op for (op, _), ok in results.items() if ok is False})
+    results = instance_results(case, {qid: v.outcome for qid, v in by_question.items()})
+    failing_ops = sorted({op.value for (op, _), outcome in results.items() if outcome.failed})
     image = generated_image(run_root, case.id)
     questions = []
     for q in case.checklist:
@@ -158,7 +159,7 @@ def _case_view(case: Case, verdicts: list[Verdict], run_root: Path, cases_dir: P
                        for r in case.references],
         "image": images.add(image), "questions": questions, "tree": None}
     if tree is not None and diag_dir is not None:
-        failing = [a.target for a in tree.attributions if a.root == "fail"]
+        failing = [a.target for a in tree.attributions if a.root is Status.FAIL]
         nodes = []
         for node in tree.nodes:
             path = None
@@ -169,7 +170,7 @@ def _case_view(case: Case, verdicts: list[Verdict], run_root: Path, cases_dir: P
                           "image": images.add(path) if path and path.is_file() else None,
                           "status": node.status})
         view["tree"] = {"svg": _tree_svg(tree, failing), "failing": failing, "nodes": nodes,
-                        "attributions": [a.model_dump() for a in tree.attributions if a.root != "pass"]}
+                        "attributions": [a.model_dump() for a in tree.attributions if a.root is not Status.PASS]}
     return view
 
 
@@ -193,7 +194,7 @@ def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, com
             raise TraceError(f"--compare {other.root}: a run of another benchmark ({other.cases_dir}, not the "
                              f"cases of {run_dir})")
     runs = [_RunView(_run_name(r.manifest) + (f" (shard {r.manifest.shard})" if r.manifest.shard else ""),
-                     r.root, r.manifest, score_folder(r, seed=seed)) for r in (run, *others)]
+                     r.root, r.manifest, score_folder(r, seed=seed).model_dump(mode="json")) for r in (run, *others)]
     names = [r.name for r in runs]
     if len(set(names)) < len(names):  # the same model twice (another seed, another judge): number the rows
         for k, r in enumerate(runs, 1):

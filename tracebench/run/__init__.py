@@ -1,25 +1,20 @@
-"""Running generators and judges over a benchmark: adapters, cache, harness."""
+"""Running generators and judges over a benchmark: the harness (resume, shards, verdicts) and
+shard merging. Model access itself (providers, cache, retry, concurrency) is ``tracebench.providers``."""
 
 from __future__ import annotations
 
-from ._adapters import CallFailed, ClientSettings, make_generator, make_judge
-from ..cache import Cache, cache_key
-from ._harness import (IMAGES_DIR, RUN_FILE, VERDICTS_FILE, RunFolder, generated_image, load_run, parse_reply, read_verdicts,
-                       run_benchmark, shard_of)
+from ._harness import (IMAGES_DIR, RUN_FILE, VERDICTS_FILE, RunFolder, generated_image, library_of, load_run,
+                       make_providers, parse_reply, read_verdicts, run_benchmark, shard_of)
 
 __all__ = [
-    "Cache",
-    "CallFailed",
-    "ClientSettings",
     "IMAGES_DIR",
     "RUN_FILE",
     "RunFolder",
     "VERDICTS_FILE",
-    "cache_key",
     "generated_image",
+    "library_of",
     "load_run",
-    "make_generator",
-    "make_judge",
+    "make_providers",
     "parse_reply",
     "read_verdicts",
     "run_benchmark",

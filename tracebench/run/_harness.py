@@ -1,10 +1,10 @@
 """``trace run``: every case through a generator and its judges, cached, resumable, concurrent.
 
-One place owns what every model call needs: the content-addressed cache, a concurrency
-limit per endpoint (the adapters' clients retry with backoff and honour rate-limit
-replies), counters, and the parsing of judge replies. An API error, a refusal or a reply
-that cannot be parsed is an abstention with its reason, never a fail; abstentions are not
-cached, so ``--retry-abstained`` asks again.
+Every model call goes through :class:`~tracebench.providers.ModelAccess` (cache, retry,
+concurrency per endpoint, counters, key scrubbing); this module owns what a run adds: the
+parsing of judge replies into verdicts, the judges' majority, resume and shards. An API
+error, a refusal or a reply that cannot be parsed is an abstention with its reason, never a
+fail; abstentions are not cached, so ``--retry-abstained`` asks again.
 
 Resuming: verdicts are appended case by case (all lines of a case in one write). At start,
 lines of cases left incomplete by a kill are dropped; complete cases are skipped; every
@@ -18,8 +18,7 @@ import asyncio
 import json
 import sys
 import zlib
-from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -30,12 +29,14 @@ from ..errors import TraceError
 from ..records import Case, Question, RunManifest, Verdict, Vote, read_record
 from ..replies import unfence
 from ..templating import template_hash
-from ._adapters import JUDGE_TEMPLATES, CallFailed, ClientSettings, Generator, Judge, make_generator, make_judge
-from ..sample import read_cases
+from ..outcomes import ABSTAINED, Outcome, Status, majority
+from ..providers import (JUDGE_TEMPLATES, CallFailed, Generator, Judge, ModelAccess, ModelSettings, ReferenceFiles,
+                         make_generator, make_judge)
+from ..sample import read_cases, read_sample_manifest
 from ..cache import Cache, cache_key, sha256, write_atomic
 
-__all__ = ["IMAGES_DIR", "RUN_FILE", "RunFolder", "VERDICTS_FILE", "generated_image", "load_run", "parse_reply", "read_verdicts",
-           "run_benchmark", "shard_of"]
+__all__ = ["IMAGES_DIR", "RUN_FILE", "RunFolder", "VERDICTS_FILE", "generated_image", "library_of", "load_run",
+           "make_providers", "parse_reply", "read_verdicts", "run_benchmark", "shard_of"]
 
 VERDICTS_FILE = "verdicts.jsonl"
 RUN_FILE = "run.json"
@@ -82,49 +83,23 @@ def parse_reply(raw: str, questions: Sequence[Question]) -> dict[str, tuple[str 
     return result
 
 
-@dataclass
-class _Stats:
-    calls: Counter = field(default_factory=Counter)
-    cache_hits: int = 0
-    tokens: int = 0
-    abstentions: int = 0
-    errors: int = 0
-
-
 class _Runner:
-    def __init__(self, root: Path, cases_dir: Path, generator: Generator, judges: list[Judge], cache: Cache,
-                 concurrency: int, judge_batch: str) -> None:
-        self.root, self.cases_dir = root, cases_dir
-        self.generator, self.judges, self.cache = generator, judges, cache
-        self.limits: dict[str, asyncio.Semaphore] = {}
-        self.concurrency = concurrency
-        self.judge_batch = judge_batch
-        self.stats = _Stats()
+    """The calls of one case: its image, then each judge's answers, through the one wrapper."""
 
-    def limit(self, endpoint: str) -> asyncio.Semaphore:
-        if endpoint not in self.limits:
-            self.limits[endpoint] = asyncio.Semaphore(self.concurrency)
-        return self.limits[endpoint]
+    def __init__(self, root: Path, cases_dir: Path, generator: Generator, judges: list[Judge],
+                 access: ModelAccess, judge_batch: str) -> None:
+        self.root = root
+        self.references = ReferenceFiles(cases_dir)
+        self.generator, self.judges, self.access = generator, judges, access
+        self.judge_batch = judge_batch
+        self.abstentions = 0
 
     async def image(self, case: Case, references: list[bytes]) -> tuple[bytes | None, str]:
         """The generated image (or None) and the abstention reason."""
-        parts = self.generator.key(case, references)
-        key = cache_key(**parts) if parts is not None else None
-        hit = self.cache.get(key) if key else None
-        if hit is not None:
-            self.stats.cache_hits += 1
-            data = hit[1]
-        else:
-            async with self.limit(self.generator.endpoint):
-                if key is not None:
-                    self.stats.calls[self.generator.spec] += 1
-                try:
-                    data = await self.generator.generate(case, references)
-                except CallFailed as err:
-                    self.stats.errors += 1
-                    return None, f"generation failed: {err}"
-            if key is not None:
-                self.cache.put(key, {"generator": self.generator.spec}, data)
+        try:
+            data = await self.access.generate(self.generator, case, references)
+        except CallFailed as err:
+            return None, f"generation failed: {err}"
         target = self.root / IMAGES_DIR / f"{case.id}{image_suffix(data)}"
         if not target.exists() or target.read_bytes() != data:
             write_atomic(target, data)
@@ -132,45 +107,39 @@ class _Runner:
 
     async def ask(self, judge: Judge, case: Case, questions: list[Question], image: bytes,
                   references: list[bytes]) -> tuple[dict[str, tuple[str | None, str, str]], str | None]:
-        key = cache_key(**judge.key(case, questions, image, references))
-        hit = self.cache.get(key)
-        if hit is not None:
-            self.stats.cache_hits += 1
-            return parse_reply(hit[0]["raw"], questions), key
-        async with self.limit(judge.endpoint):
-            self.stats.calls[judge.spec] += 1
-            try:
-                raw, tokens = await judge.ask(case, questions, image, references)
-            except CallFailed as err:
-                self.stats.errors += 1
-                return {q.id: (None, f"judge call failed: {err}", "") for q in questions}, key
-        self.stats.tokens += tokens
-        parsed = parse_reply(raw, questions)
-        if all(answer is not None for answer, _, _ in parsed.values()):
-            self.cache.put(key, {"judge": judge.spec, "raw": raw})  # only complete replies: abstentions are retried
-        return parsed, key
+        def complete(text: str) -> bool:  # only complete replies are cached: abstentions are asked again
+            return all(answer is not None for answer, _, _ in parse_reply(text, questions).values())
+
+        try:
+            reply, key = await self.access.ask(judge, case, questions, image, references, keep=complete)
+        except CallFailed as err:
+            return {q.id: (None, f"judge call failed: {err}", "") for q in questions}, getattr(err, "cache_key", None)
+        return parse_reply(reply.text, questions), key
 
     async def case(self, case: Case) -> list[Verdict]:
-        references = [(self.cases_dir / ref.path).read_bytes() for ref in case.references]
+        references = [self.references.get(ref.path) for ref in case.references]
         image, problem = await self.image(case, references)
         votes: dict[str, list[Vote]] = {q.id: [] for q in case.checklist}
         for judge in self.judges:
             if image is None:
                 for q in case.checklist:
-                    votes[q.id].append(Vote(judge=judge.spec, verdict="abstain", reason=problem))
+                    votes[q.id].append(Vote(judge=judge.spec, verdict=Status.ABSTAIN, reason=problem))
                 continue
             batches = [list(case.checklist)] if self.judge_batch == "case" else _by_op(case.checklist)
             results = await asyncio.gather(*(self.ask(judge, case, batch, image, references) for batch in batches))
             for batch, (parsed, key) in zip(batches, results):
                 for q in batch:
                     answer, reason, raw = parsed[q.id]
-                    verdict = "abstain" if answer is None else ("pass" if answer == q.expected else "fail")
-                    votes[q.id].append(Vote(judge=judge.spec, verdict=verdict, answer=answer, reason=reason,
-                                            raw=raw, cache_key=key))
+                    outcome = ABSTAINED if answer is None else Outcome.binary(answer == q.expected)
+                    votes[q.id].append(Vote(judge=judge.spec, verdict=outcome.status, value=outcome.value,
+                                            answer=answer, reason=reason, raw=raw, cache_key=key))
         spec = "+".join(j.spec for j in self.judges)
-        verdicts = [Verdict(case_id=case.id, question_id=q.id, op=q.op, verdict=_majority(votes[q.id]), judge=spec,
-                            votes=tuple(votes[q.id])) for q in case.checklist]
-        self.stats.abstentions += sum(v.verdict == "abstain" for v in verdicts)
+        verdicts = []
+        for q in case.checklist:
+            outcome = majority(v.outcome for v in votes[q.id])
+            verdicts.append(Verdict(case_id=case.id, question_id=q.id, op=q.op, verdict=outcome.status,
+                                    value=outcome.value, judge=spec, votes=tuple(votes[q.id])))
+        self.abstentions += sum(not v.outcome.answered for v in verdicts)
         return verdicts
 
 
@@ -199,16 +168,6 @@ def _by_op(questions: Sequence[Question]) -> list[list[Question]]:
     return list(groups.values())
 
 
-def _majority(votes: list[Vote]) -> str:
-    counted = Counter(v.verdict for v in votes if v.verdict != "abstain")
-    if not counted:
-        return "abstain"
-    (top, n), *rest = counted.most_common()
-    if rest and rest[0][1] == n:
-        return "abstain"  # a tie between judges: recorded in the votes, scored as no answer
-    return top
-
-
 def read_verdicts(path: Path) -> Iterator[Verdict]:
     """The verdicts of a finished run's verdicts.jsonl; a bad line is a TraceError naming it."""
     with open(path, encoding="utf-8") as handle:
@@ -222,13 +181,13 @@ def read_verdicts(path: Path) -> Iterator[Verdict]:
 @dataclass(frozen=True)
 class RunFolder:
     """A finished (or partial) run folder, read: its manifest, the cases it was made from
-    (by id) and its verdicts (case id -> question id -> pass/fail/abstain)."""
+    (by id) and its verdicts (case id -> question id -> outcome)."""
 
     root: Path
     manifest: RunManifest
     cases_dir: Path
     cases: dict[str, Case]
-    verdicts: dict[str, dict[str, str]]
+    verdicts: dict[str, dict[str, Outcome]]
 
 
 def load_run(run_dir: Path, *, cases_dir: Path | None = None) -> RunFolder:
@@ -247,11 +206,11 @@ def load_run(run_dir: Path, *, cases_dir: Path | None = None) -> RunFolder:
     verdict_path = run_dir / VERDICTS_FILE
     if not verdict_path.is_file():
         raise TraceError(f"{run_dir}: no {VERDICTS_FILE}; the run has not written any verdict yet")
-    verdicts: dict[str, dict[str, str]] = {}
+    verdicts: dict[str, dict[str, Outcome]] = {}
     for v in read_verdicts(verdict_path):
         if v.case_id not in cases:
             raise TraceError(f"{run_dir}: verdicts for case {v.case_id!r}, which {cases_dir} does not hold")
-        verdicts.setdefault(v.case_id, {})[v.question_id] = v.verdict
+        verdicts.setdefault(v.case_id, {})[v.question_id] = v.outcome
     return RunFolder(run_dir, manifest, cases_dir, cases, verdicts)
 
 
@@ -271,13 +230,33 @@ def _existing(path: Path, cases: dict[str, Case], retry_abstained: bool) -> dict
         case = cases.get(case_id)
         if case is None or {v.question_id for v in verdicts} != {q.id for q in case.checklist}:
             continue
-        if retry_abstained and any(v.verdict == "abstain" for v in verdicts):
+        if retry_abstained and any(not v.outcome.answered for v in verdicts):
             continue
         complete[case_id] = verdicts
     return complete
 
 
-def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequence[str], settings: ClientSettings,
+def library_of(cases_dir: Path) -> Path | None:
+    """The library a benchmark was sampled from (its manifest says), where the synthetic
+    generator finds the render plans; None: the shipped one."""
+    sample = read_sample_manifest(cases_dir)
+    return Path(sample.arguments["library"]) if sample and sample.arguments.get("library") else None
+
+
+def make_providers(generator: str, judges: Sequence[str], settings: ModelSettings) -> tuple[Generator, list[Judge]]:
+    """The run's generator and judges, checked (a bad spec or a missing key is a TraceError
+    before anything is written)."""
+    if not judges:
+        raise TraceError("--judge: give at least one judge (openai:MODEL, oracle or python:FILE.py)")
+    gen = make_generator(generator, settings)
+    judge_list = [make_judge(spec, settings) for spec in judges]
+    for provider in (gen, *judge_list):
+        provider.check()
+    return gen, judge_list
+
+
+def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequence[str],
+                  settings: ModelSettings | None = None,
                   concurrency: int = 8, shard: tuple[int, int] | None = None, judge_batch: str = "case",
                   retry_abstained: bool = False, cache_dir: Path | None = None,
                   progress: bool | None = None) -> RunManifest:
@@ -287,8 +266,6 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
         raise TraceError(f"--concurrency: {concurrency} must be at least 1")
     if judge_batch not in ("case", "op"):
         raise TraceError(f"--judge-batch: {judge_batch!r} is neither case nor op")
-    if not judges:
-        raise TraceError("--judge: give at least one judge (openai:MODEL or oracle)")
     cases_dir = cases_dir.resolve()
     if out.exists() and not out.is_dir():
         raise TraceError(f"--out {out}: is a file, not a folder")
@@ -302,11 +279,10 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
         for ref in case.references:
             if not (cases_dir / ref.path).is_file():
                 raise TraceError(f"{cases_dir}: case {case.id}: reference image {ref.path} is missing")
-    gen = make_generator(generator, settings)
-    judge_list = [make_judge(spec, settings) for spec in judges]
-    for adapter in (gen, *judge_list):
-        if hasattr(adapter, "client"):
-            adapter.client()  # a missing key is an error now, not an abstention per case
+    settings = settings or ModelSettings()
+    if settings.library is None:
+        settings = replace(settings, library=library_of(cases_dir))
+    gen, judge_list = make_providers(generator, judges, settings)
     cases_hash = sha256((cases_dir / "cases.jsonl").read_bytes())
     identity = RunManifest(
         tool=f"tracebench {__version__}", cases_dir=str(cases_dir), cases_hash=cases_hash, generator=gen.spec,
@@ -329,7 +305,8 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
     (out / IMAGES_DIR).mkdir(parents=True, exist_ok=True)
     # the identity first: a run killed before its end can only be resumed by the same run
     write_atomic(manifest_path, (json.dumps(identity.model_dump(mode="json"), indent=2) + "\n").encode())
-    runner = _Runner(out, cases_dir, gen, judge_list, Cache(cache_dir or out / CACHE_DIR), concurrency, judge_batch)
+    access = ModelAccess(Cache(cache_dir or out / CACHE_DIR), concurrency=concurrency, max_retries=settings.max_retries)
+    runner = _Runner(out, cases_dir, gen, judge_list, access, judge_batch)
     todo = [c for c in all_cases if c.id not in previous]
     if progress is None:
         progress = sys.stderr.isatty()
@@ -349,8 +326,8 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
                 handle.flush()
                 written[case.id] = lines
                 bar.update(1)
-                bar.set_postfix(calls=sum(runner.stats.calls.values()), errors=runner.stats.errors,
-                                abstained=runner.stats.abstentions)
+                bar.set_postfix(calls=sum(access.stats.calls.values()), errors=access.stats.failures,
+                                abstained=runner.abstentions)
 
             try:
                 for case in todo:  # at most 2 x concurrency cases in flight: memory stays flat
@@ -367,9 +344,8 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
                     task.cancel()
                 await asyncio.gather(*pending, return_exceptions=True)
                 bar.close()
-                for adapter in (gen, *judge_list):
-                    if hasattr(adapter, "aclose"):
-                        await adapter.aclose()
+                for provider in (gen, *judge_list):
+                    await provider.aclose()
 
     # the final file, in case order, from what is in memory (no re-reading)
     written: dict[str, list[str]] = {case_id: [v.model_dump_json() + "\n" for v in vs]
@@ -378,8 +354,8 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
     ordered = [line for c in all_cases for line in written.get(c.id, [])]
     write_atomic(verdict_path, "".join(ordered).encode())
     manifest = identity.model_copy(update={
-        "cases": len(written), "verdicts": len(ordered), "calls": dict(runner.stats.calls),
-        "cache_hits": runner.stats.cache_hits, "tokens": runner.stats.tokens,
-        "abstentions": sum(v.verdict == "abstain" for vs in previous.values() for v in vs) + runner.stats.abstentions})
+        "cases": len(written), "verdicts": len(ordered), "calls": dict(access.stats.calls),
+        "cache_hits": access.stats.cache_hits, "tokens": access.stats.tokens,
+        "abstentions": sum(not v.outcome.answered for vs in previous.values() for v in vs) + runner.abstentions})
     write_atomic(manifest_path, (json.dumps(manifest.model_dump(mode="json"), indent=2) + "\n").encode())
     return manifest

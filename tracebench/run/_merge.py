@@ -58,6 +58,6 @@ def merge_runs(runs: list[Path], out: Path) -> RunManifest:
         manifest = first.model_copy(update={
             "shard": None, "cases": len(by_case), "verdicts": len(ordered), "calls": dict(calls),
             "cache_hits": sum(m.cache_hits for m in manifests), "tokens": sum(m.tokens for m in manifests),
-            "abstentions": sum(v.verdict == "abstain" for v in ordered)})
+            "abstentions": sum(not v.outcome.answered for v in ordered)})
         (root / RUN_FILE).write_text(json.dumps(manifest.model_dump(mode="json"), indent=2) + "\n", encoding="utf-8")
     return manifest

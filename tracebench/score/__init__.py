@@ -1,9 +1,9 @@
-"""Scores: verdicts -> per-operator scores with breakdowns and bootstrap intervals."""
+"""Scores: verdicts -> per-operator scores with breakdowns and bootstrap intervals (a :class:`Scores` record)."""
 
 from __future__ import annotations
 
-from ._score import (OPERATORS, effective_verdicts, format_scores, instance_results, instance_scores, score_folder,
-                     score_run)
+from ._score import (OPERATORS, Abstentions, EntityCountScore, GroupScores, RunIdentity, Scores, SubtypeScore,
+                     effective_outcomes, format_scores, instance_results, instance_scores, score_folder, score_run)
 
-__all__ = ["OPERATORS", "effective_verdicts", "format_scores", "instance_results", "instance_scores", "score_folder",
-           "score_run"]
+__all__ = ["Abstentions", "EntityCountScore", "GroupScores", "OPERATORS", "RunIdentity", "Scores", "SubtypeScore",
+           "effective_outcomes", "format_scores", "instance_results", "instance_scores", "score_folder", "score_run"]

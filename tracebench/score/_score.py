@@ -22,75 +22,141 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 from statistics import fmean
-from typing import Any
+from typing import Mapping
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 from scipy import stats
 
 from ..errors import TraceError
+from ..operators import OPERATORS, Instance, Operator
+from ..outcomes import ABSTAINED, FAILED, Outcome
 from ..records import Case
 from ..run import RunFolder, load_run
 
-__all__ = ["OPERATORS", "effective_verdicts", "format_scores", "instance_results", "instance_scores", "score_folder",
-           "score_run"]
-
-OPERATORS = ("anchor", "disentangle", "apply", "compose")
+__all__ = ["Abstentions", "EntityCountScore", "GroupScores", "OPERATORS", "RunIdentity", "Scores", "SubtypeScore",
+           "effective_outcomes", "format_scores", "instance_results", "instance_scores", "score_folder", "score_run"]
 
 
-def effective_verdicts(case: Case, verdicts: dict[str, str]) -> dict[str, bool | None]:
-    """Pass/fail per question after dependencies; None for an abstention."""
+# ------------------------------------------------------------------------------------ records
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GroupScores(_Record):
+    """Scores of the cases of one slot level or one application."""
+
+    anchor: float | None = None
+    disentangle: float | None = None
+    apply: float | None = None
+    compose: float | None = None
+    overall: float | None = Field(default=None, description="mean over the group's cases of the case's overall score")
+    cases: int = Field(description="cases in the group")
+
+
+class SubtypeScore(_Record):
+    disentangle: float | None = Field(description="mean of the disentangle instances of g terms of this subtype")
+    instances: int
+
+
+class EntityCountScore(_Record):
+    anchor: float | None = Field(description="mean of the anchor instances whose source image holds this many entities")
+    instances: int
+
+
+class Abstentions(_Record):
+    count: int = Field(description="questions whose verdict is an abstention")
+    share: float = Field(description="their share of all questions")
+
+
+class RunIdentity(_Record):
+    generator: str
+    judges: tuple[str, ...]
+
+
+class Scores(_Record):
+    """``trace score --json``: a run's operator scores, intervals and breakdowns (formulas in the
+    module docstring). Operators are keyed by name, in the paper's order."""
+
+    overall: float | None = Field(description="mean over cases of the case's overall score")
+    operators: dict[Operator, float | None] = Field(description="operator -> mean over the cases that have it")
+    ci95: dict[str, tuple[float, float] | None] = Field(description="operator (and overall) -> 95% percentile "
+                                                                    "bootstrap interval over cases")
+    by_slot: dict[str, GroupScores]
+    by_application: dict[str, GroupScores]
+    by_subtype: dict[str, SubtypeScore]
+    by_entity_count: dict[str, EntityCountScore]
+    abstentions: Abstentions
+    cases: int = Field(description="cases with verdicts")
+    run: RunIdentity
+
+
+# ------------------------------------------------------------------------------------ scoring
+
+
+def effective_outcomes(case: Case, verdicts: Mapping[str, Outcome]) -> dict[str, Outcome]:
+    """Each question's outcome after dependencies: a question whose ``depends_on`` parent fails,
+    fails (value 0); a question without a verdict is an abstention."""
     parents = {q.id: q.depends_on for q in case.checklist}
-    memo: dict[str, bool | None] = {}
+    memo: dict[str, Outcome] = {}
 
-    def value(qid: str) -> bool | None:
+    def value(qid: str) -> Outcome:
         if qid not in memo:
-            memo[qid] = None  # a cycle cannot occur (sampling checks the DAG); guards recursion anyway
-            own = verdicts.get(qid, "abstain")
-            result: bool | None = None if own == "abstain" else own == "pass"
-            if any(value(p) is False for p in parents.get(qid, ())):
-                result = False
-            memo[qid] = result
+            memo[qid] = ABSTAINED  # guards recursion; the case reader refuses cyclic dependencies
+            own = verdicts.get(qid, ABSTAINED)
+            memo[qid] = FAILED if any(value(p).failed for p in parents.get(qid, ())) else own
         return memo[qid]
 
     return {q.id: value(q.id) for q in case.checklist}
 
 
-def instance_results(case: Case, verdicts: dict[str, str]) -> dict[tuple[str, str], bool | None]:
-    """(operator, target) -> whether the operator instance holds: True when every answered
-    question passes (after dependencies), False when one fails, None when none is answered.
-    What a diagnosis tracks from node to node."""
-    effective = effective_verdicts(case, verdicts)
-    answers: dict[tuple[str, str], list[bool | None]] = {}
+def instance_results(case: Case, verdicts: Mapping[str, Outcome]) -> dict[Instance, Outcome]:
+    """Operator instance -> whether it holds: fail when an answered question fails (after
+    dependencies), pass when some are answered and none fails, abstain when none is answered;
+    the value is the mean of the answered questions' values. What a diagnosis tracks from
+    node to node."""
+    effective = effective_outcomes(case, verdicts)
+    answers: dict[Instance, list[Outcome]] = {}
     for q in case.checklist:
-        answers.setdefault((q.op, q.target), []).append(effective[q.id])
-    return {key: (False if any(v is False for v in values) else True if any(values) else None)
-            for key, values in answers.items()}
+        answers.setdefault(Instance(q.op, q.target), []).append(effective[q.id])
+    results = {}
+    for key, outcomes in answers.items():
+        answered = [o for o in outcomes if o.answered]
+        if not answered:
+            results[key] = ABSTAINED
+            continue
+        status = "fail" if any(o.failed for o in answered) else "pass"
+        results[key] = Outcome.of(status, fmean(o.value for o in answered))  # type: ignore[misc]
+    return results
 
 
-def instance_scores(case: Case, verdicts: dict[str, str]) -> dict[tuple[str, str], float]:
-    """(operator, target) -> the share of its answered questions that pass (after dependencies);
+def instance_scores(case: Case, verdicts: Mapping[str, Outcome]) -> dict[Instance, float]:
+    """Operator instance -> the mean value of its answered questions (after dependencies);
     instances with no answered question are left out. What ``trace score`` averages."""
-    effective = effective_verdicts(case, verdicts)
-    answered: dict[tuple[str, str], list[bool]] = defaultdict(list)
+    effective = effective_outcomes(case, verdicts)
+    answered: dict[Instance, list[float]] = defaultdict(list)
     for q in case.checklist:
-        if effective[q.id] is not None:
-            answered[(q.op, q.target)].append(effective[q.id])
-    return {key: fmean(map(float, values)) for key, values in answered.items()}
+        outcome = effective[q.id]
+        if outcome.answered:
+            answered[Instance(q.op, q.target)].append(outcome.value)  # type: ignore[arg-type]
+    return {key: fmean(values) for key, values in answered.items()}
 
 
 def _mean(values: list[float]) -> float | None:
     return round(fmean(values), 4) if values else None
 
 
-def _ci(values: list[float], seed: int) -> list[float] | None:
+def _ci(values: list[float], seed: int) -> tuple[float, float] | None:
     if len(values) < 2 or len(set(values)) == 1:
-        return [round(values[0], 4)] * 2 if values else None
+        return (round(values[0], 4),) * 2 if values else None  # type: ignore[return-value]
     result = stats.bootstrap((np.asarray(values),), np.mean, n_resamples=1000, confidence_level=0.95,
                              method="percentile", random_state=np.random.default_rng(seed))
-    return [round(float(result.confidence_interval.low), 4), round(float(result.confidence_interval.high), 4)]
+    return round(float(result.confidence_interval.low), 4), round(float(result.confidence_interval.high), 4)
 
 
-def _group(rows: list[dict], key: str) -> dict[str, dict[str, float | None]]:
+def _group(rows: list[dict], key: str) -> dict[str, GroupScores]:
     groups: dict[str, list[dict]] = defaultdict(list)
     for row in rows:
         if row[key] is not None:
@@ -98,22 +164,22 @@ def _group(rows: list[dict], key: str) -> dict[str, dict[str, float | None]]:
     out = {}
     for name in sorted(groups, key=lambda k: (len(k), k)):
         members = groups[name]
-        out[name] = {op: _mean([r[op] for r in members if r[op] is not None]) for op in OPERATORS}
-        out[name]["overall"] = _mean([r["overall"] for r in members if r["overall"] is not None])
-        out[name]["cases"] = len(members)
+        out[name] = GroupScores(**{op: _mean([r[op] for r in members if r[op] is not None]) for op in OPERATORS},
+                                overall=_mean([r["overall"] for r in members if r["overall"] is not None]),
+                                cases=len(members))
     return out
 
 
-def score_run(run_dir: Path, *, cases_dir: Path | None = None, seed: int = 0) -> dict[str, Any]:
+def score_run(run_dir: Path, *, cases_dir: Path | None = None, seed: int = 0) -> Scores:
     """The scores of a run folder (``trace run``'s output)."""
     return score_folder(load_run(run_dir, cases_dir=cases_dir), seed=seed)
 
 
-def score_folder(run: RunFolder, *, seed: int = 0) -> dict[str, Any]:
+def score_folder(run: RunFolder, *, seed: int = 0) -> Scores:
     """The scores of a run folder already read (:func:`~tracebench.run.load_run`)."""
     manifest, cases, verdicts = run.manifest, run.cases, run.verdicts
     total = sum(len(v) for v in verdicts.values())
-    abstained = sum(verdict == "abstain" for v in verdicts.values() for verdict in v.values())
+    abstained = sum(not outcome.answered for v in verdicts.values() for outcome in v.values())
     rows, subtype_scores, entity_scores = [], defaultdict(list), defaultdict(list)
     for case_id in verdicts:
         case = cases[case_id]
@@ -126,38 +192,38 @@ def score_folder(run: RunFolder, *, seed: int = 0) -> dict[str, Any]:
         rows.append(row)
         for (op, target), value in instances.items():
             term = terms.get(target)
-            if op == "disentangle" and term is not None and term.subtype:
+            if op == Operator.DISENTANGLE and term is not None and term.subtype:
                 subtype_scores[term.subtype].append(value)
-            if op == "anchor" and term is not None and term.source_entities is not None:
+            if op == Operator.ANCHOR and term is not None and term.source_entities is not None:
                 entity_scores[term.source_entities].append(value)
     if not rows:
         raise TraceError(f"{run.root}: no verdicts to score")
-    operators = {op: _mean([r[op] for r in rows if r[op] is not None]) for op in OPERATORS}
-    ci95 = {op: _ci([r[op] for r in rows if r[op] is not None], seed) for op in OPERATORS}
+    ci95: dict[str, tuple[float, float] | None] = {
+        op.value: _ci([r[op] for r in rows if r[op] is not None], seed) for op in OPERATORS}
     ci95["overall"] = _ci([r["overall"] for r in rows if r["overall"] is not None], seed)
-    return {
-        "overall": _mean([r["overall"] for r in rows if r["overall"] is not None]),
-        "operators": operators,
-        "ci95": ci95,
-        "by_slot": _group(rows, "slot"),
-        "by_application": _group(rows, "application"),
-        "by_subtype": {k: {"disentangle": _mean(v), "instances": len(v)} for k, v in sorted(subtype_scores.items())},
-        "by_entity_count": {str(k): {"anchor": _mean(v), "instances": len(v)} for k, v in sorted(entity_scores.items())},
-        "abstentions": {"count": abstained, "share": round(abstained / total, 4) if total else 0.0},
-        "cases": len(rows),
-        "run": {"generator": manifest.generator, "judges": list(manifest.judges)},
-    }
+    return Scores(
+        overall=_mean([r["overall"] for r in rows if r["overall"] is not None]),
+        operators={op: _mean([r[op] for r in rows if r[op] is not None]) for op in OPERATORS},
+        ci95=ci95,
+        by_slot=_group(rows, "slot"),
+        by_application=_group(rows, "application"),
+        by_subtype={k: SubtypeScore(disentangle=_mean(v), instances=len(v)) for k, v in sorted(subtype_scores.items())},
+        by_entity_count={str(k): EntityCountScore(anchor=_mean(v), instances=len(v))
+                         for k, v in sorted(entity_scores.items())},
+        abstentions=Abstentions(count=abstained, share=round(abstained / total, 4) if total else 0.0),
+        cases=len(rows),
+        run=RunIdentity(generator=manifest.generator, judges=manifest.judges),
+    )
 
 
-def format_scores(scores: dict[str, Any]) -> str:
+def format_scores(scores: Scores) -> str:
     """A plain-text table of the headline scores."""
     lines = [f"{'operator':12s} {'score':>7s}  95% CI"]
     for op in (*OPERATORS, "overall"):
-        value = scores["operators"].get(op) if op != "overall" else scores["overall"]
-        ci = scores["ci95"].get(op)
+        value = scores.operators.get(op) if op != "overall" else scores.overall  # type: ignore[call-overload]
+        ci = scores.ci95.get(op)
         shown = "   n/a" if value is None else f"{value:7.4f}"
-        lines.append(f"{op:12s} {shown}  {ci if ci else ''}")
-    lines.append(f"cases {scores['cases']}, abstentions {scores['abstentions']['count']} "
-                 f"({scores['abstentions']['share']:.1%})")
+        lines.append(f"{op:12s} {shown}  {list(ci) if ci else ''}")
+    lines.append(f"cases {scores.cases}, abstentions {scores.abstentions.count} ({scores.abstentions.share:.1%})")
     return "\n".join(lines)
 

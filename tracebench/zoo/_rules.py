@@ -15,13 +15,11 @@ from functools import cached_property
 
 from ..errors import TraceError
 from ..formula import Anchor, Compose, Disentangle, FormulaError, parse, symbol, walk
+from ..operators import ENTITY_ROLES, LOCAL_ROLES, Family, Role, split_target
 from ..records import Case, TermBinding
 from ._profiles import Failure, Profile
 
 __all__ = ["Scene", "breakdown", "breaking", "failed_questions"]
-
-_LOCAL_ROLES = ("local", "attach", "ip")
-
 
 @dataclass(frozen=True)
 class Scene:
@@ -65,11 +63,11 @@ class Scene:
     @cached_property
     def carriers(self) -> tuple[str, ...]:
         """Symbols of the entities the scene shows: anchors and text entities, in order."""
-        return tuple(t.symbol for t in self.case.terms if t.role in ("anchor", "text"))
+        return tuple(t.symbol for t in self.case.terms if t.role in ENTITY_ROLES)
 
     @cached_property
     def has_global(self) -> bool:
-        return any(t.op == "g" and t.role == "global" for t in self.case.terms)
+        return any(t.op is Family.DISENTANGLE and t.role is Role.GLOBAL for t in self.case.terms)
 
     def term(self, name: str) -> TermBinding | None:
         return self.terms.get(name)
@@ -77,15 +75,7 @@ class Scene:
     def g_term(self, name: str, *roles: str) -> TermBinding | None:
         """The g term of that symbol when it has one of ``roles``."""
         t = self.terms.get(name)
-        return t if t is not None and t.op == "g" and t.role in roles else None
-
-
-def _split(target: str) -> tuple[str, str | None]:
-    """(first part, g symbol) of a question's target: ("f1", None), ("f1", "g_pattern1"), ("C1", None)."""
-    carrier, plus, g = target.partition("⊕")
-    if not plus:
-        carrier, plus, g = target.partition("+")
-    return carrier, (g or None)
+        return t if t is not None and t.op is Family.DISENTANGLE and t.role in roles else None
 
 
 def _noise_draw(seed: int, case_id: str, question_id: str) -> float:
@@ -98,9 +88,9 @@ def _ignored(failure: Failure, t: TermBinding) -> bool:
     if failure.name == "weak-subtype":
         return t.subtype == failure.arg
     if failure.name == "no-global":
-        return t.role == "global"
+        return t.role is Role.GLOBAL
     if failure.name == "relation-blind":
-        return t.role == "relation"
+        return t.role is Role.RELATION
     return False
 
 
@@ -113,36 +103,36 @@ def _leaks(scene: Scene, g: TermBinding, profile: Profile) -> bool:
 
 def _breaks(failure: Failure, scene: Scene, target: str, aspect: str, profile: Profile) -> bool:
     """Whether a deterministic failure mode (any but noise) breaks requirement ``target:aspect``."""
-    head, g_symbol = _split(target)
+    head, g_symbol = split_target(target)
     name = failure.name
     if g_symbol is not None:  # a binding X ⊕ g
-        g = scene.g_term(g_symbol, "global", "relation", *_LOCAL_ROLES)
+        g = scene.g_term(g_symbol, Role.GLOBAL, Role.RELATION, *LOCAL_ROLES)
         if g is None:
             return False
         if _ignored(failure, g):
-            return (g.role, aspect) in (("global", "consistency"), ("relation", "binding"))
-        return name == "leaky-binding" and g.role == "local" and aspect == "exclusivity" and _leaks(scene, g, profile)
+            return (g.role, aspect) in ((Role.GLOBAL, "consistency"), (Role.RELATION, "binding"))
+        return name == "leaky-binding" and g.role is Role.LOCAL and aspect == "exclusivity" and _leaks(scene, g, profile)
     if head in scene.compositions:
         if aspect == "duplication":
             return name == "duplicate" and bool(scene.compositions[head])
-        return aspect == "relation" and any(t.op == "g" and t.role == "relation" and t.carrier == head
+        return aspect == "relation" and any(t.op is Family.DISENTANGLE and t.role is Role.RELATION and t.carrier == head
                                             and _ignored(failure, t) for t in scene.case.terms)
     t = scene.term(head)
     if t is None:
         return False
-    if t.role == "anchor":
+    if t.role is Role.ANCHOR:
         if aspect != "identity":
             return False
         if name == "global-interference":
             return scene.has_global
         return name == "composition-interference" and scene.branches >= int(failure.arg)  # type: ignore[arg-type]
-    if t.op != "g":
+    if t.op is not Family.DISENTANGLE:
         return False
     if _ignored(failure, t):
         return aspect in ("presence", "fidelity")
     if name == "global-interference":
-        return scene.has_global and t.role in _LOCAL_ROLES and aspect == "fidelity"
-    return name == "leaky-binding" and t.role == "local" and aspect == "presence"
+        return scene.has_global and t.role in LOCAL_ROLES and aspect == "fidelity"
+    return name == "leaky-binding" and t.role is Role.LOCAL and aspect == "presence"
 
 
 def breaking(scene: Scene, profile: Profile, target: str, aspect: str) -> tuple[str, ...]:

@@ -1,0 +1,80 @@
+"""The one outcome type: pass, fail or abstain, with a graded value.
+
+Every verdict, vote, operator-instance result and diagnostic node status is an
+:class:`Outcome`. ``value`` is the degree to which the requirement holds, in [0, 1]; a binary
+judge gives 1 (pass) or 0 (fail), a graded scale may give partial credit in between, and an
+abstention (no usable answer: an API error, a refusal, an unparseable reply, a tie between
+judges) has none. Abstentions are never scored as failures.
+
+On disk the status is the string ``"pass"``, ``"fail"`` or ``"abstain"`` and the value a
+number or null (records keep both, see ``records.Verdict``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Iterable
+
+__all__ = ["ABSTAINED", "FAILED", "PASSED", "Outcome", "Status", "majority"]
+
+
+class Status(StrEnum):
+    PASS = "pass"
+    FAIL = "fail"
+    ABSTAIN = "abstain"
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    status: Status
+    value: float | None  # in [0, 1]; None exactly when abstained
+
+    def __post_init__(self) -> None:
+        if (self.value is None) != (self.status is Status.ABSTAIN):
+            raise ValueError(f"an outcome {self.status} with value {self.value}")
+        if self.value is not None and not 0.0 <= self.value <= 1.0:
+            raise ValueError(f"an outcome value {self.value} outside [0, 1]")
+
+    @property
+    def answered(self) -> bool:
+        return self.status is not Status.ABSTAIN
+
+    @property
+    def passed(self) -> bool:
+        return self.status is Status.PASS
+
+    @property
+    def failed(self) -> bool:
+        return self.status is Status.FAIL
+
+    @classmethod
+    def of(cls, status: str | Status, value: float | None = None) -> Outcome:
+        """From a stored status (and value; a binary status without one gives 1 or 0)."""
+        status = Status(status)
+        if value is None and status is not Status.ABSTAIN:
+            value = 1.0 if status is Status.PASS else 0.0
+        return cls(status, value)
+
+    @classmethod
+    def binary(cls, holds: bool | None) -> Outcome:
+        """True -> pass (1), False -> fail (0), None -> abstain."""
+        return ABSTAINED if holds is None else PASSED if holds else FAILED
+
+
+PASSED = Outcome(Status.PASS, 1.0)
+FAILED = Outcome(Status.FAIL, 0.0)
+ABSTAINED = Outcome(Status.ABSTAIN, None)
+
+
+def majority(outcomes: Iterable[Outcome]) -> Outcome:
+    """The judges' majority status, with the mean value of the judges that gave it; abstain when
+    no judge answered or the top statuses tie (the tie stays visible in the votes)."""
+    answered = [o for o in outcomes if o.answered]
+    counted = Counter(o.status for o in answered).most_common()
+    if not counted or (len(counted) > 1 and counted[0][1] == counted[1][1]):
+        return ABSTAINED
+    top = counted[0][0]
+    values = [o.value for o in answered if o.status is top]
+    return Outcome(top, sum(values) / len(values))

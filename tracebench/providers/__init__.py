@@ -1,0 +1,27 @@
+"""Model access: providers (generators and judges) behind one narrow interface, and the one
+wrapper that owns cache, retry, concurrency, counters and key scrubbing for all of them.
+
+- :class:`Generator`, :class:`Judge`: what a provider implements (``_base``);
+- :func:`make_generator`, :func:`make_judge`: specs -> providers (``_registry``: built-in
+  schemes, ``python:`` plugins, entry points);
+- :class:`ModelSettings`, :func:`read_models_file`: per-model endpoints (``_config``);
+- :class:`ModelAccess`: every call goes through it (``_access``);
+- :class:`ReferenceFiles`, :class:`ImageBytes`: reference images read, hashed and encoded once.
+"""
+
+from __future__ import annotations
+
+from ._access import AccessStats, ModelAccess, one_line
+from ._base import CallFailed, EndpointRefused, Generator, Judge, NotSent, Provider, RateLimited, Reply, Transient
+from ._config import DEFAULT_BASE_URL, ModelConfig, ModelEntry, ModelSettings, read_models_file, resolve_spec
+from ._images import ImageBytes, ReferenceFiles, data_url, digest
+from ._openai import JUDGE_TEMPLATES, OpenAIClients, OpenAIImages, OpenAIJudge, judge_text, translate_openai_error
+from ._registry import ENTRY_POINT_GROUPS, make_generator, make_judge
+
+__all__ = [
+    "AccessStats", "CallFailed", "DEFAULT_BASE_URL", "ENTRY_POINT_GROUPS", "EndpointRefused", "Generator",
+    "ImageBytes", "JUDGE_TEMPLATES", "Judge", "NotSent", "ModelAccess", "ModelConfig", "ModelEntry", "ModelSettings",
+    "OpenAIClients", "OpenAIImages", "OpenAIJudge", "Provider", "RateLimited", "ReferenceFiles", "Reply",
+    "Transient", "data_url", "digest", "judge_text", "make_generator", "make_judge", "one_line",
+    "read_models_file", "resolve_spec", "translate_openai_error",
+]

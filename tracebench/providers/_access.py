@@ -1,0 +1,184 @@
+"""The one wrapper around every model call: cache, retry, concurrency, counters, key scrubbing.
+
+Whatever the provider (an OpenAI-compatible server, a shell command, a user's ``python:``
+class, the zoo), a call goes through :class:`ModelAccess`:
+
+- **cache**: a content-addressed entry per call, keyed by the provider's ``key()`` parts
+  (what changes the output; never a key, a timeout or a retry count), looked up first;
+- **concurrency**: a limit of calls in flight per model and replica (the provider's
+  ``concurrency``, else the command's ``--concurrency``); a model with several replicas
+  sends each call to the replica with the fewest calls in flight, taking turns on ties;
+- **retry**: transient failures (timeouts, dropped connections, 5xx) and rate limits are
+  retried with exponential backoff and jitter (tenacity), a rate limit's ``Retry-After``
+  honoured; the limit is released while waiting; other failures are not retried;
+- **failures**: whatever a call raises becomes :class:`CallFailed` (an abstention with a
+  one-line reason, never a fail), with every secret of the provider scrubbed out;
+- **counters**: calls per spec, retries, cache hits, tokens, failures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable, Sequence, TypeVar
+
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential, wait_random
+
+from ..cache import Cache, cache_key
+from ..records import Case, Question
+from ._base import CallFailed, Generator, Judge, NotSent, Provider, RateLimited, Reply, Transient, current_replica
+
+__all__ = ["AccessStats", "ModelAccess", "one_line"]
+
+T = TypeVar("T")
+_REASON_LIMIT = 240
+
+
+@dataclass
+class AccessStats:
+    calls: Counter = field(default_factory=Counter)  # per spec: calls made (a retried call counts once)
+    retries: int = 0
+    cache_hits: int = 0
+    tokens: int = 0
+    failures: int = 0
+
+
+def one_line(text: str, secrets: Sequence[str] = ()) -> str:
+    """A reason fit for a record: one line, secrets replaced by ``***``, at most 240 characters."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    text = " ".join(text.split())
+    return text if len(text) <= _REASON_LIMIT else text[:_REASON_LIMIT - 1] + "…"
+
+
+class _Replicas:
+    """The limits of one model: a semaphore and a count of calls in flight per replica."""
+
+    def __init__(self, count: int, limit: int) -> None:
+        self.limits = [asyncio.Semaphore(limit) for _ in range(count)]
+        self.in_flight = [0] * count
+        self.turn = 0
+
+    def choose(self) -> int:
+        count = len(self.limits)
+        start = self.turn
+        self.turn = (self.turn + 1) % count
+        return min(range(count), key=lambda k: (self.in_flight[k], (k - start) % count))
+
+
+class ModelAccess:
+    """Calls of one command (a run, a diagnosis round, a tagging run) through its providers."""
+
+    def __init__(self, cache: Cache | None = None, *, concurrency: int = 8, max_retries: int = 4,
+                 backoff: tuple[float, float] = (0.5, 30.0)) -> None:
+        self.cache = cache
+        self.concurrency = concurrency
+        self.max_retries = max_retries
+        self.backoff = backoff
+        self.stats = AccessStats()
+        self._replicas: dict[int, _Replicas] = {}
+
+    # -- the call ------------------------------------------------------------------------------
+
+    async def call(self, provider: Provider, attempt: Callable[[], Awaitable[T]], *, count: bool = True) -> T:
+        """``attempt()`` under the provider's limit, retried on transient failures; raises
+        :class:`CallFailed` with a scrubbed one-line reason."""
+        replicas = self._replicas.get(id(provider))
+        if replicas is None:
+            replicas = self._replicas[id(provider)] = _Replicas(len(provider.replicas),
+                                                                provider.concurrency or self.concurrency)
+        if count:
+            self.stats.calls[provider.spec] += 1
+        retries = getattr(provider, "max_retries", None)
+        retries = self.max_retries if retries is None else retries
+        initial, longest = self.backoff
+        exponential = wait_exponential(multiplier=initial, max=longest) + wait_random(0, initial)
+
+        def wait(state) -> float:
+            err = state.outcome.exception() if state.outcome else None
+            if isinstance(err, RateLimited) and err.retry_after is not None:
+                return min(max(err.retry_after, 0.0), longest)
+            return exponential(state)
+
+        def before_sleep(state) -> None:
+            self.stats.retries += 1
+
+        try:
+            async for trial in AsyncRetrying(stop=stop_after_attempt(retries + 1), wait=wait,
+                                             retry=retry_if_exception_type(Transient), before_sleep=before_sleep,
+                                             reraise=True):
+                with trial:
+                    index = replicas.choose()
+                    async with replicas.limits[index]:
+                        replicas.in_flight[index] += 1
+                        token = current_replica.set(index)
+                        try:
+                            return await self._attempt(provider, attempt)
+                        finally:
+                            current_replica.reset(token)
+                            replicas.in_flight[index] -= 1
+        except NotSent:
+            if count:
+                self.stats.calls[provider.spec] -= 1
+            raise
+        except CallFailed as err:
+            self.stats.failures += 1
+            reason = one_line(str(err), provider.secrets())
+            try:
+                scrubbed = type(err)(reason)
+            except TypeError:  # a subclass of a plugin's with another signature
+                scrubbed = CallFailed(reason)
+            raise scrubbed from None
+        raise AssertionError("unreachable: tenacity either returns or raises")  # pragma: no cover
+
+    @staticmethod
+    async def _attempt(provider: Provider, attempt: Callable[[], Awaitable[T]]) -> T:
+        try:
+            return await attempt()
+        except CallFailed:
+            raise
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # the provider's client, or a user's plugin
+            translate = getattr(provider, "failure", None)
+            failure = translate(err) if translate else None
+            raise (failure or CallFailed(f"{type(err).__name__}: {err}")) from None
+
+    # -- generators and judges -----------------------------------------------------------------
+
+    async def generate(self, generator: Generator, case: Case, references: Sequence[bytes]) -> bytes:
+        """The image for a case, from the cache or a call; raises CallFailed."""
+        parts = generator.key(case, references)
+        key = cache_key(**parts) if parts is not None and self.cache is not None else None
+        if key is not None:
+            hit = self.cache.get(key)
+            if hit is not None and hit[1] is not None:
+                self.stats.cache_hits += 1
+                return hit[1]
+        data = await self.call(generator, lambda: generator.call(case, references), count=parts is not None)
+        if key is not None:
+            self.cache.put(key, {"generator": generator.spec}, data)
+        return data
+
+    async def ask(self, judge: Judge, case: Case, questions: Sequence[Question], image: bytes,
+                  references: Sequence[bytes], *, keep: Callable[[str], bool]) -> tuple[Reply, str]:
+        """A judge's reply and its cache key, from the cache or a call; a reply is cached only
+        when ``keep(text)`` (a complete answer: abstentions are asked again). Raises CallFailed
+        (with the key in ``err.cache_key``)."""
+        key = cache_key(**judge.key(case, questions, image, references))
+        if self.cache is not None:
+            hit = self.cache.get(key)
+            if hit is not None:
+                self.stats.cache_hits += 1
+                return Reply(hit[0]["raw"]), key
+        try:
+            reply = await self.call(judge, lambda: judge.call(case, questions, image, references))
+        except CallFailed as err:
+            err.cache_key = key  # type: ignore[attr-defined]
+            raise
+        self.stats.tokens += reply.tokens
+        if self.cache is not None and keep(reply.text):
+            self.cache.put(key, {"judge": judge.spec, "raw": reply.text})
+        return reply, key

@@ -1,0 +1,147 @@
+"""What a provider is: the abstract generator and judge, their replies and their failures.
+
+A provider makes one call and says what its output depends on; it owns nothing else. The
+wrapper (:class:`~tracebench.providers.ModelAccess`) owns what every call needs: the cache,
+retries with backoff, a concurrency limit per endpoint replica, counters and key scrubbing.
+
+Lifecycle, as the harness drives it: the provider is built from its spec (registry), its
+configuration is checked with :meth:`Provider.check` before anything is written (a missing
+API key is an error then, not an abstention per case), calls are made, and
+:meth:`Provider.aclose` runs once before the event loop ends.
+
+To write one (``python:my_generator.py``, docs/evaluate.md): subclass :class:`Generator`
+and implement ``generate`` (a coroutine, or a plain function, which is run in a worker
+thread), or :class:`Judge` and ``ask``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from abc import ABC, abstractmethod
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from ..cache import sha256
+from ..records import Case, Question
+
+__all__ = ["CallFailed", "EndpointRefused", "NotSent", "Generator", "Judge", "Provider", "RateLimited", "Reply", "Transient",
+           "current_replica"]
+
+# which replica (index into Provider.replicas) the wrapper chose for the call being made
+current_replica: ContextVar[int] = ContextVar("current_replica", default=0)
+
+
+class CallFailed(Exception):
+    """A call that produced no usable output: an abstention with its reason, never a fail.
+    Not retried."""
+
+
+class Transient(CallFailed):
+    """A failure that may pass on its own (a timeout, a dropped connection, a 5xx): retried."""
+
+
+class RateLimited(Transient):
+    """The server asked to slow down (HTTP 429): retried after ``retry_after`` seconds when it says."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class NotSent(CallFailed):
+    """Raised by an attempt that decided not to send its request (the command is stopping):
+    not retried, not counted as a call."""
+
+
+class EndpointRefused(CallFailed):
+    """The endpoint refused the key or does not know the model: no further call can succeed."""
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A judge's raw reply and the tokens it cost (0 when the server does not say)."""
+
+    text: str
+    tokens: int = 0
+
+
+class Provider(ABC):
+    """What generators and judges share. ``spec`` names the provider in records and cache keys."""
+
+    spec: str = ""
+    concurrency: int | None = None  # calls in flight per replica; None: the run's --concurrency
+
+    @property
+    def replicas(self) -> tuple[str, ...]:
+        """The endpoints calls are spread over (load-balanced); one for a local provider."""
+        return (self.spec,)
+
+    def secrets(self) -> tuple[str, ...]:
+        """Values that must never appear in a reason or a message (API keys)."""
+        return ()
+
+    def check(self) -> None:
+        """Raise a TraceError when the provider cannot work (a missing key); called before
+        anything is written."""
+
+    async def aclose(self) -> None:
+        """Release clients and connections; called once, before the event loop ends."""
+
+
+class Generator(Provider):
+    """Turns a case (its prompt and reference images) into an image."""
+
+    def key(self, case: Case, references: Sequence[bytes]) -> dict[str, Any] | None:
+        """What the output depends on (the cache key's parts); None: not worth caching (reading a
+        file). The default: the spec, the prompt and the reference images."""
+        return {"provider": self.spec, "prompt": case.prompt, "images": [sha256(r) for r in references]}
+
+    @abstractmethod
+    def generate(self, case: Case, references: Sequence[bytes]) -> Any:
+        """The image's bytes (PNG, JPEG or WebP); raise :class:`CallFailed` when there is none.
+        May be ``async def``; a plain function runs in a worker thread."""
+
+    async def call(self, case: Case, references: Sequence[bytes]) -> bytes:
+        data = await _await(self.generate, case, references)
+        if not isinstance(data, (bytes, bytearray)) or not data:
+            raise CallFailed(f"{self.spec} returned {type(data).__name__}, not image bytes")
+        return bytes(data)
+
+
+class Judge(Provider):
+    """Answers a case's questions about a generated image."""
+
+    def key(self, case: Case, questions: Sequence[Question], image: bytes,
+            references: Sequence[bytes]) -> dict[str, Any]:
+        """What the reply depends on (the cache key's parts). The default: the spec, the prompt,
+        the questions and every image."""
+        return {"provider": self.spec, "prompt": case.prompt,
+                "questions": [[q.id, q.question] for q in questions],
+                "images": [sha256(r) for r in references], "image": sha256(image)}
+
+    @abstractmethod
+    def ask(self, case: Case, questions: Sequence[Question], image: bytes, references: Sequence[bytes]) -> Any:
+        """The reply: a :class:`Reply`, its text (``{"answers": [{"id", "answer", "reason"}]}``,
+        see templates/judge/user.j2), or a mapping question id -> "yes"/"no". May be ``async def``."""
+
+    async def call(self, case: Case, questions: Sequence[Question], image: bytes,
+                   references: Sequence[bytes]) -> Reply:
+        reply = await _await(self.ask, case, questions, image, references)
+        if isinstance(reply, Reply):
+            return reply
+        if isinstance(reply, str):
+            return Reply(reply)
+        if isinstance(reply, dict):
+            import json
+
+            return Reply(json.dumps({"answers": [{"id": qid, "answer": answer} for qid, answer in reply.items()]}))
+        raise CallFailed(f"{self.spec} returned {type(reply).__name__}, not a reply")
+
+
+async def _await(method, *args):
+    if inspect.iscoroutinefunction(method):
+        return await method(*args)
+    import asyncio
+
+    return await asyncio.to_thread(method, *args)

@@ -1,0 +1,118 @@
+"""Providers that run here: a folder of images made elsewhere, a shell command, the synthetic
+zoo and its oracle judge."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shlex
+import subprocess
+import tempfile
+from pathlib import Path
+
+from ..errors import TraceError
+from ._base import CallFailed, Generator, Judge
+from ._images import digest
+
+__all__ = ["CommandGenerator", "FolderGenerator", "OracleJudge", "SyntheticGenerator"]
+
+
+class FolderGenerator(Generator):
+    """``folder:PATH``: images made elsewhere, named by case id (``PATH/<case id>.png`` ...)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+        self.spec = f"folder:{self.folder}"
+
+    def key(self, case, references):
+        return None  # reading a file is not a model call
+
+    def generate(self, case, references):
+        for suffix in (".png", ".jpg", ".jpeg", ".webp"):
+            path = self.folder / f"{case.id}{suffix}"
+            if path.is_file():
+                return path.read_bytes()
+        raise CallFailed(f"no image for {case.id} in {self.folder}")
+
+
+class CommandGenerator(Generator):
+    """``command:'...'``: a shell command that reads the case as JSON on stdin and writes the image
+    to the path given as ``{output}`` in the command (also in $TRACEBENCH_OUTPUT)."""
+
+    def __init__(self, command: str, timeout: float = 600.0) -> None:
+        self.command = command
+        self.timeout = timeout
+        self.spec = f"command:{command}"
+
+    def key(self, case, references):
+        return {"adapter": "command", "command": self.command, "case": case.model_dump(mode="json"),
+                "images": [digest(r) for r in references]}
+
+    async def generate(self, case, references):
+        with tempfile.TemporaryDirectory() as tmp:
+            output = Path(tmp) / "output.png"
+            command = self.command.replace("{output}", shlex.quote(str(output)))
+            env = {**os.environ, "TRACEBENCH_OUTPUT": str(output)}
+            proc = await asyncio.create_subprocess_shell(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                                         stderr=subprocess.PIPE, env=env)
+            try:
+                _, stderr = await asyncio.wait_for(proc.communicate(case.model_dump_json().encode()), self.timeout)
+            except asyncio.TimeoutError:
+                proc.kill()
+                raise CallFailed(f"the command took longer than {self.timeout:.0f} s") from None
+            if proc.returncode != 0:
+                tail = " ".join(stderr.decode(errors="replace").split())[-200:]
+                raise CallFailed(f"the command exited with status {proc.returncode}: {tail}")
+            if not output.is_file():
+                raise CallFailed("the command wrote no image to {output}")
+            return output.read_bytes()
+
+
+class SyntheticGenerator(Generator):
+    """``synthetic:PROFILE``: the zoo, in process, drawing from the benchmark's library."""
+
+    def __init__(self, profile_spec: str, library: Path | None = None, seed: int = 0) -> None:
+        from ..zoo import parse_profile
+
+        self.profile = parse_profile(profile_spec)
+        self.library = library
+        self.seed = seed
+        self.spec = f"synthetic:{self.profile}"
+        self._index = None
+
+    def key(self, case, references):
+        return {"adapter": "synthetic", "profile": str(self.profile), "case": case.model_dump(mode="json"),
+                "seed": self.seed}
+
+    async def generate(self, case, references):
+        from ..zoo import generate
+
+        png, _record = generate(case, self.profile, library=self._library_index(), seed=self.seed)
+        return png
+
+    def _library_index(self):
+        if self._index is None and self.library is not None:
+            from ..library import load_library
+            from ..sample import LibraryIndex
+
+            info, images = load_library(self.library)
+            self._index = LibraryIndex.build(self.library, info, images)
+        return self._index
+
+
+class OracleJudge(Judge):
+    """``oracle``: answers from the record a synthetic image carries."""
+
+    spec = "oracle"
+
+    def key(self, case, questions, image, references):
+        return {"adapter": "oracle", "questions": [q.model_dump(mode="json") for q in questions], "image": digest(image)}
+
+    async def ask(self, case, questions, image, references):
+        from ..zoo import oracle_reply
+
+        try:
+            return json.dumps(oracle_reply(questions, image))
+        except TraceError as err:
+            raise CallFailed(str(err)) from None

@@ -13,24 +13,36 @@ Three numbers, measured in one run against the same server:
   outside the timing): no cache, no parsing, no writing;
 - ``bound``: C / latency calls per second (every call waiting exactly the latency, nothing else).
 
+Capturing the requests: ``tracebench.providers.make_judge("openai:oracle", settings)`` builds
+the judge ``run_benchmark`` builds (an ``OpenAIJudge``); the capture uses a subclass of it,
+``_RecordingJudge(judge.model, judge.config)``, whose ``client()`` (the public hook every
+``OpenAIJudge`` call gets its client from) returns a recorder standing in for
+``AsyncOpenAI``. ``ask`` itself is not touched, so the recorded keyword arguments of
+``chat.completions.create`` are byte for byte what the real judge sends; no private
+attribute (``_clients``) is written. References go through ``ReferenceFiles`` as in the
+harness (the same bytes either way).
+
+``--concurrency`` takes several values (``--concurrency 32 128``): every round measures both
+methods at each of them, against the same server, so the ratios are measured side by side.
+
 Setup (not timed): a benchmark is sampled once (``--per-slot`` cases per slot level 1..8,
 no applications); its images are generated once, in process (``synthetic:perfect``, judge
 ``oracle``), and reused by every measured run through ``folder:``, so no generation is
 measured. The server is ``trace serve BENCH --latency L`` in its own process (so client and
 server each get a core), on 127.0.0.1 and a free port; it is stopped at the end.
 
-Each of ``--rounds`` rounds runs both methods, alternating which goes first; the report gives
-medians (and min-max). CPU seconds per call of the client process and of the server process
+Each of ``--rounds`` rounds runs both methods at each concurrency, alternating which goes first
+(and the order of the concurrencies); the report gives medians (and min-max) per concurrency. CPU seconds per call of the client process and of the server process
 are measured per round too (from getrusage and /proc/<pid>/stat), to show what limits throughput.
 The garbage collector runs (outside the timing) before each round.
 
 Cached re-run: after the measured rounds, ``run_benchmark`` runs again into new out folders
-sharing the cache folder of the last tracebench round (no call is made); wall time and
-verdicts, scaled to 1,000 verdicts (median of ``--cached-rounds``).
+sharing the cache folder of the last tracebench round at the first concurrency (no call is
+made); wall time and verdicts, scaled to 1,000 verdicts (median of ``--cached-rounds``).
 
 Run from the repository root, in the environment where tracebench is installed::
 
-    python bench/judge_throughput.py [--per-slot 50] [--rounds 5] [--concurrency 32] [--latency 0.2] [--json]
+    python bench/judge_throughput.py [--per-slot 50] [--rounds 5] [--concurrency 32 [128 ...]] [--latency 0.2] [--json]
 """
 
 from __future__ import annotations
@@ -145,18 +157,26 @@ class _Recorder:
 
 def captured_requests(bench: Path, images: Path, settings) -> list[dict]:
     """The chat.completions.create arguments OpenAIJudge.ask sends, one per case (--judge-batch case)."""
-    from tracebench.run import make_judge
-    from tracebench.run._harness import _read_cases
+    from tracebench.providers import OpenAIJudge, ReferenceFiles, make_judge
+    from tracebench.sample import read_cases
 
     judge = make_judge("openai:oracle", settings)
+    if type(judge) is not OpenAIJudge:
+        raise SystemExit(f"make_judge('openai:oracle') built a {type(judge).__name__}, not an OpenAIJudge")
     recorder = _Recorder()
-    judge._client = recorder
+
+    class _RecordingJudge(OpenAIJudge):
+        def client(self):
+            return recorder
+
+    recording = _RecordingJudge(judge.model, judge.config)
+    references = ReferenceFiles(bench)
 
     async def build() -> None:
-        for case in _read_cases(bench):
-            references = [(bench / ref.path).read_bytes() for ref in case.references]
+        for case in read_cases(bench):
+            refs = [references.get(ref.path) for ref in case.references]
             image = (images / f"{case.id}.png").read_bytes()
-            await judge.ask(case, list(case.checklist), image, references)
+            await recording.ask(case, list(case.checklist), image, refs)
 
     asyncio.run(build())
     return recorder.requests
@@ -208,9 +228,8 @@ def tracebench_round(bench: Path, images: Path, out: Path, cache: Path, settings
 def measured(server_pid: int, fn, *args):
     """fn(*args)'s result plus (client CPU s, server CPU s) spent during it.
 
-    The garbage of the previous round is collected first, outside any event loop: run_benchmark
-    leaves its AsyncOpenAI client unclosed, and collected inside a later round's loop it would
-    schedule its close there (and log "Event loop is closed")."""
+    The garbage of the previous round is collected first, outside any event loop and outside
+    the timing."""
     gc.collect()
     cpu0, srv0 = own_cpu(), process_cpu(server_pid)
     result = fn(*args)
@@ -222,21 +241,27 @@ def summary(rates: list[float]) -> dict:
             "rounds": [round(r, 1) for r in rates]}
 
 
+TARGETS = {32: 0.95, 128: 0.85}  # tracebench / bare, from the issue
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--per-slot", type=int, default=50, help="cases per slot level 1..8 (default 50: 400 cases)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--cached-rounds", type=int, default=3)
-    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[32],
+                        help="one or more concurrencies, measured side by side in every round (default 32)")
     parser.add_argument("--latency", type=float, default=0.2, help="seconds the server waits per call")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if os.environ.get(NO_KEY_ENV):
         raise SystemExit(f"unset {NO_KEY_ENV}: the benchmark talks to a loopback server without a key")
+    levels = list(dict.fromkeys(args.concurrency))
 
     import openai  # noqa: F401  imported once here, not inside the first timed run
 
-    from tracebench.run import ClientSettings, run_benchmark
+    from tracebench.providers import ModelSettings
+    from tracebench.run import run_benchmark
     from tracebench.sample import sample_benchmark
 
     load_before = os.getloadavg()[0]
@@ -246,41 +271,41 @@ def main() -> None:
         sample_benchmark(bench, slots=tuple(range(1, 9)), per_slot=args.per_slot, seed=0, applications=False,
                          progress=False)
         prep = run_benchmark(bench, tmp / "prep", generator="synthetic:perfect", judges=["oracle"],
-                             settings=ClientSettings(), concurrency=8, progress=False)
+                             settings=ModelSettings(), concurrency=8, progress=False)
         images = tmp / "prep" / "images"
 
         server, base_url = start_server(bench, args.latency, tmp / "serve.log")
         try:
-            settings = ClientSettings(base_url=base_url, api_key_env=NO_KEY_ENV)
+            settings = ModelSettings(base_url=base_url, api_key_env=NO_KEY_ENV)
             requests = captured_requests(bench, images, settings)
             request_bytes = statistics.mean(len(json.dumps(r)) for r in requests)
-            tb, bare, tb_cpu, bare_cpu, bare_failures = [], [], [], [], []
-            last_cache = None
+            runs = {c: {"tb": [], "bare": [], "tb_cpu": [], "bare_cpu": [], "last_cache": None} for c in levels}
             for r in range(args.rounds):
-                order = ("tracebench", "bare") if r % 2 == 0 else ("bare", "tracebench")
-                for method in order:
-                    if method == "bare":
-                        (calls, failures, wall), cpu, srv = measured(
-                            server.pid, bare_round, requests, base_url, args.concurrency)
-                        if failures:
-                            raise SystemExit(f"bare loop: {failures} of {len(requests)} calls failed")
-                        bare_failures.append(failures)
-                        bare.append(calls / wall)
-                        bare_cpu.append((cpu / calls, srv / calls))
-                    else:
-                        last_cache = tmp / f"cache-{r}"
-                        (calls, wall, _), cpu, srv = measured(
-                            server.pid, tracebench_round, bench, images, tmp / f"run-{r}", last_cache, settings,
-                            args.concurrency)
-                        tb.append(calls / wall)
-                        tb_cpu.append((cpu / calls, srv / calls))
+                for k, c in enumerate(levels if r % 2 == 0 else reversed(levels)):
+                    m = runs[c]
+                    order = ("tracebench", "bare") if (r + k) % 2 == 0 else ("bare", "tracebench")
+                    for method in order:
+                        if method == "bare":
+                            (calls, failures, wall), cpu, srv = measured(server.pid, bare_round, requests, base_url, c)
+                            if failures:
+                                raise SystemExit(f"bare loop: {failures} of {len(requests)} calls failed")
+                            m["bare"].append(calls / wall)
+                            m["bare_cpu"].append((cpu / calls, srv / calls))
+                        else:
+                            m["last_cache"] = tmp / f"cache-{c}-{r}"
+                            (calls, wall, _), cpu, srv = measured(
+                                server.pid, tracebench_round, bench, images, tmp / f"run-{c}-{r}", m["last_cache"],
+                                settings, c)
+                            m["tb"].append(calls / wall)
+                            m["tb_cpu"].append((cpu / calls, srv / calls))
 
             cached = []
             for k in range(args.cached_rounds):
+                gc.collect()
                 start = time.perf_counter()
                 manifest = run_benchmark(bench, tmp / f"rerun-{k}", generator=f"folder:{images}",
-                                         judges=["openai:oracle"], settings=settings, concurrency=args.concurrency,
-                                         cache_dir=last_cache, progress=False)
+                                         judges=["openai:oracle"], settings=settings, concurrency=levels[0],
+                                         cache_dir=runs[levels[0]]["last_cache"], progress=False)
                 wall = time.perf_counter() - start
                 if sum(manifest.calls.values()):
                     raise SystemExit(f"cached re-run made calls: {manifest.calls}")
@@ -289,9 +314,24 @@ def main() -> None:
             stop_server(server)
 
     load_after = os.getloadavg()[0]
-    bound = args.concurrency / args.latency
-    tb_s, bare_s = summary(tb), summary(bare)
-    cached_wall = statistics.median(c[0] for c in cached)
+    by_concurrency = {}
+    for c, m in runs.items():
+        bound = c / args.latency
+        tb_s, bare_s = summary(m["tb"]), summary(m["bare"])
+        by_concurrency[str(c)] = {
+            "tracebench_calls_per_s": tb_s, "bare_calls_per_s": bare_s, "bound_calls_per_s": round(bound, 1),
+            "tracebench_vs_bare": round(tb_s["median"] / bare_s["median"], 3),
+            "target_vs_bare": TARGETS.get(c),
+            "tracebench_vs_bound": round(tb_s["median"] / bound, 3),
+            "bare_vs_bound": round(bare_s["median"] / bound, 3),
+            "cpu_ms_per_call": {
+                "tracebench_client": round(1000 * statistics.median(x[0] for x in m["tb_cpu"]), 2),
+                "bare_client": round(1000 * statistics.median(x[0] for x in m["bare_cpu"]), 2),
+                "server_during_tracebench": round(1000 * statistics.median(x[1] for x in m["tb_cpu"]), 2),
+                "server_during_bare": round(1000 * statistics.median(x[1] for x in m["bare_cpu"]), 2),
+            },
+        }
+    cached_wall = statistics.median(x[0] for x in cached)
     verdicts = cached[0][1]
     result = {
         "machine": machine_text(),
@@ -299,20 +339,10 @@ def main() -> None:
         "cases": prep.cases, "verdicts": prep.verdicts, "calls_per_round": len(requests),
         "mean_request_kib": round(request_bytes / 1024, 1),
         "server": "trace serve, its own process",
-        "concurrency": args.concurrency, "latency_s": args.latency, "rounds": args.rounds,
-        "bare_failed_calls": bare_failures,
-        "tracebench_calls_per_s": tb_s, "bare_calls_per_s": bare_s, "bound_calls_per_s": round(bound, 1),
-        "tracebench_vs_bare": round(tb_s["median"] / bare_s["median"], 3),
-        "tracebench_vs_bound": round(tb_s["median"] / bound, 3),
-        "bare_vs_bound": round(bare_s["median"] / bound, 3),
-        "cpu_ms_per_call": {
-            "tracebench_client": round(1000 * statistics.median(c[0] for c in tb_cpu), 2),
-            "bare_client": round(1000 * statistics.median(c[0] for c in bare_cpu), 2),
-            "server_during_tracebench": round(1000 * statistics.median(c[1] for c in tb_cpu), 2),
-            "server_during_bare": round(1000 * statistics.median(c[1] for c in bare_cpu), 2),
-        },
-        "cached_rerun": {"verdicts": verdicts, "cache_hits": cached[0][2], "wall_s": round(cached_wall, 3),
-                         "rounds_s": [round(c[0], 3) for c in cached],
+        "latency_s": args.latency, "rounds": args.rounds,
+        "concurrency": by_concurrency,
+        "cached_rerun": {"concurrency": levels[0], "verdicts": verdicts, "cache_hits": cached[0][2],
+                         "wall_s": round(cached_wall, 3), "rounds_s": [round(x[0], 3) for x in cached],
                          "s_per_1000_verdicts": round(cached_wall * 1000 / verdicts, 3)},
     }
     if args.json:
@@ -321,21 +351,25 @@ def main() -> None:
     print(f"machine: {result['machine']}; 1-min load average {load_before:.2f} before, {load_after:.2f} after")
     print(f"benchmark: {result['cases']} cases, {result['verdicts']} verdicts; {result['calls_per_round']} judge calls "
           f"per round (one per case), mean request {result['mean_request_kib']} KiB")
-    print(f"server: {result['server']}, --latency {args.latency}, own process; concurrency {args.concurrency}; "
+    print(f"server: {result['server']}, --latency {args.latency}; concurrency {' '.join(map(str, levels))}; "
           f"{args.rounds} rounds, interleaved")
-    if any(bare_failures):
-        print(f"  bare loop: failed calls per round {bare_failures} (not counted in its calls/s)")
-    for name, s in (("tracebench", tb_s), ("bare", bare_s)):
-        print(f"  {name:<10} {s['median']:7.1f} calls/s (median; min-max {s['min']}-{s['max']})")
-    print(f"  {'bound':<10} {bound:7.1f} calls/s (concurrency / latency)")
-    print(f"tracebench / bare:  {result['tracebench_vs_bare']:.1%} (target >= 90%)")
-    print(f"tracebench / bound: {result['tracebench_vs_bound']:.1%}; bare / bound: {result['bare_vs_bound']:.1%}")
-    c = result["cpu_ms_per_call"]
-    print(f"CPU per call: client {c['tracebench_client']} ms (tracebench) vs {c['bare_client']} ms (bare); "
-          f"server {c['server_during_tracebench']} / {c['server_during_bare']} ms")
+    for c, res in by_concurrency.items():
+        print(f"concurrency {c}:")
+        for name in ("tracebench", "bare"):
+            s = res[f"{name}_calls_per_s"]
+            print(f"  {name:<10} {s['median']:7.1f} calls/s (median; min-max {s['min']}-{s['max']}; rounds {s['rounds']})")
+        print(f"  {'bound':<10} {res['bound_calls_per_s']:7.1f} calls/s (concurrency / latency)")
+        target = res["target_vs_bare"]
+        verdict = "" if target is None else (f" (target >= {target:.0%}: "
+                                             f"{'met' if res['tracebench_vs_bare'] >= target else 'NOT met'})")
+        print(f"  tracebench / bare:  {res['tracebench_vs_bare']:.1%}{verdict}")
+        print(f"  tracebench / bound: {res['tracebench_vs_bound']:.1%}; bare / bound: {res['bare_vs_bound']:.1%}")
+        cpu = res["cpu_ms_per_call"]
+        print(f"  CPU per call: client {cpu['tracebench_client']} ms (tracebench) vs {cpu['bare_client']} ms (bare); "
+              f"server {cpu['server_during_tracebench']} / {cpu['server_during_bare']} ms")
     r = result["cached_rerun"]
-    print(f"cached re-run: {r['verdicts']} verdicts in {r['wall_s']} s (median of {args.cached_rounds}: "
-          f"{r['rounds_s']}) = {r['s_per_1000_verdicts']} s per 1,000 verdicts (target < 2 s)")
+    print(f"cached re-run (concurrency {r['concurrency']}): {r['verdicts']} verdicts in {r['wall_s']} s (median of "
+          f"{args.cached_rounds}: {r['rounds_s']}) = {r['s_per_1000_verdicts']} s per 1,000 verdicts (target < 2 s)")
 
 
 if __name__ == "__main__":

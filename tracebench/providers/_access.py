@@ -9,7 +9,7 @@ class, the zoo), a call goes through :class:`ModelAccess`:
   ``concurrency``, else the command's ``--concurrency``); a model with several replicas
   sends each call to the replica with the fewest calls in flight, taking turns on ties;
 - **retry**: transient failures (timeouts, dropped connections, 5xx) and rate limits are
-  retried with exponential backoff and jitter (tenacity), a rate limit's ``Retry-After``
+  retried with exponential backoff and jitter (tenacity), a server's ``Retry-After``
   honoured; the limit is released while waiting; other failures are not retried;
 - **failures**: whatever a call raises becomes :class:`CallFailed` (an abstention with a
   one-line reason, never a fail), with every secret of the provider scrubbed out;
@@ -27,7 +27,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt,
 
 from ..cache import Cache, cache_key
 from ..records import Case, Question
-from ._base import CallFailed, Generator, Judge, NotSent, Provider, RateLimited, Reply, Transient, current_replica
+from ._base import CallFailed, Generator, Judge, NotSent, Provider, Reply, Transient, current_replica
 
 __all__ = ["AccessStats", "ModelAccess", "one_line"]
 
@@ -98,7 +98,7 @@ class ModelAccess:
 
         def wait(state) -> float:
             err = state.outcome.exception() if state.outcome else None
-            if isinstance(err, RateLimited) and err.retry_after is not None:
+            if isinstance(err, Transient) and err.retry_after is not None:
                 return min(max(err.retry_after, 0.0), longest)
             return exponential(state)
 

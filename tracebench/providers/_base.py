@@ -38,15 +38,16 @@ class CallFailed(Exception):
 
 
 class Transient(CallFailed):
-    """A failure that may pass on its own (a timeout, a dropped connection, a 5xx): retried."""
-
-
-class RateLimited(Transient):
-    """The server asked to slow down (HTTP 429): retried after ``retry_after`` seconds when it says."""
+    """A failure that may pass on its own (a timeout, a dropped connection, a 5xx): retried, after
+    ``retry_after`` seconds when the server says, else with exponential backoff."""
 
     def __init__(self, message: str, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class RateLimited(Transient):
+    """The server asked to slow down (HTTP 429)."""
 
 
 class NotSent(CallFailed):

@@ -33,24 +33,29 @@ def translate_openai_error(err: Exception) -> CallFailed | None:
     import openai
 
     if isinstance(err, openai.RateLimitError):
-        retry_after = None
-        try:
-            retry_after = float(err.response.headers.get("retry-after", ""))
-        except (TypeError, ValueError):
-            pass
-        return RateLimited(f"API error 429: {err.message}", retry_after)
+        return RateLimited(f"API error 429: {err.message}", _retry_after(err.response.headers))
     if isinstance(err, (openai.APITimeoutError, openai.APIConnectionError)):
         cause = f" ({err.__cause__})" if err.__cause__ else ""
         return Transient(f"API error: {err.message}{cause}")
     if isinstance(err, openai.APIStatusError):
         text = f"API error {err.status_code}: {err.message}"
         if err.status_code in (408, 409) or err.status_code >= 500:
-            return Transient(text)
+            return Transient(text, _retry_after(err.response.headers))
         if err.status_code in (401, 403, 404):
             return EndpointRefused(text)
         return CallFailed(text)
     if isinstance(err, openai.APIError):
         return CallFailed(f"API error: {err.message}")
+    return None
+
+
+def _retry_after(headers) -> float | None:
+    """Seconds a 429 asks to wait: ``retry-after-ms`` (OpenAI's), else ``retry-after`` in seconds."""
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        try:
+            return float(headers.get(name, "")) * scale
+        except (TypeError, ValueError):
+            continue
     return None
 
 

@@ -1,0 +1,360 @@
+"""Model providers and the one wrapper around their calls: plugins (python: files and modules,
+entry points), per-model endpoints (spec suffix, models file, replicas), ensembles across
+servers, retries, scrubbing, and reference images encoded once.
+
+Every server here is real and on 127.0.0.1: the OpenAI-compatible stub (tests/openai_server.py)
+and ``trace serve``'s zoo server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections import Counter
+from pathlib import Path
+from statistics import fmean
+
+import pytest
+
+from openai_server import OpenAIStub, text_of
+from tracebench.cache import sha256
+from tracebench.errors import TraceError
+from tracebench.providers import (ImageBytes, ModelEntry, ModelSettings, ReferenceFiles, make_generator, make_judge,
+                                  read_models_file, resolve_spec)
+from tracebench.records import Verdict
+from tracebench.run import read_verdicts, run_benchmark
+from tracebench.sample import read_cases, sample_benchmark
+from tracebench.serve import ZooServer
+
+ROOT = Path(__file__).resolve().parent.parent
+PLUGINS = ROOT / "examples" / "plugins"
+SETTINGS = ModelSettings(max_retries=3, timeout=30.0)
+KEY = "sk-provider-test-9c1e-distinctive"
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("providers") / "bench"
+    sample_benchmark(out, slots=(1, 2, 3, 5), per_slot=3, seed=2, applications=False)
+    return out
+
+
+def trace(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    full = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | (env or {})
+    return subprocess.run([sys.executable, "-m", "tracebench", *args], capture_output=True, text=True, env=full,
+                          cwd=cwd, timeout=300)
+
+
+def question_ids_asked(request: dict) -> list[str]:
+    """The question ids an openai: judge's request asks (the enum of its JSON schema)."""
+    schema = request["response_format"]["json_schema"]["schema"]
+    return schema["properties"]["answers"]["items"]["properties"]["id"]["enum"]
+
+
+def answering(answer: str):
+    """A chat handler answering every question asked with ``answer``."""
+    return lambda request: json.dumps({"answers": [{"id": q, "answer": answer, "reason": "stub"}
+                                                   for q in question_ids_asked(request)]})
+
+
+def polarity_scores(cases) -> dict[str, float]:
+    """The benchmark's operator scores when every question is answered "yes": a question passes
+    when it expects yes, fails when it expects no, and fails when a question it depends on
+    fails; instance = mean of its questions, case = mean of its instances per operator,
+    benchmark = mean over the cases having the operator. Computed here from the checklist,
+    independently of tracebench.score."""
+    per_op: dict[str, list[float]] = {}
+    for case in cases:
+        by_id = {q.id: q for q in case.checklist}
+        memo: dict[str, bool] = {}
+
+        def holds(qid: str) -> bool:
+            if qid not in memo:
+                q = by_id[qid]
+                memo[qid] = q.expected == "yes" and all(holds(p) for p in q.depends_on)
+            return memo[qid]
+
+        instances: dict[tuple[str, str], list[float]] = {}
+        for q in case.checklist:
+            instances.setdefault((str(q.op), q.target), []).append(1.0 if holds(q.id) else 0.0)
+        case_ops: dict[str, list[float]] = {}
+        for (op, _), values in instances.items():
+            case_ops.setdefault(op, []).append(fmean(values))
+        for op, values in case_ops.items():
+            per_op.setdefault(op, []).append(fmean(values))
+    return {op: round(fmean(values), 4) for op, values in per_op.items()}
+
+
+# ------------------------------------------------------------------------------ plugins
+
+
+def test_the_example_plugins_run_through_trace_run(bench, tmp_path):
+    run = tmp_path / "run"
+    result = trace("run", str(bench), "--generator", f"python:{PLUGINS / 'first_reference.py'}",
+                   "--judge", f"python:{PLUGINS / 'always_yes.py'}", "--out", str(run))
+    assert result.returncode == 0, result.stderr
+    cases = list(read_cases(bench))
+    for case in cases:  # the generator returned each case's first reference, as it is
+        image = run / "images" / f"{case.id}.png"
+        assert image.read_bytes() == (bench / case.references[0].path).read_bytes()
+    verdicts = list(read_verdicts(run / "verdicts.jsonl"))
+    assert {v.votes[0].judge for v in verdicts} == {"python:always_yes"}
+    assert all(v.votes[0].answer == "yes" for v in verdicts)
+    scores = json.loads(trace("score", str(run), "--json").stdout)
+    expected = polarity_scores(cases)
+    assert {op: value for op, value in scores["operators"].items() if value is not None} == expected
+    assert any(value < 1.0 for value in expected.values())  # the polarity shows: duplication asks for "no"
+
+
+def test_the_first_reference_plugin_draws_a_blank_image_without_references():
+    from tracebench.records import Case
+
+    generator = make_generator(f"python:{PLUGINS / 'first_reference.py'}")
+    case = Case(id="c", slot=0, template="T_e", formula="T_e", prompt="a cat", text_only_prompt="a cat",
+                scene="{member}", references=(), terms=(), checklist=())
+    import asyncio
+    from io import BytesIO
+
+    from PIL import Image
+
+    data = asyncio.run(generator.call(case, []))
+    with Image.open(BytesIO(data)) as image:
+        assert image.size == (256, 256) and image.getpixel((10, 10)) == (255, 255, 255)
+
+
+def test_a_plugin_by_module_and_factory_name(tmp_path, monkeypatch):
+    (tmp_path / "my_judges.py").write_text(
+        "from tracebench.providers import Judge\n"
+        "class Picky(Judge):\n"
+        "    def __init__(self, answer):\n"
+        "        self.answer = answer\n"
+        "    def ask(self, case, questions, image, references):\n"
+        "        return {q.id: self.answer for q in questions}\n"
+        "def make_no():\n"
+        "    return Picky('no')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    judge = make_judge("python:my_judges:make_no")
+    assert judge.spec == "python:my_judges:make_no" and judge.answer == "no"
+
+
+@pytest.mark.parametrize("spec,fragment", [
+    ("python:no_such_file.py", "no_such_file.py is not a file"),
+    (f"python:{PLUGINS / 'always_yes.py'}:nope", "defines no 'nope'"),
+    ("python:no_such_module_xyz", "cannot be loaded: ModuleNotFoundError"),
+    ("nosuchprovider", "expected openai:MODEL, oracle or python:FILE.py[:NAME]"),
+])
+def test_a_bad_plugin_is_one_line_and_exit_2(bench, tmp_path, spec, fragment):
+    out = tmp_path / "run"
+    result = trace("run", str(bench), "--generator", "synthetic:perfect", "--judge", spec, "--out", str(out))
+    assert result.returncode == 2 and fragment in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert not out.exists()
+
+
+def test_a_plugin_that_is_not_a_judge_or_fails_to_import(bench, tmp_path):
+    (tmp_path / "wrong.py").write_text("judge = 42\n")
+    (tmp_path / "broken.py").write_text("1 / 0\n")
+    for name, fragment in (("wrong.py", "int is not a tracebench Judge"),
+                           ("broken.py", "cannot be loaded: ZeroDivisionError")):
+        result = trace("run", str(bench), "--generator", "synthetic:perfect", "--judge",
+                       f"python:{tmp_path / name}", "--out", str(tmp_path / "run"))
+        assert result.returncode == 2 and fragment in result.stderr, result.stderr
+
+
+def test_a_provider_registered_by_an_entry_point(bench, tmp_path):
+    site = tmp_path / "site"
+    (site / "tb_yes-1.0.dist-info").mkdir(parents=True)
+    (site / "tb_yes-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: tb-yes\nVersion: 1.0\n")
+    (site / "tb_yes-1.0.dist-info" / "entry_points.txt").write_text("[tracebench.judges]\nyes = tb_yes:Yes\n")
+    (site / "tb_yes.py").write_text(
+        "from tracebench.providers import Judge\n"
+        "class Yes(Judge):\n"
+        "    spec = 'yes'\n"
+        "    async def ask(self, case, questions, image, references):\n"
+        "        return {q.id: 'yes' for q in questions}\n")
+    out = tmp_path / "run"
+    result = trace("run", str(bench), "--generator", "synthetic:perfect", "--judge", "yes", "--out", str(out),
+                   env={"PYTHONPATH": str(site)})
+    assert result.returncode == 0, result.stderr
+    assert {v.judge for v in read_verdicts(out / "verdicts.jsonl")} == {"yes"}
+
+
+# ---------------------------------------------------------------- endpoints, ensembles, replicas
+
+
+def test_where_a_model_is_served_first_found_first(tmp_path):
+    models = {"qwen": ModelEntry(spec="openai:Qwen/Qwen3-VL-8B-Instruct", base_urls=("http://127.0.0.1:8000/v1",
+                                                                                       "http://127.0.0.1:8001/v1"),
+                                 concurrency=64),
+              "openai:gpt-4.1": ModelEntry(api_key_env="MY_KEY", max_retries=1)}
+    settings = ModelSettings(base_url="http://127.0.0.1:9000/v1", judge_base_url="http://127.0.0.1:9100/v1",
+                             models=models)
+    spec, config = resolve_spec("qwen", settings, judge=True)
+    assert spec == "openai:Qwen/Qwen3-VL-8B-Instruct" and config.base_urls == models["qwen"].base_urls
+    assert config.concurrency == 64
+    spec, config = resolve_spec("openai:gpt-4.1", settings, judge=True)
+    assert config.base_urls == ("http://127.0.0.1:9100/v1",) and config.api_key_env == "MY_KEY"
+    assert config.max_retries == 1
+    spec, config = resolve_spec("openai:gpt-4.1", settings, judge=False)
+    assert config.base_urls == ("http://127.0.0.1:9000/v1",)
+    spec, config = resolve_spec("openai:gpt-4.1@http://127.0.0.1:7000/v1,http://127.0.0.1:7001/v1", settings,
+                                judge=True)
+    assert spec == "openai:gpt-4.1"
+    assert config.base_urls == ("http://127.0.0.1:7000/v1", "http://127.0.0.1:7001/v1")
+
+
+def test_a_models_file_is_read_and_its_errors_name_the_field(bench, tmp_path):
+    good = tmp_path / "models.toml"
+    good.write_text('[models.judge]\nspec = "openai:stub-model"\nbase_urls = ["http://127.0.0.1:1/v1"]\n'
+                    'concurrency = 3\n')
+    assert read_models_file(good)["judge"].concurrency == 3
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[models.judge]\nspec = "openai:stub-model"\nconcurrency = 0\n')
+    result = trace("run", str(bench), "--generator", "synthetic:perfect", "--judge", "judge", "--models", str(bad),
+                   "--out", str(tmp_path / "run"))
+    assert result.returncode == 2 and f"{bad}: models.judge.concurrency:" in result.stderr, result.stderr
+    with pytest.raises(TraceError, match="models.judge.colour: Extra inputs"):
+        bad.write_text('[models.judge]\ncolour = "red"\n')
+        read_models_file(bad)
+
+
+def test_an_ensemble_of_two_judges_on_two_servers(bench, tmp_path):
+    cases = list(read_cases(bench))
+    with ZooServer([bench]).start() as zoo, OpenAIStub(answering("no")) as stub:
+        manifest = run_benchmark(bench, tmp_path / "run", generator="synthetic:global-interference",
+                                 judges=[f"openai:oracle@{zoo.base_url}", f"openai:stub-model@{stub.base_url}"],
+                                 settings=SETTINGS, concurrency=4)
+        assert len(stub.requests) == len(cases)
+    assert manifest.judges == ("openai:oracle", "openai:stub-model") and manifest.abstentions > 0
+    assert manifest.calls == {"synthetic:global-interference": len(cases), "openai:oracle": len(cases),
+                              "openai:stub-model": len(cases)}
+    alone = tmp_path / "oracle"
+    run_benchmark(bench, alone, generator="synthetic:global-interference", judges=["oracle"], settings=SETTINGS)
+    truth = {(v.case_id, v.question_id): v.verdict for v in read_verdicts(alone / "verdicts.jsonl")}
+    for v in read_verdicts(tmp_path / "run" / "verdicts.jsonl"):
+        oracle, stubbed = v.votes
+        assert (oracle.judge, stubbed.judge) == ("openai:oracle", "openai:stub-model")
+        assert oracle.verdict == truth[(v.case_id, v.question_id)]  # the zoo server answered as the oracle
+        assert stubbed.answer == "no"
+        # two judges: agreement is the verdict, disagreement a tie (an abstention, never a fail)
+        assert v.verdict == (oracle.verdict if oracle.verdict == stubbed.verdict else "abstain")
+
+
+def test_replicas_of_one_judge_share_the_calls(bench, tmp_path):
+    cases = list(read_cases(bench))
+    with OpenAIStub(answering("yes")) as first, OpenAIStub(answering("yes")) as second:
+        models = tmp_path / "models.toml"
+        models.write_text(f'[models.judge]\nspec = "openai:stub-model"\n'
+                          f'base_urls = ["{first.base_url}", "{second.base_url}"]\nconcurrency = 2\n')
+        result = trace("run", str(bench), "--generator", "synthetic:perfect", "--judge", "judge",
+                       "--models", str(models), "--out", str(tmp_path / "run"))
+        assert result.returncode == 0, result.stderr
+        shares = (len(first.requests), len(second.requests))
+    assert sum(shares) == len(cases) and min(shares) >= len(cases) // 3, shares
+    assert {v.judge for v in read_verdicts(tmp_path / "run" / "verdicts.jsonl")} == {"openai:stub-model"}
+    manifest = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert manifest["judges"] == ["openai:stub-model"] and manifest["calls"]["openai:stub-model"] == len(cases)
+
+
+def test_concurrency_per_replica_is_bounded(bench, tmp_path):
+    in_flight, peak, lock = Counter(), Counter(), threading.Lock()
+
+    def slow(name):
+        def handler(request):
+            import time
+
+            with lock:
+                in_flight[name] += 1
+                peak[name] = max(peak[name], in_flight[name])
+            time.sleep(0.05)
+            with lock:
+                in_flight[name] -= 1
+            return answering("yes")(request)
+        return handler
+
+    with OpenAIStub(slow("a")) as a, OpenAIStub(slow("b")) as b:
+        settings = ModelSettings(models={"openai:stub-model": ModelEntry(base_urls=(a.base_url, b.base_url),
+                                                                         concurrency=2)})
+        run_benchmark(bench, tmp_path / "run", generator="synthetic:perfect", judges=["openai:stub-model"],
+                      settings=settings, concurrency=16)
+    assert 1 <= peak["a"] <= 2 and 1 <= peak["b"] <= 2, peak
+
+
+# ------------------------------------------------------------------------ retries and failures
+
+
+def test_transient_errors_and_rate_limits_are_retried_a_bad_request_is_not(bench, tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    cases = list(read_cases(bench))
+    seen: Counter = Counter()
+    lock = threading.Lock()
+
+    def handler(request):
+        first_question = question_ids_asked(request)[0]
+        text = "\n".join(text_of(request))
+        case = max((c for c in cases if c.prompt in text), key=lambda c: len(c.prompt))
+        with lock:
+            seen[case.id] += 1
+            n = seen[case.id]
+        if case.id == cases[0].id:
+            return 400, f"bad request; your key is {KEY}"  # a server echoing the key back
+        if n == 1:
+            return (429, "slow down") if len(first_question) % 2 else (503, "overloaded")
+        return answering("yes")(request)
+
+    with OpenAIStub(handler) as stub:
+        settings = ModelSettings(base_url=stub.base_url, max_retries=2, timeout=10.0)
+        manifest = run_benchmark(bench, tmp_path / "run", generator="synthetic:perfect",
+                                 judges=["openai:stub-model"], settings=settings, concurrency=4)
+    assert seen[cases[0].id] == 1  # a 400 is not retried
+    assert all(seen[c.id] == 2 for c in cases[1:])  # one failure, one retry
+    assert manifest.calls["openai:stub-model"] == len(cases)  # a retried call counts once
+    verdicts = list(read_verdicts(tmp_path / "run" / "verdicts.jsonl"))
+    bad = [v for v in verdicts if v.case_id == cases[0].id]
+    assert bad and all(v.verdict == "abstain" for v in bad)
+    assert all("API error 400" in v.votes[0].reason and KEY not in v.votes[0].reason and "***" in v.votes[0].reason
+               for v in bad)
+    assert all(v.verdict != "abstain" for v in verdicts if v.case_id != cases[0].id)
+    for path in (tmp_path / "run").rglob("*"):
+        if path.is_file():
+            assert KEY.encode() not in path.read_bytes(), path
+
+
+def test_an_exception_in_a_plugin_is_an_abstention_with_its_reason(bench, tmp_path):
+    plugin = tmp_path / "flaky.py"
+    plugin.write_text(
+        "from tracebench.providers import Generator\n"
+        "class Broken(Generator):\n"
+        "    def generate(self, case, references):\n"
+        "        raise RuntimeError('out of GPU memory')\n"
+        "generator = Broken\n")
+    manifest = run_benchmark(bench, tmp_path / "run", generator=f"python:{plugin}", judges=["oracle"],
+                             settings=SETTINGS)
+    verdicts = list(read_verdicts(tmp_path / "run" / "verdicts.jsonl"))
+    assert manifest.abstentions == len(verdicts) > 0
+    assert all(v.votes[0].reason == "generation failed: RuntimeError: out of GPU memory" for v in verdicts)
+
+
+# ------------------------------------------------------------------------------ reference images
+
+
+def test_reference_images_are_read_hashed_and_encoded_once(bench):
+    case = next(c for c in read_cases(bench) if c.references)
+    files = ReferenceFiles(bench)
+    first = files.get(case.references[0].path)
+    assert files.get(case.references[0].path) is first and isinstance(first, ImageBytes)
+    raw = (bench / case.references[0].path).read_bytes()
+    assert first == raw and first.sha256 == sha256(raw)
+    assert first.data_url.startswith("data:image/png;base64,") and first.data_url is first.data_url
+
+
+def test_verdict_records_carry_the_graded_value(bench, tmp_path):
+    run_benchmark(bench, tmp_path / "run", generator="synthetic:global-interference", judges=["oracle"],
+                  settings=SETTINGS)
+    for line in (tmp_path / "run" / "verdicts.jsonl").read_text().splitlines():
+        v = Verdict.model_validate_json(line)
+        assert v.value == {"pass": 1.0, "fail": 0.0, "abstain": None}[v.verdict]
+        assert all(vote.value == {"pass": 1.0, "fail": 0.0, "abstain": None}[vote.verdict] for vote in v.votes)

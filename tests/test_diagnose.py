@@ -17,6 +17,7 @@ from tracebench.diagnose import (NODES_FILE, SUMMARY_FILE, TREES_FILE, attribute
                                  rules, sources, targets, tree_nodes)
 from tracebench.formula import Anchor, Apply, Compose, Disentangle, Expr, Text, analyze, parse, slot_count, to_text
 from tracebench.records import Case, DiagnosisSummary, DiagnosticTree, NodeOccurrence
+from tracebench.outcomes import ABSTAINED, FAILED, PASSED, Outcome
 from tracebench.providers import ModelSettings
 from tracebench.run import run_benchmark
 from tracebench.sample import read_cases, sample_benchmark
@@ -210,7 +211,7 @@ def test_compositions_of_a_formula_match_binding(small):
 # ------------------------------------------------------------------------------ attribution
 
 def _results(table: dict[str, dict[str, bool | None]]):
-    return {node: {("anchor", t): v for t, v in row.items()} for node, row in table.items()}
+    return {node: {("anchor", t): Outcome.binary(v) for t, v in row.items()} for node, row in table.items()}
 
 
 def test_attribution_first_pass_persistent_stable_and_unstable():
@@ -225,13 +226,13 @@ def test_attribution_first_pass_persistent_stable_and_unstable():
     assert (found["f1"].source, found["f1"].node, found["f1"].depth) == ("global_reference", "N1", 1)
     assert (found["f2"].source, found["f2"].node, found["f2"].depth) == ("joint_composition", "N2b", 2)
     assert (found["f3"].source, found["f3"].depth) == ("persistent_failure", None)
-    results["N2a"][("anchor", "f1")] = False  # passes at N1, fails again below: the bear-hat case
-    results["N0"][("anchor", "f3")] = True
+    results["N2a"][("anchor", "f1")] = FAILED  # passes at N1, fails again below: the bear-hat case
+    results["N0"][("anchor", "f3")] = PASSED
     found = {f.target: f for f in attribute(nodes, results) if f.op == "anchor"}
     assert found["f1"].source == "unstable"
     assert found["f3"].source == "unstable"  # passing root, failing below
-    results["N2c"][("anchor", "f3")] = True
-    results["N1"][("anchor", "f3")] = None  # an abstaining node is skipped
+    results["N2c"][("anchor", "f3")] = PASSED
+    results["N1"][("anchor", "f3")] = ABSTAINED  # an abstaining node is skipped
     assert {f.target: f for f in attribute(nodes, results)}["f3"].source == "stable_success"
 
 

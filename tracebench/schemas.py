@@ -1,4 +1,5 @@
-"""JSON Schemas of every record written to disk (and of the label files users write), from the pydantic models.
+"""JSON Schemas of every record written to disk (and of the label files users write, and of
+``trace score --json``), from the pydantic models.
 
 Library records ship with the package in taxonomy/; benchmark records are documented in
 docs/schemas/. Regenerate after changing a model, from the repository's root (a test fails
@@ -18,6 +19,7 @@ from .library import LibraryInfo, TaggedImage
 from .records import (Case, DiagnosisManifest, DiagnosisSummary, DiagnosticTree, NodeOccurrence, RunManifest,
                       SampleManifest, Verdict)
 from .report import Label, SourceLabel
+from .score import Scores
 
 __all__ = ["SCHEMAS", "schema_path", "schema_text", "export"]
 
@@ -35,6 +37,7 @@ SCHEMAS: dict[str, tuple[str, type[BaseModel]]] = {
     "node_occurrence.schema.json": ("docs", NodeOccurrence),
     "label.schema.json": ("docs", Label),
     "source_label.schema.json": ("docs", SourceLabel),
+    "scores.schema.json": ("docs", Scores),
 }
 
 

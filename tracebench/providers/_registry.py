@@ -84,7 +84,7 @@ def _make(spec: str, settings: ModelSettings, role: str, builtins: dict[str, Fac
     else:
         found = [ep for ep in entry_points(group=ENTRY_POINT_GROUPS[role]) if ep.name == scheme]
         if not found:
-            raise TraceError(f"{option!r}: expected {_USAGE[role]}, or a provider registered under "
+            raise TraceError(f"--{role} {spec!r}: expected {_USAGE[role]}, or a provider registered under "
                              f"the entry-point group {ENTRY_POINT_GROUPS[role]}")
         try:
             target = found[0].load()

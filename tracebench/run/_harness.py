@@ -30,8 +30,8 @@ from ..records import Case, Question, RunManifest, Verdict, Vote, read_record
 from ..replies import unfence
 from ..templating import template_hash
 from ..outcomes import ABSTAINED, Outcome, Status, majority
-from ..providers import (JUDGE_TEMPLATES, CallFailed, Generator, Judge, ModelAccess, ModelSettings, ReferenceFiles,
-                         make_generator, make_judge)
+from ..providers import (JUDGE_TEMPLATES, CallFailed, Generator, ImageBytes, Judge, ModelAccess, ModelSettings,
+                         ReferenceFiles, make_generator, make_judge)
 from ..sample import read_cases, read_sample_manifest
 from ..cache import Cache, cache_key, sha256, write_atomic
 
@@ -96,8 +96,8 @@ class _Runner:
 
     async def image(self, case: Case, references: list[bytes]) -> tuple[bytes | None, str]:
         """The generated image (or None) and the abstention reason."""
-        try:
-            data = await self.access.generate(self.generator, case, references)
+        try:  # ImageBytes: hashed and encoded once for all the judge calls of the case
+            data = ImageBytes(await self.access.generate(self.generator, case, references))
         except CallFailed as err:
             return None, f"generation failed: {err}"
         target = self.root / IMAGES_DIR / f"{case.id}{image_suffix(data)}"

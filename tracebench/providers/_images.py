@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..cache import sha256
 
-__all__ = ["ImageBytes", "ReferenceFiles", "data_url", "digest"]
+__all__ = ["ImageBytes", "ReferenceFiles", "data_url", "digest", "image_suffix", "mime_type"]
 
 
 class ImageBytes(bytes):
@@ -28,13 +28,26 @@ class ImageBytes(bytes):
         return f"data:{mime_type(self)};base64,{base64.b64encode(self).decode('ascii')}"
 
 
+_KINDS = {"jpeg": (".jpg", "image/jpeg"), "webp": (".webp", "image/webp"), "png": (".png", "image/png")}
+
+
+def _kind(data: bytes) -> str:
+    """The format of image bytes, by their signature (a server may answer in JPEG or WebP)."""
+    if data.startswith(b"\xff\xd8"):
+        return "jpeg"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "webp"
+    return "png"
+
+
 def mime_type(data: bytes) -> str:
     """The MIME type of image bytes, by their signature."""
-    if data.startswith(b"\xff\xd8"):
-        return "image/jpeg"
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "image/webp"
-    return "image/png"
+    return _KINDS[_kind(data)][1]
+
+
+def image_suffix(data: bytes) -> str:
+    """The file suffix of image bytes, by their signature."""
+    return _KINDS[_kind(data)][0]
 
 
 def digest(data: bytes) -> str:

@@ -31,7 +31,7 @@ from ..replies import unfence
 from ..templating import template_hash
 from ..outcomes import ABSTAINED, Outcome, Status, majority
 from ..providers import (JUDGE_TEMPLATES, CallFailed, Generator, ImageBytes, Judge, ModelAccess, ModelSettings,
-                         ReferenceFiles, make_generator, make_judge)
+                         ReferenceFiles, image_suffix, make_generator, make_judge)
 from ..sample import read_cases, read_sample_manifest
 from ..cache import Cache, cache_key, sha256, write_atomic
 
@@ -150,15 +150,6 @@ def generated_image(run_dir: Path, case_id: str) -> Path | None:
         if path.is_file():
             return path
     return None
-
-
-def image_suffix(data: bytes) -> str:
-    """The file suffix of image bytes, by their signature (a server may answer in JPEG or WebP)."""
-    if data.startswith(b"\xff\xd8"):
-        return ".jpg"
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return ".webp"
-    return ".png"
 
 
 def _by_op(questions: Sequence[Question]) -> list[list[Question]]:

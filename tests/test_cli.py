@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -26,8 +25,8 @@ def _trace_executable() -> list[str]:
 
 
 def run_trace(*args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    return subprocess.run([*_trace_executable(), *args], capture_output=True, text=True, env=env, timeout=120)
+    # PYTHONPATH is passed on: under PYTHONPATH=<a worktree> the script runs that tree's code, not the installed one
+    return subprocess.run([*_trace_executable(), *args], capture_output=True, text=True, timeout=120)
 
 
 def test_parse_prints_canonical_form_and_slots():

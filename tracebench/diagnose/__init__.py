@@ -9,9 +9,10 @@
 
 from __future__ import annotations
 
+from ..records import DIAGNOSIS_FILE, NODES_FILE, SUMMARY_FILE, TREES_FILE
 from ._attribute import attribute, pending, summarize_sources
-from ._diagnose import (DIAGNOSIS_FILE, NODES_FILE, SUMMARY_FILE, TREES_FILE, TreePlan, diagnose, diagnose_run,
-                        export_nodes, format_summary, merge_diagnoses, plan_trees, summarize)
+from ._diagnose import (TreePlan, diagnose, diagnose_run, export_nodes, format_summary, merge_diagnoses, plan_trees,
+                        summarize)
 from ._node import compositions_of, node_case, root_formula
 from ._rules import Downgrades, Rule, Source, number_terms, rules, sources, targets, zoo_expectations
 from ._tree import TreeNode, build_tree, draw_tree, tree_nodes

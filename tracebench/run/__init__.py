@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from ._adapters import CallFailed, ClientSettings, make_generator, make_judge
 from ..cache import Cache, cache_key
-from ._harness import (IMAGES_DIR, RUN_FILE, VERDICTS_FILE, RunFolder, generated_image, load_run, parse_reply, read_verdicts,
-                       run_benchmark, shard_of)
+from ..records import RUN_FILE, VERDICTS_FILE, read_verdicts
+from ._harness import IMAGES_DIR, RunFolder, generated_image, load_run, parse_reply, run_benchmark, shard_of
 
 __all__ = [
     "Cache",

@@ -44,7 +44,7 @@ def effective_verdicts(case: Case, verdicts: dict[str, str]) -> dict[str, bool |
 
     def value(qid: str) -> bool | None:
         if qid not in memo:
-            memo[qid] = None  # a cycle cannot occur (sampling checks the DAG); guards recursion anyway
+            memo[qid] = None  # no cycle: the case reader refuses one (checklist_problem); guards recursion anyway
             own = verdicts.get(qid, "abstain")
             result: bool | None = None if own == "abstain" else own == "pass"
             if any(value(p) is False for p in parents.get(qid, ())):

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tracebench.formula import parse, slot_count
-from tracebench.formula._space import count_by_generating_function
+from tracebench.diagnose import build_tree, tree_json
+from tracebench.formula import count_by_generating_function, describe_formula, parse, slot_count
 
 
 def _trace_executable() -> list[str]:
@@ -114,3 +114,11 @@ def test_unknown_subcommand_is_one_line():
     result = run_trace("frobnicate")
     assert result.returncode == 2
     assert len(result.stderr.splitlines()) == 1
+
+
+def test_the_python_api_gives_what_the_commands_print():
+    formula = 'C(f1, T_e + g1) ⊕ g_style'
+    assert json.loads(run_trace("parse", "--json", formula).stdout) == describe_formula(formula)
+    dry = run_trace("diagnose", "--formula", formula, "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    assert json.loads(dry.stdout) == tree_json(build_tree(parse(formula)))

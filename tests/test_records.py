@@ -304,3 +304,11 @@ def test_a_broken_sample_manifest_stops_what_reads_it(world, tmp_path):
     _refused(run_trace("diagnose", str(tmp_path / "run"), "--export-nodes", str(tmp_path / "nodes")),
              f"{bench / MANIFEST_FILE}:{_json_line(bench / MANIFEST_FILE, 'seed')}: seed: ")
     assert not (tmp_path / "nodes").exists()
+
+
+def test_merge_tells_runs_from_diagnoses(world, tmp_path):
+    _refused(run_trace("merge", str(world["run"]), str(world["diag"]), "--out", str(tmp_path / "m")),
+             f"{world['diag']}: a diagnosis folder, but {world['run']} is a run folder")
+    _refused(run_trace("merge", str(tmp_path), "--out", str(tmp_path / "m")),
+             f"{tmp_path}: neither a run folder (no {RUN_FILE}) nor a diagnosis folder (no {DIAGNOSIS_FILE})")
+    assert not (tmp_path / "m").exists()

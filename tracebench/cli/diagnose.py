@@ -34,17 +34,11 @@ def register(sub) -> None:
 
 
 def _dry_run(args) -> int:
-    from ..diagnose import build_tree, draw_tree, tree_nodes
+    from ..diagnose import build_tree, draw_tree, tree_json
     from ..formula import parse
 
     graph = build_tree(parse(args.formula))
-    if args.json:
-        nodes = [n.to_json() for n in tree_nodes(graph)]
-        print(json.dumps({"formula": nodes[0]["formula"], "nodes": nodes,
-                          "edges": [{"parent": u, "child": v, "rule": d["rule"]} for u, v, d in graph.edges(data=True)]},
-                         ensure_ascii=False, indent=2))
-    else:
-        print(draw_tree(graph))
+    print(json.dumps(tree_json(graph), ensure_ascii=False, indent=2) if args.json else draw_tree(graph))
     return 0
 
 

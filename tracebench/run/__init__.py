@@ -6,6 +6,7 @@ from ._adapters import CallFailed, ClientSettings, make_generator, make_judge
 from ..cache import Cache, cache_key
 from ..records import RUN_FILE, VERDICTS_FILE, read_verdicts
 from ._harness import IMAGES_DIR, RunFolder, generated_image, load_run, parse_reply, run_benchmark, shard_of
+from ._merge import merge_runs
 
 __all__ = [
     "Cache",
@@ -20,6 +21,7 @@ __all__ = [
     "load_run",
     "make_generator",
     "make_judge",
+    "merge_runs",
     "parse_reply",
     "read_verdicts",
     "run_benchmark",

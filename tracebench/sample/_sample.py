@@ -23,11 +23,9 @@ from tqdm import tqdm
 
 from .. import __version__
 from ..checklist import QUESTION_FILE, compile_checklist
-from ..errors import TraceError, ValidationFailed
-from ..formula import Expr, parse, slot_count, template_of, to_text
-from ..formula._space import space_bounds
-from ..library import load_library, staged_output
-from ..library._validate import validate_library
+from ..errors import TraceError
+from ..formula import Expr, parse, slot_count, space_bounds, template_of, to_text
+from ..library import read_valid_library, staged_output
 from ..realize import PROMPT_FILES, realize
 from ..records import CASES, REFERENCES_DIR, SAMPLE_MANIFEST, Case, Reference, SampleManifest
 from ..resources import data_hash, read_toml
@@ -170,10 +168,7 @@ def sample_benchmark(out: Path, *, slots: tuple[int, ...], per_slot: int | None 
 
         library = default_library()
     library = Path(library)
-    problems = validate_library(library)
-    if problems:
-        raise ValidationFailed(problems, what=f"problem in library {library}")
-    info, images = load_library(library)
+    info, images = read_valid_library(library)
     index = LibraryIndex.build(library, info, images)
     plans = plan_cases(tuple(slots), per_slot, seed, applications)
     by_id = {image.id: image for image in images}

@@ -67,7 +67,7 @@ def timed_diagnosis(run_dir: Path, out: Path, strategy: str, settings, concurren
 def measure_profile(bench: Path, work: Path, profile: str, concurrency: int) -> dict:
     """Part 1 for one profile: in-process run, then full and adaptive diagnoses of its failing cases."""
     from tracebench.providers import ModelSettings
-from tracebench.run import run_benchmark
+    from tracebench.run import run_benchmark
 
     settings = ModelSettings(seed=0)
     run = run_benchmark(bench, work / "run", generator=f"synthetic:{profile}", judges=["oracle"],
@@ -93,7 +93,7 @@ def measure_served(bench: Path, work: Path, profile: str, latency: float, concur
     """Part 2: the benchmark and both diagnoses through `trace serve --latency`."""
     from tracebench.diagnose import export_nodes
     from tracebench.providers import ModelSettings
-from tracebench.run import run_benchmark
+    from tracebench.run import run_benchmark
 
     run_benchmark(bench, work / "local-run", generator=f"synthetic:{profile}", judges=["oracle"],
                   settings=ModelSettings(seed=0), concurrency=concurrency, progress=False)

@@ -10,7 +10,6 @@ and summary, and the report's tables as text.
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 import tempfile

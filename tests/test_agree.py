@@ -32,7 +32,7 @@ def world(tmp_path_factory) -> dict:
     run_benchmark(bench, root / "judge", generator="synthetic:global-interference,composition-interference:2",
                   judges=["oracle"], settings=SETTINGS)
     rng = random.Random(7)
-    truth = {(v.case_id, v.question_id): v.verdict == "pass" for v in read_verdicts(root / "judge" / "verdicts.jsonl")}
+    truth = {(v.case_id, v.question_id): v.outcome.passed for v in read_verdicts(root / "judge")}
     human = {key: (not ok if rng.random() < 0.15 else ok) for key, ok in truth.items() if rng.random() < 0.9}
     lines = [json.dumps({"case_id": c, "question_id": q, "pass": ok}) for (c, q), ok in human.items()]
     (root / "human.jsonl").write_text("\n".join(lines) + "\n")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -11,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tracebench.formula import parse, slot_count
-from tracebench.formula._space import count_by_generating_function
+from tracebench.diagnose import build_tree, tree_json
+from tracebench.formula import count_by_generating_function, describe_formula, parse, slot_count
 
 
 def _trace_executable() -> list[str]:
@@ -26,8 +25,8 @@ def _trace_executable() -> list[str]:
 
 
 def run_trace(*args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    return subprocess.run([*_trace_executable(), *args], capture_output=True, text=True, env=env, timeout=120)
+    # PYTHONPATH is passed on: under PYTHONPATH=<a worktree> the script runs that tree's code, not the installed one
+    return subprocess.run([*_trace_executable(), *args], capture_output=True, text=True, timeout=120)
 
 
 def test_parse_prints_canonical_form_and_slots():
@@ -115,3 +114,11 @@ def test_unknown_subcommand_is_one_line():
     result = run_trace("frobnicate")
     assert result.returncode == 2
     assert len(result.stderr.splitlines()) == 1
+
+
+def test_the_python_api_gives_what_the_commands_print():
+    formula = 'C(f1, T_e + g1) ⊕ g_style'
+    assert json.loads(run_trace("parse", "--json", formula).stdout) == describe_formula(formula)
+    dry = run_trace("diagnose", "--formula", formula, "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    assert json.loads(dry.stdout) == tree_json(build_tree(parse(formula)))

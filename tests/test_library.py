@@ -12,13 +12,12 @@ import pytest
 
 from library_helpers import entity, make_library, record, sample_records
 from test_cli import run_trace
-from tracebench.errors import ValidationFailed
-from tracebench.library import TAGS_FILE, GlobalTag, TagDict, TaggedImage, load_library
-from tracebench.library._balance import balanced_selection, image_features
-from tracebench.library._import import import_library
+from tracebench.errors import TraceError, ValidationFailed
+from tracebench.library import (TAGS_FILE, GlobalTag, TagDict, TaggedImage, balance_library, balanced_selection,
+                                image_features, import_library, library_stats, load_library, read_valid_library,
+                                validate_library)
+from tracebench.sample import sample_benchmark
 from tracebench.schemas import SCHEMAS, schema_path, schema_text
-from tracebench.library._stats import library_stats
-from tracebench.library._validate import validate_library
 from tracebench.resources import data_path
 from tracebench.taxonomy import taxonomy
 
@@ -224,6 +223,26 @@ def test_balance_command_writes_a_valid_smaller_library(tmp_path):
     assert load_library(tmp_path / "small")[0].images == 2
     bad = run_trace("library", "balance", str(root), "--n", "9", "--out", str(tmp_path / "big"))
     assert bad.returncode == 2 and not (tmp_path / "big").exists()
+
+
+def test_library_functions_check_the_library_as_the_commands_do(tmp_path):
+    root = make_library(tmp_path / "lib", sample_records())
+    _corrupt(root, 1, set_attribute(["ent_list", 0, "category"], "Robot"))
+    with pytest.raises(ValidationFailed) as checked:
+        read_valid_library(root)
+    assert checked.value.problems == validate_library(root) != []
+    with pytest.raises(ValidationFailed) as sampled:
+        sample_benchmark(tmp_path / "bench", slots=(1,), per_slot=1, library=root)
+    with pytest.raises(ValidationFailed) as balanced:
+        balance_library(root, 1, tmp_path / "small")
+    assert sampled.value.problems == balanced.value.problems == checked.value.problems
+    for args in (["validate", str(root)], ["balance", str(root), "--n", "1", "--out", str(tmp_path / "small")]):
+        result = run_trace("library", *args)
+        assert result.returncode == 2 and result.stderr.splitlines()[:-1] == checked.value.problems
+    assert not (tmp_path / "bench").exists() and not (tmp_path / "small").exists()
+    good = make_library(tmp_path / "good", sample_records())
+    with pytest.raises(TraceError, match="^--n: 9 is not between 1 and the library's 3 images$"):
+        balance_library(good, 9, tmp_path / "big")
 
 
 @pytest.mark.parametrize("as_list", [False, True])

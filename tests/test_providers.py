@@ -100,7 +100,7 @@ def test_the_example_plugins_run_through_trace_run(bench, tmp_path):
     for case in cases:  # the generator returned each case's first reference, as it is
         image = run / "images" / f"{case.id}.png"
         assert image.read_bytes() == (bench / case.references[0].path).read_bytes()
-    verdicts = list(read_verdicts(run / "verdicts.jsonl"))
+    verdicts = list(read_verdicts(run))
     assert {v.votes[0].judge for v in verdicts} == {"python:always_yes"}
     assert all(v.votes[0].answer == "yes" for v in verdicts)
     scores = json.loads(trace("score", str(run), "--json").stdout)
@@ -179,7 +179,7 @@ def test_a_provider_registered_by_an_entry_point(bench, tmp_path):
     result = trace("run", str(bench), "--generator", "synthetic:perfect", "--judge", "yes", "--out", str(out),
                    env={"PYTHONPATH": str(site)})
     assert result.returncode == 0, result.stderr
-    assert {v.judge for v in read_verdicts(out / "verdicts.jsonl")} == {"yes"}
+    assert {v.judge for v in read_verdicts(out)} == {"yes"}
 
 
 # ---------------------------------------------------------------- endpoints, ensembles, replicas
@@ -233,8 +233,8 @@ def test_an_ensemble_of_two_judges_on_two_servers(bench, tmp_path):
                               "openai:stub-model": len(cases)}
     alone = tmp_path / "oracle"
     run_benchmark(bench, alone, generator="synthetic:global-interference", judges=["oracle"], settings=SETTINGS)
-    truth = {(v.case_id, v.question_id): v.verdict for v in read_verdicts(alone / "verdicts.jsonl")}
-    for v in read_verdicts(tmp_path / "run" / "verdicts.jsonl"):
+    truth = {(v.case_id, v.question_id): v.verdict for v in read_verdicts(alone)}
+    for v in read_verdicts(tmp_path / "run"):
         oracle, stubbed = v.votes
         assert (oracle.judge, stubbed.judge) == ("openai:oracle", "openai:stub-model")
         assert oracle.verdict == truth[(v.case_id, v.question_id)]  # the zoo server answered as the oracle
@@ -254,7 +254,7 @@ def test_replicas_of_one_judge_share_the_calls(bench, tmp_path):
         assert result.returncode == 0, result.stderr
         shares = (len(first.requests), len(second.requests))
     assert sum(shares) == len(cases) and min(shares) >= len(cases) // 3, shares
-    assert {v.judge for v in read_verdicts(tmp_path / "run" / "verdicts.jsonl")} == {"openai:stub-model"}
+    assert {v.judge for v in read_verdicts(tmp_path / "run")} == {"openai:stub-model"}
     manifest = json.loads((tmp_path / "run" / "run.json").read_text())
     assert manifest["judges"] == ["openai:stub-model"] and manifest["calls"]["openai:stub-model"] == len(cases)
 
@@ -312,7 +312,7 @@ def test_transient_errors_and_rate_limits_are_retried_a_bad_request_is_not(bench
     assert seen[cases[0].id] == 1  # a 400 is not retried
     assert all(seen[c.id] == 2 for c in cases[1:])  # one failure, one retry
     assert manifest.calls["openai:stub-model"] == len(cases)  # a retried call counts once
-    verdicts = list(read_verdicts(tmp_path / "run" / "verdicts.jsonl"))
+    verdicts = list(read_verdicts(tmp_path / "run"))
     bad = [v for v in verdicts if v.case_id == cases[0].id]
     assert bad and all(v.verdict == "abstain" for v in bad)
     assert all("API error 400" in v.votes[0].reason and KEY not in v.votes[0].reason and "***" in v.votes[0].reason
@@ -333,7 +333,7 @@ def test_an_exception_in_a_plugin_is_an_abstention_with_its_reason(bench, tmp_pa
         "generator = Broken\n")
     manifest = run_benchmark(bench, tmp_path / "run", generator=f"python:{plugin}", judges=["oracle"],
                              settings=SETTINGS)
-    verdicts = list(read_verdicts(tmp_path / "run" / "verdicts.jsonl"))
+    verdicts = list(read_verdicts(tmp_path / "run"))
     assert manifest.abstentions == len(verdicts) > 0
     assert all(v.votes[0].reason == "generation failed: RuntimeError: out of GPU memory" for v in verdicts)
 

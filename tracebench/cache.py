@@ -13,7 +13,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 __all__ = ["Cache", "cache_key", "sha256", "write_atomic"]
 
@@ -27,12 +27,22 @@ def cache_key(**parts: Any) -> str:
     return sha256(json.dumps(parts, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode())
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``path`` whole or not at all: a unique temporary file beside it, renamed into place."""
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)  # read once: the permissions a plain open() would give
+
+
+def write_atomic(path: Path, data: bytes | Iterable[bytes]) -> None:
+    """Write ``path`` whole or not at all: a unique temporary file beside it, renamed into place
+    (with the permissions a plain write would give, not the temporary file's 0600).
+    ``data`` is the bytes, or chunks of them written as they come (a file streamed to disk)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
     try:
+        os.chmod(tmp, 0o666 & ~_UMASK)
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            if isinstance(data, bytes):
+                handle.write(data)
+            else:
+                handle.writelines(data)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

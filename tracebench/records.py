@@ -1,34 +1,31 @@
-"""Records of a benchmark folder (``trace sample``'s output), shared by the later stages.
+"""The records written to disk by every stage, and the files that hold them.
 
-``cases.jsonl`` holds one :class:`Case` a line; ``manifest.json`` one :class:`SampleManifest`.
-Every path is relative to the benchmark folder, so the folder can be moved or shared.
+A benchmark folder (``trace sample``) holds ``cases.jsonl`` (one :class:`Case` a line),
+``manifest.json`` (:class:`SampleManifest`) and ``references/``; every path in it is relative
+to the folder, so the folder can be moved or shared. A run folder holds ``run.json``
+(:class:`RunManifest`) and ``verdicts.jsonl`` (:class:`Verdict`); a diagnosis folder
+``diagnosis.json``, ``trees.jsonl`` and ``summary.json``. The end of this module declares each
+file once, with its one reader and writer (:mod:`tracebench.jsonfiles`): ``CASES.read(folder)``,
+``RUN_MANIFEST.write(folder, manifest)``; a bad line is ``FILE:LINE: field: message``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Iterator, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .errors import TraceError
+from .jsonfiles import JsonFile, JsonLinesFile
 from .operators import Family, Operator, Role
 from .outcomes import Outcome, Status
 
-__all__ = ["Attribution", "Case", "DiagnosisManifest", "DiagnosisSummary", "DiagnosticEdge", "DiagnosticNode",
-           "DiagnosticTree", "GenerationRecord", "NodeOccurrence", "Question", "Reference", "RunManifest",
-           "SampleManifest", "TermBinding", "Verdict", "Vote", "read_record"]
-
-M = TypeVar("M", bound=BaseModel)
-
-
-def read_record(path: Path, model: type[M], what: str, *, hint: str = "") -> M:
-    """One record file (a manifest, a summary): a TraceError naming it when it cannot be read
-    or is not a record of this version (``hint`` is added to that message)."""
-    try:
-        return model.model_validate_json(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        raise TraceError(f"{path}: not a {what} of this tracebench version{hint}") from None
+__all__ = ["Attribution", "CASES", "CASES_FILE", "Case", "DIAGNOSIS_FILE", "DIAGNOSIS_MANIFEST", "DiagnosisManifest",
+           "DiagnosisSummary", "DiagnosticEdge", "DiagnosticNode", "DiagnosticTree", "GenerationRecord",
+           "MANIFEST_FILE", "NODES", "NODES_FILE", "NodeOccurrence", "Question", "REFERENCES_DIR", "RUN_FILE",
+           "RUN_MANIFEST", "Reference", "RunManifest", "SAMPLE_MANIFEST", "SUMMARY", "SUMMARY_FILE",
+           "SampleManifest", "TREES", "TREES_FILE", "TermBinding", "VERDICTS", "VERDICTS_FILE", "Verdict", "Vote",
+           "checklist_problem", "read_cases", "read_sample_manifest", "read_verdicts"]
 
 
 class _Record(BaseModel):
@@ -296,3 +293,71 @@ class DiagnosisSummary(_Record):
     localization_accuracy: dict | None = Field(default=None, description="with a synthetic generator: share of the "
                                                "root failures localized to the source their recorded cause implies, "
                                                "overall and per cause")
+
+
+# ---------------------------------------------------------------------------------- record files
+
+CASES_FILE = "cases.jsonl"
+MANIFEST_FILE = "manifest.json"
+REFERENCES_DIR = "references"
+VERDICTS_FILE = "verdicts.jsonl"
+RUN_FILE = "run.json"
+DIAGNOSIS_FILE = "diagnosis.json"
+TREES_FILE = "trees.jsonl"
+SUMMARY_FILE = "summary.json"
+NODES_FILE = "nodes.jsonl"
+
+
+def checklist_problem(case: Case) -> str | None:
+    """What makes a case's checklist unusable, or None: a question id twice, a dependency on a
+    question the case does not ask, a dependency cycle (scoring follows ``depends_on``)."""
+    ids: set[str] = set()
+    for q in case.checklist:
+        if q.id in ids:
+            return f"checklist: question {q.id!r} appears twice"
+        ids.add(q.id)
+    edges = []
+    for q in case.checklist:
+        for parent in q.depends_on:
+            if parent not in ids:
+                return f"checklist: {q.id} depends on {parent!r}, which the case does not ask"
+            edges.append((parent, q.id))
+    if not edges:
+        return None
+    import networkx as nx
+
+    try:
+        cycle = nx.find_cycle(nx.DiGraph(edges))
+    except nx.NetworkXNoCycle:
+        return None
+    return "checklist: dependency cycle " + " -> ".join([u for u, _ in cycle] + [cycle[0][0]])
+
+
+CASES = JsonLinesFile(CASES_FILE, Case, f"not a benchmark folder (no {CASES_FILE}); make one with `trace sample`",
+                      check=checklist_problem)
+SAMPLE_MANIFEST = JsonFile(MANIFEST_FILE, SampleManifest,
+                           f"not a benchmark folder of `trace sample` (no {MANIFEST_FILE})")
+VERDICTS = JsonLinesFile(VERDICTS_FILE, Verdict, f"no {VERDICTS_FILE}; the run has not written any verdict yet")
+RUN_MANIFEST = JsonFile(RUN_FILE, RunManifest, f"not a run folder (no {RUN_FILE}); make one with `trace run`")
+DIAGNOSIS_MANIFEST = JsonFile(DIAGNOSIS_FILE, DiagnosisManifest,
+                              f"not a diagnosis folder (no {DIAGNOSIS_FILE}); make one with `trace diagnose`")
+TREES = JsonLinesFile(TREES_FILE, DiagnosticTree, f"not a finished diagnosis folder (no {TREES_FILE})")
+SUMMARY = JsonFile(SUMMARY_FILE, DiagnosisSummary, f"not a finished diagnosis folder (no {SUMMARY_FILE})")
+NODES = JsonLinesFile(NODES_FILE, NodeOccurrence, f"not a folder of exported nodes (no {NODES_FILE}); "
+                                                  f"make one with `trace diagnose --export-nodes`")
+
+
+def read_cases(folder: Path) -> Iterator[Case]:
+    """The cases of a benchmark folder, one at a time, each checklist checked (:func:`checklist_problem`)."""
+    return CASES.read(folder)
+
+
+def read_sample_manifest(folder: Path) -> SampleManifest | None:
+    """A benchmark folder's manifest, or None for a folder without one (made by other means
+    than ``trace sample``); a broken one is an error like any record file's."""
+    return SAMPLE_MANIFEST.read(folder) if SAMPLE_MANIFEST.path(folder).is_file() else None
+
+
+def read_verdicts(run_dir: Path) -> Iterator[Verdict]:
+    """The verdicts of a run folder, one at a time."""
+    return VERDICTS.read(run_dir)

@@ -29,7 +29,7 @@ from typing import Any, Iterable
 
 from .errors import TraceError
 from .records import Case
-from .sample import read_cases
+from .records import read_cases
 
 __all__ = ["ZooServer", "serve_forever"]
 

@@ -6,7 +6,7 @@ import argparse
 import re
 from pathlib import Path
 
-from ..formula._space import space_bounds
+from ..formula import space_bounds
 
 __all__ = ["add_model_options", "model_settings", "shard", "slot_levels"]
 

@@ -34,17 +34,11 @@ def register(sub) -> None:
 
 
 def _dry_run(args) -> int:
-    from ..diagnose import build_tree, draw_tree, tree_nodes
+    from ..diagnose import build_tree, draw_tree, tree_json
     from ..formula import parse
 
     graph = build_tree(parse(args.formula))
-    if args.json:
-        nodes = [n.to_json() for n in tree_nodes(graph)]
-        print(json.dumps({"formula": nodes[0]["formula"], "nodes": nodes,
-                          "edges": [{"parent": u, "child": v, "rule": d["rule"]} for u, v, d in graph.edges(data=True)]},
-                         ensure_ascii=False, indent=2))
-    else:
-        print(draw_tree(graph))
+    print(json.dumps(tree_json(graph), ensure_ascii=False, indent=2) if args.json else draw_tree(graph))
     return 0
 
 
@@ -62,17 +56,14 @@ def run(args) -> int:
     if args.out is None and args.export_nodes is None:
         raise TraceError("give --out DIAG_DIR (or --export-nodes DIR to only write the nodes)")
     from ..diagnose import diagnose_run, export_nodes
-    from ..records import RunManifest, read_record
-    from ..run import RUN_FILE
+    from ..records import NODES_FILE, RUN_MANIFEST
 
     if args.export_nodes is not None:
         count = export_nodes(args.run_dir, args.export_nodes, cases=args.cases, shard=args.shard)
-        print(f"{args.export_nodes}: {count} sub-cases (nodes.jsonl says where each sits)")
+        print(f"{args.export_nodes}: {count} sub-cases ({NODES_FILE} says where each sits)")
         if args.out is None:
             return 0
-    if not (args.run_dir / RUN_FILE).is_file():
-        raise TraceError(f"{args.run_dir}: not a run folder (no {RUN_FILE}); make one with `trace run`")
-    manifest = read_record(args.run_dir / RUN_FILE, RunManifest, "run manifest")  # the rest is read once, below
+    manifest = RUN_MANIFEST.read(args.run_dir)  # the rest is read once, below
     settings = model_settings(args, seed=manifest.seed or 0)
     summary = diagnose_run(args.run_dir, args.out, cases=args.cases, generator=args.generator, judges=args.judge,
                            strategy=args.strategy, settings=settings, concurrency=args.concurrency,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..errors import TraceError, ValidationFailed
+from ..errors import TraceError
 
 
 def register(sub) -> None:
@@ -42,33 +42,19 @@ def register(sub) -> None:
     y.set_defaults(run=run_synth)
 
 
-def _checked(root: Path):
-    from ..library import load_library
-    from ..library._validate import validate_library
-
-    problems = validate_library(root)
-    if problems:
-        raise ValidationFailed(problems)
-    return load_library(root)
-
-
 def run_validate(args) -> int:
-    info, images = _checked(args.dir)
+    from ..library import read_valid_library
+
+    info, images = read_valid_library(args.dir)
     entities = sum(len(i.ent_list) for i in images)
     print(f"{args.dir}: valid library {info.name!r} v{info.version}: {len(images)} images, {entities} entities")
     return 0
 
 
 def run_stats(args) -> int:
-    from ..library._stats import library_stats
+    from ..library import default_library, library_stats, read_valid_library
 
-    if args.dir is None:
-        from ..library.synth import default_library
-
-        root = default_library()
-    else:
-        root = args.dir
-    info, images = _checked(root)
+    info, images = read_valid_library(args.dir if args.dir is not None else default_library())
     stats = library_stats(images)
     if args.json:
         print(json.dumps(stats))
@@ -84,20 +70,15 @@ def run_stats(args) -> int:
 
 
 def run_balance(args) -> int:
-    from ..library._balance import balanced_selection
-    from ..library._import import copy_selection
+    from ..library import balance_library
 
-    info, images = _checked(args.dir)
-    if not 1 <= args.n <= len(images):
-        raise TraceError(f"--n: {args.n} is not between 1 and the library's {len(images)} images")
-    chosen = [images[i] for i in balanced_selection(images, args.n)]
-    new = copy_selection(args.dir, chosen, args.out, name=f"{info.name}-balanced-{args.n}")
-    print(f"{args.out}: {new.images} images selected from {len(images)}")
+    new = balance_library(args.dir, args.n, args.out)
+    print(f"{args.out}: library {new.name!r}, {new.images} images selected from {args.dir}")
     return 0
 
 
 def run_import(args) -> int:
-    from ..library._import import import_library
+    from ..library import import_library
 
     info = import_library(args.images_dir, args.tags, args.out, name=args.name)
     print(f"{args.out}: library {info.name!r} with {info.images} images")

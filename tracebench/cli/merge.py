@@ -14,13 +14,12 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..diagnose import DIAGNOSIS_FILE, merge_diagnoses
-    from ..run._merge import merge_runs
+    from ..merge import merge
+    from ..records import DiagnosisSummary
 
-    if (args.folders[0] / DIAGNOSIS_FILE).is_file():
-        summary = merge_diagnoses(args.folders, args.out)
-        print(f"{args.out}: {summary.cases} diagnosed cases from {len(args.folders)} folders")
-        return 0
-    manifest = merge_runs(args.folders, args.out)
-    print(f"{args.out}: {manifest.cases} cases, {manifest.verdicts} verdicts from {len(args.folders)} runs")
+    result = merge(args.folders, args.out)
+    if isinstance(result, DiagnosisSummary):
+        print(f"{args.out}: {result.cases} diagnosed cases from {len(args.folders)} folders")
+    else:
+        print(f"{args.out}: {result.cases} cases, {result.verdicts} verdicts from {len(args.folders)} runs")
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ..formula import analyze, canonical, compose_depth, parse, slot_count, template_of, to_text
+from ..formula import describe_formula
 
 
 def register(sub) -> None:
@@ -16,23 +16,8 @@ def register(sub) -> None:
     p.set_defaults(run=run)
 
 
-def describe(formula: str) -> dict:
-    """Everything ``trace parse --json`` reports about a formula."""
-    expr = parse(formula, validate=False)
-    terms = analyze(expr)
-    canon = canonical(expr)
-    return {
-        "canonical": to_text(canon),
-        "ascii": to_text(canon, ascii=True),
-        "template": to_text(template_of(expr)),
-        "slots": slot_count(expr),
-        "depth": compose_depth(expr),
-        "terms": [t.to_json() for t in terms],
-    }
-
-
 def run(args) -> int:
-    info = describe(args.formula)
+    info = describe_formula(args.formula)
     if args.json:
         print(json.dumps(info, ensure_ascii=False))
     else:

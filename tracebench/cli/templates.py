@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ..formula import to_text
-from ..formula._space import template_counts, templates
+from ..formula import template_counts, templates, to_text
 from ._args import slot_levels
 
 

@@ -18,9 +18,7 @@ otherwise the root is generated again as node ``N0``. The end: ``trees.jsonl`` (
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
@@ -30,27 +28,24 @@ import networkx as nx
 from .. import __version__
 from ..errors import TraceError
 from ..library import staged_output
-from ..records import (Case, DiagnosisManifest, DiagnosisSummary, DiagnosticEdge, DiagnosticNode, DiagnosticTree,
-                       NodeOccurrence, SampleManifest, read_record)
+from ..records import (CASES, DIAGNOSIS_MANIFEST, NODES, SUMMARY, TREES, Case, DiagnosisManifest, DiagnosisSummary,
+                       DiagnosticEdge, DiagnosticNode, DiagnosticTree, NodeOccurrence, SampleManifest, read_verdicts)
 from ..resources import data_hash
 from ..outcomes import Outcome
 from ..providers import ModelSettings
-from ..run import generated_image, library_of, load_run, make_providers, read_verdicts, run_benchmark, shard_of
-from ..cache import sha256, write_atomic
-from ..sample import read_sample_manifest
+from ..run import generated_image, library_of, load_run, make_providers, run_benchmark, shard_of
+from ..cache import sha256
+from ..jsonfiles import record_line
+from ..sample import read_sample_manifest, write_benchmark
 from ..score import instance_results
 from ._attribute import Finding, attribute, localization, pending, summarize_sources
 from ._node import node_case, root_formula
 from ._rules import RULES_FILE, SOURCES_FILE, sources
 from ._tree import TreeNode, build_tree, tree_nodes
 
-__all__ = ["DIAGNOSIS_FILE", "NODES_FILE", "SUMMARY_FILE", "TREES_FILE", "Evaluator", "TreePlan", "diagnose",
-           "diagnose_run", "export_nodes", "format_summary", "merge_diagnoses", "plan_trees", "summarize"]
+__all__ = ["Evaluator", "TreePlan", "diagnose", "diagnose_run", "export_nodes", "format_summary", "merge_diagnoses",
+           "plan_trees", "summarize"]
 
-DIAGNOSIS_FILE = "diagnosis.json"
-TREES_FILE = "trees.jsonl"
-SUMMARY_FILE = "summary.json"
-NODES_FILE = "nodes.jsonl"
 ROUNDS_DIR = "rounds"
 CACHE_DIR = "cache"
 STRATEGIES = ("full", "adaptive")
@@ -106,33 +101,18 @@ def plan_trees(roots: Sequence[Case]) -> TreePlan:
 def _write_node_folder(target: Path, cases: list[Case], source_dir: Path, sample: SampleManifest | None,
                        arguments: dict, occurrences: list[NodeOccurrence] | None = None, *,
                        replace: bool = False) -> None:
-    """Write sub-cases as a benchmark folder in trace sample's format (plus nodes.jsonl).
+    """Write sub-cases as a benchmark folder through trace sample's writer (plus nodes.jsonl).
     ``replace``: the folder is the diagnosis's own round and may be rewritten; otherwise an
     existing non-empty folder is refused."""
-    lines = "".join(c.model_dump_json() + "\n" for c in cases)
-    if replace and (target / "cases.jsonl").is_file() and (target / "cases.jsonl").read_text(encoding="utf-8") == lines:
+    if replace and CASES.path(target).is_file() and CASES.path(target).read_text(encoding="utf-8") == "".join(
+            map(record_line, cases)):
         return  # the same round, written before a resume
-    slots: dict[str, int] = {}
-    for c in cases:
-        slots[str(c.slot)] = slots.get(str(c.slot), 0) + 1
-    with staged_output(target, overwrite=replace) as stage:
-        (stage / "cases.jsonl").write_text(lines, encoding="utf-8", newline="\n")
-        for path in sorted({r.path for c in cases for r in c.references}):
-            (stage / path).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source_dir / path, stage / path)
-        (stage / "references").mkdir(exist_ok=True)
-        manifest = SampleManifest(
-            tool=f"tracebench {__version__}", seed=sample.seed if sample else 0, arguments=arguments,
-            library=sample.library if sample else {},
-            hashes={**(sample.hashes if sample else {}),
-                    "diagnose": data_hash(("diagnose", RULES_FILE), ("diagnose", SOURCES_FILE))},
-            cases=len(cases), counts_per_slot=dict(sorted(slots.items(), key=lambda kv: int(kv[0]))),
-            counts_per_application={}, distinct_templates=len({c.template for c in cases}), whole_share={})
-        (stage / "manifest.json").write_text(json.dumps(manifest.model_dump(mode="json"), indent=2) + "\n",
-                                             encoding="utf-8")
-        if occurrences is not None:
-            (stage / NODES_FILE).write_text("".join(o.model_dump_json() + "\n" for o in occurrences),
-                                            encoding="utf-8", newline="\n")
+    write_benchmark(target, cases, source=lambda ref: source_dir / ref.path, seed=sample.seed if sample else 0,
+                    arguments=arguments, library=sample.library if sample else {},
+                    hashes={**(sample.hashes if sample else {}),
+                            "diagnose": data_hash(("diagnose", RULES_FILE), ("diagnose", SOURCES_FILE))},
+                    overwrite=replace,
+                    extra=None if occurrences is None else lambda folder: NODES.write(folder, occurrences))
 
 
 # ------------------------------------------------------------------------------ selection
@@ -374,9 +354,8 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
         strategy=strategy, cases=cases, shard=f"{shard[0]}/{shard[1]}" if shard else None,
         roots_from_run=roots_from_run,
         hashes={"diagnose": data_hash(("diagnose", RULES_FILE), ("diagnose", SOURCES_FILE))})
-    manifest_path = out / DIAGNOSIS_FILE
-    if manifest_path.is_file():
-        old = read_record(manifest_path, DiagnosisManifest, "diagnosis manifest", hint="; choose another --out")
+    if DIAGNOSIS_MANIFEST.path(out).is_file():
+        old = DIAGNOSIS_MANIFEST.read(out)
         changed = [f for f in DiagnosisManifest.model_fields if f != "tool" and getattr(old, f) != getattr(identity, f)]
         if changed:
             raise TraceError(f"{out}: holds a diagnosis with another {', '.join(changed)}; choose another --out")
@@ -385,9 +364,9 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
     if not roots:
         raise TraceError(f"{run.root}: no case to diagnose ({cases})")
     plan = plan_trees(roots)
-    out.mkdir(parents=True, exist_ok=True)
-    write_atomic(manifest_path, (json.dumps(identity.model_dump(mode="json"), indent=2) + "\n").encode())
     sample = read_sample_manifest(run.cases_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    DIAGNOSIS_MANIFEST.write(out, identity)
     rounds = iter(range(1, 1000))
 
     def evaluate(batch: list[Case]) -> tuple[dict[str, dict[str, Outcome]], dict[str, str]]:
@@ -398,7 +377,7 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
                       concurrency=concurrency, judge_batch=judge_batch, cache_dir=cache_dir or out / CACHE_DIR,
                       retry_abstained=retry_abstained, progress=progress)
         got: dict[str, dict[str, Outcome]] = {}
-        for v in read_verdicts(folder / "run" / "verdicts.jsonl"):
+        for v in read_verdicts(folder / "run"):
             got.setdefault(v.case_id, {})[v.question_id] = v.outcome
         images = {c.id: str(p.relative_to(out)) for c in batch if (p := generated_image(folder / "run", c.id))}
         return got, images
@@ -412,9 +391,9 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
             return _zoo_causes(case, str(path))
     trees = diagnose(roots, run.verdicts, evaluate, strategy=strategy, roots_from_run=roots_from_run,
                      root_images=root_images, causes=causes, plan=plan)
-    write_atomic(out / TREES_FILE, "".join(t.model_dump_json() + "\n" for t in trees).encode())
+    TREES.write(out, trees)
     result = summarize(trees, generator=generator_spec, judges=judge_specs, strategy=strategy, synthetic=synthetic)
-    write_atomic(out / SUMMARY_FILE, (json.dumps(result.model_dump(mode="json"), indent=2) + "\n").encode())
+    SUMMARY.write(out, result)
     return result
 
 
@@ -422,12 +401,8 @@ def merge_diagnoses(folders: Sequence[Path], out: Path) -> DiagnosisSummary:
     """Combine the diagnosis folders of shards (``--shard i/n``) into one: the same diagnosis
     but for the shard, every case once; trees in the run's case order, image paths rewritten."""
     folders = [Path(f) for f in folders]
-    identities = []
-    for folder in folders:
-        path = folder / DIAGNOSIS_FILE
-        if not path.is_file() or not (folder / TREES_FILE).is_file():
-            raise TraceError(f"{folder}: not a finished diagnosis folder (no {DIAGNOSIS_FILE} or {TREES_FILE})")
-        identities.append(read_record(path, DiagnosisManifest, "diagnosis manifest"))
+    identities = [DIAGNOSIS_MANIFEST.read(folder) for folder in folders]
+    trees_of = [TREES.read(folder) for folder in folders]  # an unfinished folder is refused before any is read
     first = identities[0]
     for folder, other in zip(folders[1:], identities[1:]):
         changed = [f for f in DiagnosisManifest.model_fields if f not in ("tool", "shard")
@@ -436,12 +411,8 @@ def merge_diagnoses(folders: Sequence[Path], out: Path) -> DiagnosisSummary:
             raise TraceError(f"{folder}: another diagnosis than {folders[0]} ({', '.join(changed)} differ)")
     out = Path(out)
     trees: dict[str, DiagnosticTree] = {}
-    for folder in folders:
-        for lineno, line in enumerate((folder / TREES_FILE).read_text(encoding="utf-8").splitlines(), 1):
-            try:
-                tree = DiagnosticTree.model_validate_json(line)
-            except ValueError:
-                raise TraceError(f"{folder / TREES_FILE}:{lineno}: not a diagnostic tree") from None
+    for folder, folder_trees in zip(folders, trees_of):
+        for tree in folder_trees:
             if tree.case_id in trees:
                 raise TraceError(f"{folder}: case {tree.case_id} is in two of the folders")
             nodes = tuple(n.model_copy(update={"image": _moved(n.image, folder, out)}) for n in tree.nodes)
@@ -452,11 +423,9 @@ def merge_diagnoses(folders: Sequence[Path], out: Path) -> DiagnosisSummary:
     summary = summarize(merged, generator=first.generator, judges=first.judges, strategy=first.strategy,
                         synthetic=first.generator.startswith("synthetic:"))
     with staged_output(out) as stage:
-        (stage / DIAGNOSIS_FILE).write_text(json.dumps(identity.model_dump(mode="json"), indent=2) + "\n",
-                                            encoding="utf-8")
-        (stage / TREES_FILE).write_text("".join(t.model_dump_json() + "\n" for t in merged), encoding="utf-8")
-        (stage / SUMMARY_FILE).write_text(json.dumps(summary.model_dump(mode="json"), indent=2) + "\n",
-                                          encoding="utf-8")
+        DIAGNOSIS_MANIFEST.write(stage, identity)
+        TREES.write(stage, merged)
+        SUMMARY.write(stage, summary)
     return summary
 
 

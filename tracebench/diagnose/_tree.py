@@ -22,7 +22,7 @@ from ..formula import Expr, analyze, canonical, slot_count, to_text
 from ..operators import Instance
 from ._rules import Downgrades, number_terms, rules, targets
 
-__all__ = ["TreeNode", "build_tree", "draw_tree", "tree_nodes"]
+__all__ = ["TreeNode", "build_tree", "draw_tree", "tree_json", "tree_nodes"]
 
 
 @dataclass(frozen=True)
@@ -94,6 +94,14 @@ def build_tree(formula: Expr, *, describe: Callable[[str], str | None] | None = 
 def tree_nodes(graph: nx.DiGraph) -> list[TreeNode]:
     """The nodes in breadth-first order (the order they were made and named)."""
     return [data["node"] for _, data in graph.nodes(data=True)]
+
+
+def tree_json(graph: nx.DiGraph) -> dict:
+    """The tree as JSON (``trace diagnose --formula F --dry-run --json``): the root formula,
+    the nodes breadth first, the edges with their rules."""
+    nodes = [n.to_json() for n in tree_nodes(graph)]
+    return {"formula": nodes[0]["formula"], "nodes": nodes,
+            "edges": [{"parent": u, "child": v, "rule": d["rule"]} for u, v, d in graph.edges(data=True)]}
 
 
 def draw_tree(graph: nx.DiGraph) -> str:

@@ -27,6 +27,8 @@ from ._errors import FormulaConstraintError, FormulaError, FormulaSyntaxError
 from ._language import Language, language
 from ._parser import parse_syntax
 from ._printer import symbol, to_text
+from ._space import (SpaceBounds, count_by_generating_function, enumerate_templates, space_bounds, space_by_slot,
+                     template_counts, templates)
 
 __all__ = [
     "Anchor",
@@ -42,17 +44,25 @@ __all__ = [
     "Language",
     "Modifier",
     "Node",
+    "SpaceBounds",
     "Term",
     "Text",
     "analyze",
     "canonical",
     "compose_depth",
+    "count_by_generating_function",
+    "describe_formula",
+    "enumerate_templates",
     "language",
     "parse",
     "parse_syntax",
     "slot_count",
+    "space_bounds",
+    "space_by_slot",
     "symbol",
+    "template_counts",
     "template_of",
+    "templates",
     "to_text",
     "walk",
 ]
@@ -68,3 +78,19 @@ def parse(text: str, *, validate: bool = True) -> Expr:
     if validate:
         analyze(expr)
     return expr
+
+
+def describe_formula(text: str) -> dict:
+    """Everything ``trace parse --json`` reports about a formula: canonical form (Unicode and
+    ASCII), template, slot count, composition depth and each term's role."""
+    expr = parse_syntax(text)
+    terms = analyze(expr)  # validates
+    canon = canonical(expr)
+    return {
+        "canonical": to_text(canon),
+        "ascii": to_text(canon, ascii=True),
+        "template": to_text(template_of(expr)),
+        "slots": slot_count(expr),
+        "depth": compose_depth(expr),
+        "terms": [t.to_json() for t in terms],
+    }

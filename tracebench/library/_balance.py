@@ -16,11 +16,15 @@ Ties go to the image that comes first in the library: the selection is determini
 from __future__ import annotations
 
 import heapq
+from pathlib import Path
 from typing import Sequence
 
-from ._models import TaggedImage
+from ..errors import TraceError
+from ._import import copy_selection
+from ._models import LibraryInfo, TaggedImage
+from ._validate import read_valid_library
 
-__all__ = ["image_features", "balanced_selection"]
+__all__ = ["balance_library", "balanced_selection", "image_features"]
 
 
 def image_features(image: TaggedImage) -> frozenset[str]:
@@ -67,3 +71,13 @@ def balanced_selection(images: Sequence[TaggedImage], k: int) -> list[int]:
         for f in features[i]:
             counts[f] = counts.get(f, 0) + 1
     return chosen
+
+
+def balance_library(source: Path, k: int, out: Path) -> LibraryInfo:
+    """Check the library at ``source``, select ``k`` of its images by :func:`balanced_selection`
+    and write them as a new library ``<name>-balanced-<k>`` at ``out``."""
+    info, images = read_valid_library(source)
+    if not 1 <= k <= len(images):
+        raise TraceError(f"--n: {k} is not between 1 and the library's {len(images)} images")
+    chosen = [images[i] for i in balanced_selection(images, k)]
+    return copy_selection(source, chosen, out, name=f"{info.name}-balanced-{k}")

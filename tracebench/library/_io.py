@@ -18,6 +18,7 @@ from typing import Iterable, Iterator
 
 from .. import __version__
 from ..errors import TraceError
+from ..jsonfiles import read_json, read_jsonl, write_json
 from ._models import LibraryInfo, TaggedImage
 
 __all__ = ["TAGS_FILE", "INFO_FILE", "content_hash", "load_library", "write_library", "staged_output"]
@@ -69,16 +70,14 @@ def write_library(root: Path, name: str, images: Iterable[TaggedImage], *, versi
             handle.write(tags_line(image) + "\n")
     info = LibraryInfo(name=name, version=version, images=len(images), content_hash=content_hash(root, images),
                        created_by=f"tracebench {__version__}")
-    (root / INFO_FILE).write_text(json.dumps(info.model_dump(mode="json"), indent=2) + "\n", encoding="utf-8")
+    write_json(root / INFO_FILE, info)
     return info
 
 
 def load_library(root: Path) -> tuple[LibraryInfo, list[TaggedImage]]:
-    """Read a library that is known to be valid (use ``validate_library`` for user input)."""
+    """Read a library that is known to be valid (``read_valid_library`` checks it first): a
+    record that does not parse is an error ``FILE:LINE: field: message``, nothing more is checked."""
     root = Path(root)
     if not (root / TAGS_FILE).is_file():
         raise TraceError(f"{root}: not a library (no {TAGS_FILE})")
-    info = LibraryInfo.model_validate_json((root / INFO_FILE).read_text(encoding="utf-8"))
-    images = [TaggedImage.model_validate_json(line)
-              for line in (root / TAGS_FILE).read_text(encoding="utf-8").splitlines() if line.strip()]
-    return info, images
+    return read_json(root / INFO_FILE, LibraryInfo), list(read_jsonl(root / TAGS_FILE, TaggedImage))

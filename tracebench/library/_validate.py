@@ -12,11 +12,12 @@ from typing import Iterable
 from PIL import Image, UnidentifiedImageError
 from pydantic import ValidationError
 
+from ..errors import ValidationFailed
 from ..taxonomy import taxonomy
-from ._io import INFO_FILE, TAGS_FILE, content_hash
+from ._io import INFO_FILE, TAGS_FILE, content_hash, load_library
 from ._models import LibraryInfo, TaggedImage
 
-__all__ = ["validate_library", "check_records", "read_records"]
+__all__ = ["validate_library", "check_records", "read_records", "read_valid_library"]
 
 
 def _loc(parts) -> str:
@@ -141,3 +142,12 @@ def validate_library(root: Path) -> list[str]:
                     errors.append(f"{INFO_FILE}: content_hash: does not match tags and images "
                                   f"(recorded {info.content_hash[:12]}…, actual {actual[:12]}…)")
     return errors
+
+
+def read_valid_library(root: Path) -> tuple[LibraryInfo, list[TaggedImage]]:
+    """Check the library at ``root``, then read it: :class:`~tracebench.errors.ValidationFailed`
+    listing every problem, or its info and images."""
+    problems = validate_library(root)
+    if problems:
+        raise ValidationFailed(problems, what=f"problem in library {root}")
+    return load_library(root)

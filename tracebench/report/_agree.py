@@ -28,16 +28,15 @@ from typing import Any, Sequence
 
 import krippendorff
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 from scipy import stats
 from sklearn.metrics import cohen_kappa_score
 
 from ..errors import TraceError
-from ..records import Case, DiagnosticTree
-from ..run import RUN_FILE, VERDICTS_FILE, read_verdicts
-from ..sample import read_cases
+from ..jsonfiles import numbered_jsonl
 from ..operators import OPERATORS
 from ..outcomes import Outcome
+from ..records import RUN_MANIFEST, TREES, VERDICTS, Case, read_cases
 from ..score import instance_scores
 
 __all__ = ["Label", "SourceLabel", "agree", "format_agreement", "read_labels"]
@@ -66,36 +65,18 @@ class SourceLabel(BaseModel):
 Answers = dict[tuple[str, str], bool]
 
 
-def _read_jsonl(path: Path, model: type[BaseModel]) -> list[tuple[int, BaseModel]]:
-    """(line number, record) of every non-blank line; a bad line is ``file:line: field: message``."""
-    if not path.is_file():
-        raise TraceError(f"{path}: no such file")
-    out = []
-    with open(path, encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                out.append((lineno, model.model_validate_json(line)))
-            except ValidationError as err:
-                first = err.errors()[0]
-                where = ".".join(str(p) for p in first["loc"]) or "line"
-                raise TraceError(f"{path}:{lineno}: {where}: {first['msg']}") from None
-    return out
-
-
 def read_labels(source: Path, cases: dict[str, Case]) -> Answers:
     """A rater's answers: a run folder's verdicts or a JSONL label file, checked against the cases."""
     source = Path(source)
     rows: list[tuple[str, str, str, bool]] = []  # (where, case id, question id, passed)
     if source.is_dir():
-        if not (source / RUN_FILE).is_file():
-            raise TraceError(f"{source}: neither a run folder (no {RUN_FILE}) nor a label file")
-        rows = [(f"{source / VERDICTS_FILE}:{k}", v.case_id, v.question_id, v.outcome.passed)
-                for k, v in enumerate(read_verdicts(source / VERDICTS_FILE), 1) if v.outcome.answered]
+        if not RUN_MANIFEST.path(source).is_file():
+            raise TraceError(f"{source}: neither a run folder (no {RUN_MANIFEST.name}) nor a label file")
+        rows = [(f"{VERDICTS.path(source)}:{k}", v.case_id, v.question_id, v.outcome.passed)
+                for k, v in VERDICTS.read_numbered(source) if v.outcome.answered]
     else:
-        rows = [(f"{source}:{lineno}", label.case_id, label.question_id, label.passed)  # type: ignore[attr-defined]
-                for lineno, label in _read_jsonl(source, Label)]
+        rows = [(f"{source}:{lineno}", label.case_id, label.question_id, label.passed)
+                for lineno, label in numbered_jsonl(source, Label)]
     answers: Answers = {}
     first: dict[tuple[str, str], str] = {}
     for where, case_id, question_id, passed in rows:
@@ -256,12 +237,8 @@ def _alpha(raters: dict[str, Answers]) -> float | None:
 
 
 def _diagnosis(labels_path: Path, diag_dir: Path) -> dict[str, Any]:
-    path = Path(diag_dir) / "trees.jsonl"
-    if not path.is_file():
-        raise TraceError(f"--diagnosis {diag_dir}: not a diagnosis folder (no trees.jsonl)")
     found: dict[tuple[str, str], str] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        tree = DiagnosticTree.model_validate_json(line)
+    for tree in TREES.read(diag_dir):
         for a in tree.attributions:
             if a.source is not None:
                 found[(tree.case_id, a.target)] = a.source
@@ -270,16 +247,16 @@ def _diagnosis(labels_path: Path, diag_dir: Path) -> dict[str, Any]:
     known = list(sources())
     diagnosed_cases = {case_id for case_id, _ in found}
     pairs = []
-    for lineno, label in _read_jsonl(Path(labels_path), SourceLabel):
+    for lineno, label in numbered_jsonl(Path(labels_path), SourceLabel):
         where = f"{labels_path}:{lineno}"
-        if label.source not in known:  # type: ignore[attr-defined]
-            raise TraceError(f"{where}: source: {label.source!r} is not one of {', '.join(known)}")  # type: ignore[attr-defined]
-        key = (label.case_id, label.target)  # type: ignore[attr-defined]
+        if label.source not in known:
+            raise TraceError(f"{where}: source: {label.source!r} is not one of {', '.join(known)}")
+        key = (label.case_id, label.target)
         if key not in found:
-            what = "target" if label.case_id in diagnosed_cases else "case_id"  # type: ignore[attr-defined]
-            raise TraceError(f"{where}: {what}: {label.case_id} {label.target} is not an operator instance "  # type: ignore[attr-defined]
+            what = "target" if label.case_id in diagnosed_cases else "case_id"
+            raise TraceError(f"{where}: {what}: {label.case_id} {label.target} is not an operator instance "
                              f"the diagnosis attributed")
-        pairs.append((label.source, found[key]))  # type: ignore[attr-defined]
+        pairs.append((label.source, found[key]))
     if not pairs:
         raise TraceError(f"{labels_path}: no operator instance in common with {diag_dir}")
     x, y = [p for p, _ in pairs], [q for _, q in pairs]

@@ -17,9 +17,8 @@ from pathlib import Path
 from ..cache import sha256
 from ..errors import TraceError
 from ..library import staged_output
-from ..records import Case
+from ..records import CASES, Case, read_cases
 from ..run import generated_image, load_run
-from ..sample import read_cases
 from ..templating import render_html
 from ._report import _Images
 
@@ -62,7 +61,7 @@ def export_sample(cases_dir: Path, out: Path, n: int, *, run_dir: Path | None = 
             "image": images.add(generated),
             "questions": [{"id": q.id, "op": q.op, "text": q.question, "expected": q.expected} for q in case.checklist]})
     # answers kept while labelling belong to this sample of this benchmark (file:// pages share storage)
-    store = sha256(((Path(cases_dir) / "cases.jsonl").read_bytes() + " ".join(c.id for c in sample).encode()))
+    store = sha256((CASES.path(cases_dir).read_bytes() + " ".join(c.id for c in sample).encode()))
     html = render_html(TEMPLATE, cases=views, images=images.json(), source=str(cases_dir),
                        questions=sum(len(v["questions"]) for v in views), store=store[:16])
     with staged_output(Path(out)) as stage:

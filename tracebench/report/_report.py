@@ -22,8 +22,8 @@ from PIL import Image, UnidentifiedImageError
 
 from .. import __version__
 from ..errors import TraceError
-from ..records import Case, DiagnosisManifest, DiagnosisSummary, DiagnosticTree, RunManifest, Verdict, read_record
-from ..run import generated_image, load_run, read_verdicts
+from ..records import DIAGNOSIS_MANIFEST, SUMMARY, TREES, Case, DiagnosticTree, RunManifest, Verdict, read_verdicts
+from ..run import generated_image, load_run
 from ..cache import write_atomic
 from ..operators import OPERATORS
 from ..outcomes import Status
@@ -203,17 +203,9 @@ def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, com
     summary = None
     if diagnosis is not None:
         diagnosis = Path(diagnosis)
-        trees_path, summary_path = diagnosis / "trees.jsonl", diagnosis / "summary.json"
-        if not trees_path.is_file() or not summary_path.is_file():
-            raise TraceError(f"--diagnosis {diagnosis}: not a diagnosis folder (no trees.jsonl or summary.json)")
-        identity = read_record(diagnosis / "diagnosis.json", DiagnosisManifest, "diagnosis manifest")
-        summary = read_record(summary_path, DiagnosisSummary, "diagnosis summary")
-        for lineno, line in enumerate(trees_path.read_text(encoding="utf-8").splitlines(), 1):
-            try:
-                tree = DiagnosticTree.model_validate_json(line)
-            except ValueError:
-                raise TraceError(f"{trees_path}:{lineno}: not a diagnostic tree of this tracebench version") from None
-            trees[tree.case_id] = tree
+        identity = DIAGNOSIS_MANIFEST.read(diagnosis)
+        summary = SUMMARY.read(diagnosis)
+        trees = {tree.case_id: tree for tree in TREES.read(diagnosis)}
         same_run = Path(identity.run_dir).resolve() == Path(run_dir).resolve() or (
             identity.cases_hash == run.manifest.cases_hash and identity.generator == run.manifest.generator
             and identity.judges == run.manifest.judges)
@@ -240,7 +232,7 @@ def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, com
         "cumulative": Markup(_plots.cumulative_pass(summary.cumulative_pass)) if summary else None,
     }
     verdicts: dict[str, list[Verdict]] = {}
-    for v in read_verdicts(Path(run_dir) / "verdicts.jsonl"):
+    for v in read_verdicts(run_dir):
         verdicts.setdefault(v.case_id, []).append(v)
     images = _Images(full_images)
     cases = [_case_view(run.cases[cid], verdicts[cid], Path(run_dir), run.cases_dir, images, trees.get(cid),

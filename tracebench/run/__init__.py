@@ -3,8 +3,10 @@ shard merging. Model access itself (providers, cache, retry, concurrency) is ``t
 
 from __future__ import annotations
 
-from ._harness import (IMAGES_DIR, RUN_FILE, VERDICTS_FILE, RunFolder, generated_image, library_of, load_run,
-                       make_providers, parse_reply, read_verdicts, run_benchmark, shard_of)
+from ..records import RUN_FILE, VERDICTS_FILE, read_verdicts
+from ._harness import (IMAGES_DIR, RunFolder, generated_image, library_of, load_run, make_providers, parse_reply,
+                       run_benchmark, shard_of)
+from ._merge import merge_runs
 
 __all__ = [
     "IMAGES_DIR",
@@ -15,6 +17,7 @@ __all__ = [
     "library_of",
     "load_run",
     "make_providers",
+    "merge_runs",
     "parse_reply",
     "read_verdicts",
     "run_benchmark",

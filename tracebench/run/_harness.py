@@ -20,26 +20,25 @@ import sys
 import zlib
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
 from tqdm import tqdm
 
 from .. import __version__
 from ..errors import TraceError
-from ..records import Case, Question, RunManifest, Verdict, Vote, read_record
+from ..jsonfiles import record_line
+from ..records import CASES, RUN_FILE, RUN_MANIFEST, VERDICTS, Case, Question, RunManifest, Verdict, Vote, read_verdicts
 from ..replies import unfence
 from ..templating import template_hash
 from ..outcomes import ABSTAINED, Outcome, Status, majority
 from ..providers import (JUDGE_TEMPLATES, CallFailed, Generator, ImageBytes, Judge, ModelAccess, ModelSettings,
                          ReferenceFiles, image_suffix, make_generator, make_judge)
 from ..sample import read_cases, read_sample_manifest
-from ..cache import Cache, cache_key, sha256, write_atomic
+from ..cache import Cache, sha256, write_atomic
 
-__all__ = ["IMAGES_DIR", "RUN_FILE", "RunFolder", "VERDICTS_FILE", "generated_image", "library_of", "load_run",
-           "make_providers", "parse_reply", "read_verdicts", "run_benchmark", "shard_of"]
+__all__ = ["IMAGES_DIR", "RunFolder", "generated_image", "library_of", "load_run", "make_providers", "parse_reply",
+           "run_benchmark", "shard_of"]
 
-VERDICTS_FILE = "verdicts.jsonl"
-RUN_FILE = "run.json"
 IMAGES_DIR = "images"
 CACHE_DIR = "cache"
 
@@ -159,14 +158,6 @@ def _by_op(questions: Sequence[Question]) -> list[list[Question]]:
     return list(groups.values())
 
 
-def read_verdicts(path: Path) -> Iterator[Verdict]:
-    """The verdicts of a finished run's verdicts.jsonl; a bad line is a TraceError naming it."""
-    with open(path, encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, 1):
-            try:
-                yield Verdict.model_validate_json(line)
-            except ValueError:
-                raise TraceError(f"{path}:{lineno}: not a verdict") from None
 
 
 @dataclass(frozen=True)
@@ -184,37 +175,28 @@ class RunFolder:
 def load_run(run_dir: Path, *, cases_dir: Path | None = None) -> RunFolder:
     """Read a run folder; a TraceError names what is missing or does not match."""
     run_dir = Path(run_dir)
-    manifest_path = run_dir / RUN_FILE
-    if not manifest_path.is_file():
-        raise TraceError(f"{run_dir}: not a run folder (no {RUN_FILE}); make one with `trace run`")
-    manifest = read_record(manifest_path, RunManifest, "run manifest")
+    manifest = RUN_MANIFEST.read(run_dir)
     cases_dir = Path(cases_dir or manifest.cases_dir)
-    if not (cases_dir / "cases.jsonl").is_file():
-        raise TraceError(f"{cases_dir}: not a benchmark folder (no cases.jsonl); give it with --cases")
-    if sha256((cases_dir / "cases.jsonl").read_bytes()) != manifest.cases_hash:
-        raise TraceError(f"{cases_dir}: not the benchmark this run was made from (its cases.jsonl differs)")
-    cases = {case.id: case for case in read_cases(cases_dir)}
-    verdict_path = run_dir / VERDICTS_FILE
-    if not verdict_path.is_file():
-        raise TraceError(f"{run_dir}: no {VERDICTS_FILE}; the run has not written any verdict yet")
+    if not CASES.path(cases_dir).is_file():
+        raise TraceError(f"{cases_dir}: not a benchmark folder (no {CASES.name}); give it with --cases")
+    cases = {case.id: case for case in read_cases(cases_dir)}  # a broken line is named before the hash
+    if sha256(CASES.path(cases_dir).read_bytes()) != manifest.cases_hash:
+        raise TraceError(f"{cases_dir}: not the benchmark this run was made from (its {CASES.name} differs)")
     verdicts: dict[str, dict[str, Outcome]] = {}
-    for v in read_verdicts(verdict_path):
+    for v in read_verdicts(run_dir):
         if v.case_id not in cases:
             raise TraceError(f"{run_dir}: verdicts for case {v.case_id!r}, which {cases_dir} does not hold")
         verdicts.setdefault(v.case_id, {})[v.question_id] = v.outcome
     return RunFolder(run_dir, manifest, cases_dir, cases, verdicts)
 
 
-def _existing(path: Path, cases: dict[str, Case], retry_abstained: bool) -> dict[str, list[Verdict]]:
-    """Complete cases already in verdicts.jsonl (a torn last line or a half-written case is dropped)."""
+def _existing(out: Path, cases: dict[str, Case], retry_abstained: bool) -> dict[str, list[Verdict]]:
+    """Complete cases already in verdicts.jsonl: a last line torn by a kill and a half-written
+    case are dropped; a broken line anywhere else is an error."""
     done: dict[str, list[Verdict]] = {}
-    if not path.is_file():
+    if not VERDICTS.path(out).is_file():
         return done
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            verdict = Verdict.model_validate_json(line)
-        except ValueError:
-            continue  # a line torn by a kill
+    for verdict in VERDICTS.read(out, torn_tail=True):
         done.setdefault(verdict.case_id, []).append(verdict)
     complete = {}
     for case_id, verdicts in done.items():
@@ -260,7 +242,7 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
     cases_dir = cases_dir.resolve()
     if out.exists() and not out.is_dir():
         raise TraceError(f"--out {out}: is a file, not a folder")
-    if (out / "cases.jsonl").exists():
+    if CASES.path(out).exists():
         raise TraceError(f"--out {out}: is a benchmark folder; write the run elsewhere")
     all_cases = list(read_cases(cases_dir))
     if shard is not None:
@@ -274,7 +256,7 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
     if settings.library is None:
         settings = replace(settings, library=library_of(cases_dir))
     gen, judge_list = make_providers(generator, judges, settings)
-    cases_hash = sha256((cases_dir / "cases.jsonl").read_bytes())
+    cases_hash = sha256(CASES.path(cases_dir).read_bytes())
     identity = RunManifest(
         tool=f"tracebench {__version__}", cases_dir=str(cases_dir), cases_hash=cases_hash, generator=gen.spec,
         seed=settings.seed if gen.spec.startswith("synthetic:") else None,
@@ -282,28 +264,27 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
         hashes={"judge_templates": template_hash(*JUDGE_TEMPLATES)},
         shard=f"{shard[0]}/{shard[1]}" if shard else None, cases=0, verdicts=0, calls={}, cache_hits=0,
         abstentions=0, tokens=0)
-    manifest_path = out / RUN_FILE
-    if manifest_path.is_file():
-        old = read_record(manifest_path, RunManifest, "run manifest", hint="; choose another --out")
+    if RUN_MANIFEST.path(out).is_file():
+        old = RUN_MANIFEST.read(out)
         fields = ("cases_hash", "generator", "seed", "judges", "judge_batch", "shard")
         changed = [f for f in fields if getattr(old, f) != getattr(identity, f)]
         if changed:
             raise TraceError(f"{out}: holds a run with another {', '.join(changed)}; choose another --out")
-    elif (out / VERDICTS_FILE).exists():
+    elif VERDICTS.path(out).exists():
         raise TraceError(f"{out}: holds verdicts but no {RUN_FILE}; choose another --out")
     by_id = {c.id: c for c in all_cases}
-    previous = _existing(out / VERDICTS_FILE, by_id, retry_abstained)
+    previous = _existing(out, by_id, retry_abstained)
     (out / IMAGES_DIR).mkdir(parents=True, exist_ok=True)
     # the identity first: a run killed before its end can only be resumed by the same run
-    write_atomic(manifest_path, (json.dumps(identity.model_dump(mode="json"), indent=2) + "\n").encode())
+    RUN_MANIFEST.write(out, identity)
     access = ModelAccess(Cache(cache_dir or out / CACHE_DIR), concurrency=concurrency, max_retries=settings.max_retries)
     runner = _Runner(out, cases_dir, gen, judge_list, access, judge_batch)
     todo = [c for c in all_cases if c.id not in previous]
     if progress is None:
         progress = sys.stderr.isatty()
     # keep only complete cases, then append new ones case by case
-    verdict_path = out / VERDICTS_FILE
-    write_atomic(verdict_path, "".join(v.model_dump_json() + "\n" for vs in previous.values() for v in vs).encode())
+    verdict_path = VERDICTS.path(out)
+    VERDICTS.write(out, (v for vs in previous.values() for v in vs))
 
     async def main() -> None:
         bar = tqdm(total=len(all_cases), initial=len(previous), desc="running", unit="case", disable=not progress,
@@ -312,10 +293,9 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
         with open(verdict_path, "a", encoding="utf-8") as handle:
             async def one(case: Case) -> None:
                 verdicts = await runner.case(case)
-                lines = [v.model_dump_json() + "\n" for v in verdicts]
-                handle.write("".join(lines))
+                handle.write("".join(map(record_line, verdicts)))
                 handle.flush()
-                written[case.id] = lines
+                written[case.id] = verdicts
                 bar.update(1)
                 bar.set_postfix(calls=sum(access.stats.calls.values()), errors=access.stats.failures,
                                 abstained=runner.abstentions)
@@ -339,14 +319,13 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
                     await provider.aclose()
 
     # the final file, in case order, from what is in memory (no re-reading)
-    written: dict[str, list[str]] = {case_id: [v.model_dump_json() + "\n" for v in vs]
-                                     for case_id, vs in previous.items()}
+    written: dict[str, list[Verdict]] = dict(previous)
     asyncio.run(main())
-    ordered = [line for c in all_cases for line in written.get(c.id, [])]
-    write_atomic(verdict_path, "".join(ordered).encode())
+    ordered = [v for c in all_cases for v in written.get(c.id, [])]
+    VERDICTS.write(out, ordered)
     manifest = identity.model_copy(update={
         "cases": len(written), "verdicts": len(ordered), "calls": dict(access.stats.calls),
         "cache_hits": access.stats.cache_hits, "tokens": access.stats.tokens,
         "abstentions": sum(not v.outcome.answered for vs in previous.values() for v in vs) + runner.abstentions})
-    write_atomic(manifest_path, (json.dumps(manifest.model_dump(mode="json"), indent=2) + "\n").encode())
+    RUN_MANIFEST.write(out, manifest)
     return manifest

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections import Counter
 from pathlib import Path
 
 from ..errors import TraceError
 from ..library import staged_output
-from ..records import RunManifest, Verdict, read_record
-from ..sample import read_cases
-from ._harness import IMAGES_DIR, RUN_FILE, VERDICTS_FILE, read_verdicts
+from ..records import RUN_MANIFEST, VERDICTS, RunManifest, Verdict, read_cases, read_verdicts
+from ._harness import IMAGES_DIR
 
 __all__ = ["merge_runs"]
 
@@ -19,12 +17,7 @@ __all__ = ["merge_runs"]
 def merge_runs(runs: list[Path], out: Path) -> RunManifest:
     if not runs:
         raise TraceError("give the run folders to merge")
-    manifests = []
-    for run in runs:
-        path = Path(run) / RUN_FILE
-        if not path.is_file():
-            raise TraceError(f"{run}: not a run folder (no {RUN_FILE})")
-        manifests.append(read_record(path, RunManifest, "run manifest"))
+    manifests = [RUN_MANIFEST.read(run) for run in runs]
     first = manifests[0]
     for run, m in zip(runs, manifests):
         if (m.cases_hash, m.generator, m.judges, m.judge_batch) != (first.cases_hash, first.generator, first.judges,
@@ -33,10 +26,9 @@ def merge_runs(runs: list[Path], out: Path) -> RunManifest:
     order = [c.id for c in read_cases(Path(first.cases_dir))]
     verdicts: dict[tuple[str, str], Verdict] = {}
     for run in runs:
-        path = Path(run) / VERDICTS_FILE
-        if not path.is_file():
+        if not VERDICTS.path(run).is_file():
             continue  # a shard that holds no case
-        for v in read_verdicts(path):
+        for v in read_verdicts(run):
             known = verdicts.get((v.case_id, v.question_id))
             if known is not None and known != v:
                 raise TraceError(f"{run}: case {v.case_id} question {v.question_id} differs between runs")
@@ -54,10 +46,10 @@ def merge_runs(runs: list[Path], out: Path) -> RunManifest:
             for image in sorted(images.iterdir()) if images.is_dir() else ():
                 shutil.copyfile(image, root / IMAGES_DIR / image.name)
         ordered = [v for case_id in order for v in by_case.get(case_id, [])]
-        (root / VERDICTS_FILE).write_text("".join(v.model_dump_json() + "\n" for v in ordered), encoding="utf-8")
+        VERDICTS.write(root, ordered)
         manifest = first.model_copy(update={
             "shard": None, "cases": len(by_case), "verdicts": len(ordered), "calls": dict(calls),
             "cache_hits": sum(m.cache_hits for m in manifests), "tokens": sum(m.tokens for m in manifests),
             "abstentions": sum(not v.outcome.answered for v in ordered)})
-        (root / RUN_FILE).write_text(json.dumps(manifest.model_dump(mode="json"), indent=2) + "\n", encoding="utf-8")
+        RUN_MANIFEST.write(root, manifest)
     return manifest

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from ..records import CASES_FILE, MANIFEST_FILE, REFERENCES_DIR, read_cases, read_sample_manifest
 from ._bind import BindingError, BoundCase, bind
 from ._index import LibraryIndex
-from ._quotas import draw_templates, quotas
-from ._sample import (CASES_FILE, MANIFEST_FILE, REFERENCES_DIR, plan_cases, read_cases, read_sample_manifest,
-                      sample_benchmark)
+from ._quotas import QUOTA_FILE, draw_templates, quotas
+from ._sample import Plan, plan_cases, sample_benchmark, write_benchmark
 
 __all__ = [
     "BindingError",
@@ -14,6 +14,8 @@ __all__ = [
     "CASES_FILE",
     "LibraryIndex",
     "MANIFEST_FILE",
+    "Plan",
+    "QUOTA_FILE",
     "REFERENCES_DIR",
     "bind",
     "draw_templates",
@@ -22,4 +24,5 @@ __all__ = [
     "read_cases",
     "read_sample_manifest",
     "sample_benchmark",
+    "write_benchmark",
 ]

@@ -9,8 +9,7 @@ from functools import cache
 import networkx as nx
 
 from ..errors import TraceError
-from ..formula import Apply, Compose, Disentangle, Expr
-from ..formula._space import space_by_slot
+from ..formula import Apply, Compose, Disentangle, Expr, space_by_slot
 from ..resources import read_toml
 
 __all__ = ["Quotas", "quotas", "draw_templates", "largest_remainder"]

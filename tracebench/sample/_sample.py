@@ -10,7 +10,6 @@ place at the end: a failure leaves nothing.
 
 from __future__ import annotations
 
-import json
 import random
 import shutil
 import sys
@@ -18,30 +17,24 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterable
 
 from tqdm import tqdm
 
 from .. import __version__
 from ..checklist import QUESTION_FILE, compile_checklist
-from ..errors import TraceError, ValidationFailed
-from ..formula import Expr, parse, slot_count, template_of, to_text
-from ..formula._space import space_bounds
-from ..library import load_library, staged_output
-from ..library._validate import validate_library
+from ..errors import TraceError
+from ..formula import Expr, parse, slot_count, space_bounds, template_of, to_text
+from ..library import read_valid_library, staged_output
 from ..realize import PROMPT_FILES, realize
-from ..records import Case, Reference, SampleManifest
+from ..records import CASES, REFERENCES_DIR, SAMPLE_MANIFEST, Case, Reference, SampleManifest
 from ..resources import data_hash, read_toml
 from ._bind import BindingError, bind
 from ._index import LibraryIndex
 from ._quotas import QUOTA_FILE, draw_templates, quotas
 
-__all__ = ["CASES_FILE", "MANIFEST_FILE", "REFERENCES_DIR", "Plan", "plan_cases", "read_cases", "read_sample_manifest",
-           "sample_benchmark"]
+__all__ = ["Plan", "plan_cases", "sample_benchmark", "write_benchmark"]
 
-CASES_FILE = "cases.jsonl"
-MANIFEST_FILE = "manifest.json"
-REFERENCES_DIR = "references"
 APPLICATIONS_FILE = "applications.toml"
 BIND_ATTEMPTS = 25
 
@@ -85,7 +78,7 @@ def plan_cases(slots: tuple[int, ...], per_slot: int, seed: int, applications: b
     return plans
 
 
-def _make_case(plan: Plan, index: LibraryIndex, seed: int) -> tuple[Case, tuple[int, ...]]:
+def _make_case(plan: Plan, index: LibraryIndex, seed: int) -> Case:
     rng = random.Random(f"{seed}:case:{plan.case_id}")
     problem = None
     for _ in range(BIND_ATTEMPTS):
@@ -101,16 +94,60 @@ def _make_case(plan: Plan, index: LibraryIndex, seed: int) -> tuple[Case, tuple[
     references = tuple(
         Reference(image=f"Image {k + 1}", path=_reference_path(index, lib), source_id=index.images[lib].id)
         for k, lib in enumerate(bound.images))
-    case = Case(id=plan.case_id, slot=slot_count(bound.formula), template=to_text(template_of(plan.template)),
+    return Case(id=plan.case_id, slot=slot_count(bound.formula), template=to_text(template_of(plan.template)),
                 formula=to_text(bound.formula), application=plan.application, prompt=prompts.prompt,
                 text_only_prompt=prompts.text_only, scene=prompts.scene, references=references, terms=bound.terms,
                 checklist=compile_checklist(bound.terms, bound.compositions))
-    return case, bound.images
 
 
 def _reference_path(index: LibraryIndex, lib: int) -> str:
     image = index.images[lib]
     return f"{REFERENCES_DIR}/{image.id}{Path(image.path).suffix}"
+
+
+def write_benchmark(out: Path, cases: Iterable[Case], *, source: Callable[[Reference], Path], seed: int,
+                    arguments: dict, library: dict, hashes: dict[str, str], overwrite: bool = False,
+                    extra: Callable[[Path], None] | None = None) -> SampleManifest:
+    """Write a benchmark folder: ``cases.jsonl`` (streamed: ``cases`` may be a generator), each
+    reference image copied from ``source(reference)`` to its path in the folder, and
+    ``manifest.json`` counting what was written. The folder is assembled beside ``out`` and
+    renamed into place at the end (``overwrite``: replacing what ``out`` held); ``extra(folder)``
+    adds files before that. The one writer of benchmark folders (``trace sample``, and the
+    sub-cases of ``trace diagnose``)."""
+    per_slot: Counter = Counter()
+    per_app: Counter = Counter()
+    whole: Counter = Counter()
+    templates: set[str] = set()
+    with staged_output(Path(out), overwrite=overwrite) as root:
+        (root / REFERENCES_DIR).mkdir()
+        copied: set[str] = set()
+
+        def written() -> Iterable[Case]:
+            for case in cases:
+                for ref in case.references:
+                    if ref.path not in copied:
+                        (root / ref.path).parent.mkdir(parents=True, exist_ok=True)
+                        shutil.copyfile(source(ref), root / ref.path)
+                        copied.add(ref.path)
+                templates.add(case.template)
+                if case.application:
+                    per_app[case.application] += 1
+                else:
+                    per_slot[str(case.slot)] += 1
+                    whole[str(case.slot)] += any(t.role in ("attach", "ip") for t in case.terms)
+                yield case
+
+        CASES.write(root, written())
+        slots = sorted(per_slot, key=int)
+        manifest = SampleManifest(
+            tool=f"tracebench {__version__}", seed=seed, arguments=arguments, library=library, hashes=hashes,
+            cases=sum(per_slot.values()) + sum(per_app.values()), counts_per_slot={s: per_slot[s] for s in slots},
+            counts_per_application=dict(sorted(per_app.items())), distinct_templates=len(templates),
+            whole_share={s: round(whole[s] / per_slot[s], 4) for s in slots})
+        SAMPLE_MANIFEST.write(root, manifest)
+        if extra is not None:
+            extra(root)
+    return manifest
 
 
 def sample_benchmark(out: Path, *, slots: tuple[int, ...], per_slot: int | None = None, seed: int = 0,
@@ -131,80 +168,26 @@ def sample_benchmark(out: Path, *, slots: tuple[int, ...], per_slot: int | None 
 
         library = default_library()
     library = Path(library)
-    problems = validate_library(library)
-    if problems:
-        raise ValidationFailed(problems, what=f"problem in library {library}")
-    info, images = load_library(library)
+    info, images = read_valid_library(library)
     index = LibraryIndex.build(library, info, images)
     plans = plan_cases(tuple(slots), per_slot, seed, applications)
+    by_id = {image.id: image for image in images}
     if progress is None:
         progress = sys.stderr.isatty()
-
-    used: dict[int, None] = {}
-    per_slot_counts: Counter = Counter()
-    per_app: Counter = Counter()
-    whole: Counter = Counter()
-    templates: set[str] = set()
-    with staged_output(Path(out)) as root:
-        with open(root / CASES_FILE, "w", encoding="utf-8", newline="\n") as handle:
-            for plan in tqdm(plans, desc="sampling", unit="case", disable=not progress, file=sys.stderr):
-                case, image_indices = _make_case(plan, index, seed)
-                handle.write(case.model_dump_json() + "\n")
-                used.update(dict.fromkeys(image_indices))
-                templates.add(case.template)
-                if plan.application:
-                    per_app[plan.application] += 1
-                    continue
-                per_slot_counts[str(case.slot)] += 1
-                if any(t.role in ("attach", "ip") for t in case.terms):
-                    whole[str(case.slot)] += 1
-        (root / REFERENCES_DIR).mkdir()
-        for lib in sorted(used):
-            shutil.copyfile(library / images[lib].path, root / _reference_path(index, lib))
-        manifest = SampleManifest(
-            tool=f"tracebench {__version__}", seed=seed,
-            arguments={"slots": list(slots), "per_slot": per_slot, "applications": applications,
-                       "library": library_argument},
-            library={"name": info.name, "version": info.version, "content_hash": info.content_hash},
-            hashes={
-                "template_space": data_hash(("templates", "space.toml"), ("taxonomy", "kinds.toml"),
-                                            ("grammar", "trace.lark"), ("grammar", "language.toml")),
-                "quotas": data_hash(("templates", QUOTA_FILE)),
-                "applications": data_hash(("templates", APPLICATIONS_FILE)),
-                "text_carriers": data_hash(("templates", "text_carriers.toml")),
-                "prompts": data_hash(*(("templates", name) for name in PROMPT_FILES)),
-                "questions": data_hash(("templates", QUESTION_FILE)),
-                "taxonomy": data_hash(("taxonomy", "categories.toml"), ("taxonomy", "subtypes.toml")),
-            },
-            cases=len(plans), counts_per_slot=dict(sorted(per_slot_counts.items(), key=lambda kv: int(kv[0]))),
-            counts_per_application=dict(sorted(per_app.items())), distinct_templates=len(templates),
-            whole_share={s: round(whole[s] / n, 4) for s, n in sorted(per_slot_counts.items(), key=lambda kv: int(kv[0]))})
-        (root / MANIFEST_FILE).write_text(json.dumps(manifest.model_dump(mode="json"), indent=2) + "\n",
-                                          encoding="utf-8")
-    return manifest
-
-
-def read_sample_manifest(folder: Path) -> SampleManifest | None:
-    """A benchmark folder's manifest.json, or None when it has none or one of another version
-    (what reads it only takes defaults from it: the library, the seed)."""
-    path = Path(folder) / MANIFEST_FILE
-    try:
-        return SampleManifest.model_validate_json(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def read_cases(folder: Path) -> Iterator[Case]:
-    """The cases of a benchmark folder, one at a time; a bad line is a TraceError naming it."""
-    path = Path(folder) / CASES_FILE
-    if not path.is_file():
-        raise TraceError(f"{folder}: not a benchmark folder (no {CASES_FILE}); make one with `trace sample`")
-    with open(path, encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                yield Case.model_validate_json(line)
-            except ValueError as err:
-                detail = " ".join(str(err).splitlines()[1:3]) or str(err)
-                raise TraceError(f"{path}:{lineno}: not a case of this tracebench version ({detail})") from None
+    bar = tqdm(plans, desc="sampling", unit="case", disable=not progress, file=sys.stderr)
+    return write_benchmark(
+        out, (_make_case(plan, index, seed) for plan in bar),
+        source=lambda ref: library / by_id[ref.source_id].path, seed=seed,
+        arguments={"slots": list(slots), "per_slot": per_slot, "applications": applications,
+                   "library": library_argument},
+        library={"name": info.name, "version": info.version, "content_hash": info.content_hash},
+        hashes={
+            "template_space": data_hash(("templates", "space.toml"), ("taxonomy", "kinds.toml"),
+                                        ("grammar", "trace.lark"), ("grammar", "language.toml")),
+            "quotas": data_hash(("templates", QUOTA_FILE)),
+            "applications": data_hash(("templates", APPLICATIONS_FILE)),
+            "text_carriers": data_hash(("templates", "text_carriers.toml")),
+            "prompts": data_hash(*(("templates", name) for name in PROMPT_FILES)),
+            "questions": data_hash(("templates", QUESTION_FILE)),
+            "taxonomy": data_hash(("taxonomy", "categories.toml"), ("taxonomy", "subtypes.toml")),
+        })

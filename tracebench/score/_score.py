@@ -104,7 +104,7 @@ def effective_outcomes(case: Case, verdicts: Mapping[str, Outcome]) -> dict[str,
 
     def value(qid: str) -> Outcome:
         if qid not in memo:
-            memo[qid] = ABSTAINED  # guards recursion; the case reader refuses cyclic dependencies
+            memo[qid] = ABSTAINED  # no cycle: the case reader refuses one (checklist_problem); guards recursion anyway
             own = verdicts.get(qid, ABSTAINED)
             memo[qid] = FAILED if any(value(p).failed for p in parents.get(qid, ())) else own
         return memo[qid]

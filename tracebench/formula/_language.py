@@ -22,6 +22,7 @@ class KindSpec:
     roles: frozenset[str]
     description: str
     order: int
+    unspecified: bool = False  # g_local, g_global: binding picks the subtype
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +53,10 @@ class Language:
             return frozenset({"local"})
         return self.kinds[kind].roles
 
+    def is_unspecified(self, kind: str | None) -> bool:
+        """Whether a g term of ``kind`` leaves its subtype to binding (the plain ``g`` does)."""
+        return kind is None or self.kinds[kind].unspecified
+
     def kind_order(self, kind: str | None) -> int:
         return -1 if kind is None else self.kinds[kind].order
 
@@ -67,7 +72,7 @@ def language() -> Language:
         unknown = roles - set(ROLES)
         if unknown:
             raise ValueError(f"taxonomy/kinds.toml: kind {name!r} has unknown roles {sorted(unknown)}")
-        kinds[name] = KindSpec(name, roles, spec.get("description", ""), order)
+        kinds[name] = KindSpec(name, roles, spec.get("description", ""), order, bool(spec.get("unspecified", False)))
         for spelling in (name, *spec.get("aliases", ())):
             if spelling in aliases:
                 raise ValueError(f"taxonomy/kinds.toml: spelling {spelling!r} names two kinds")

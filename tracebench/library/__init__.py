@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 from ._io import INFO_FILE, TAGS_FILE, content_hash, load_library, staged_output, write_library
-from ._models import Appearance, Dynamics, Entity, Form, GlobalTag, LibraryInfo, TagDict, TaggedImage
+from ._models import Entity, GlobalTag, LibraryInfo, TagDict, TaggedImage
 from .synth import default_library, plan_scene, render_scene, synthesize_image, synthesize_library
 
 __all__ = [
-    "Appearance",
-    "Dynamics",
     "Entity",
-    "Form",
     "GlobalTag",
     "INFO_FILE",
     "LibraryInfo",

@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 from types import MappingProxyType
-from typing import Mapping
+from typing import Any, Mapping
 
 from ..resources import read_toml
+from ._grammar import numbered
 
-__all__ = ["KindSpec", "Language", "ROLES", "language"]
+__all__ = ["KindSpec", "Language", "ROLES", "check_spellings", "language", "load_language"]
 
 # Every role a term can play (canonical forms order modifiers by the order of kinds in
 # taxonomy/kinds.toml, not by role).
@@ -63,8 +64,12 @@ class Language:
 
 @cache
 def language() -> Language:
-    raw = read_toml("taxonomy", "kinds.toml")
-    limits = read_toml("grammar", "language.toml")
+    return load_language(read_toml("taxonomy", "kinds.toml"), read_toml("grammar", "language.toml"))
+
+
+def load_language(raw: Mapping[str, Any], limits: Mapping[str, Any]) -> Language:
+    """The language from the parsed ``kinds.toml`` and ``language.toml`` (:func:`check_spellings`
+    checks it against the grammar when the parser is built)."""
     kinds: dict[str, KindSpec] = {}
     aliases: dict[str, str] = {}
     for order, (name, spec) in enumerate(raw["kinds"].items()):
@@ -88,3 +93,16 @@ def language() -> Language:
         max_compose_depth=int(limits["max_compose_depth"]),
         min_relation_arguments=int(limits["min_relation_arguments"]),
     )
+
+
+def check_spellings(lang: Language) -> None:
+    """Every kind spelling and text symbol of ``lang`` must be one symbol of the grammar that
+    reads back as itself, numbered or not (``g_3d`` or ``g_a1`` could never be written)."""
+    for spelling in lang.kind_aliases:
+        if not numbered("GSYM", f"g_{spelling}"):
+            raise ValueError(f"taxonomy/kinds.toml: kind spelling {spelling!r} cannot be written: g_{spelling} "
+                             "would not read back as that kind under grammar/trace.lark's GSYM")
+    for name in lang.texts:
+        if not numbered("TSYM", f"T_{name}"):
+            raise ValueError(f"taxonomy/kinds.toml: text symbol {name!r} cannot be written: T_{name} would not "
+                             "read back as that name under grammar/trace.lark's TSYM")

@@ -7,6 +7,7 @@ from pathlib import Path
 from PIL import Image
 
 from tracebench.library import TaggedImage, write_library
+from tracebench.taxonomy import taxonomy
 
 
 def record(image_id: str, entities: list[dict], *, size=(64, 48), **extra) -> dict:
@@ -15,11 +16,11 @@ def record(image_id: str, entities: list[dict], *, size=(64, 48), **extra) -> di
 
 
 def entity(category: str, desc: str, **tags) -> dict:
-    groups = {"1_Appearance": {}, "2_Form": {}, "3_Dynamics": {}}
+    tax = taxonomy()
+    groups: dict[str, dict] = {g.key: {} for g in tax.groups_of("tag_dict")}
     for key, values in tags.items():
         key = key.replace("__", ".").lstrip("_")  # _1__1_pattern_texture -> 1.1_pattern_texture
-        group = {"1": "1_Appearance", "2": "2_Form", "3": "3_Dynamics"}[key[0]]
-        groups[group][key] = values
+        groups[tax.subtypes[key].group][key] = values
     return {"category": category, "ent_desc": desc, "tag_dict": groups}
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 from pathlib import Path
 
@@ -18,8 +19,8 @@ from tracebench.library import (TAGS_FILE, GlobalTag, TagDict, TaggedImage, bala
                                 validate_library)
 from tracebench.sample import sample_benchmark
 from tracebench.schemas import SCHEMAS, schema_path, schema_text
-from tracebench.resources import data_path
-from tracebench.taxonomy import taxonomy
+from tracebench.resources import data_path, read_toml
+from tracebench.taxonomy import load_taxonomy, taxonomy
 
 
 def test_models_follow_the_taxonomy_field_for_field():
@@ -30,6 +31,32 @@ def test_models_follow_the_taxonomy_field_for_field():
     assert entity_fields == {s.key for s in tax.entity_subtypes()}
     assert {f.alias for f in GlobalTag.model_fields.values()} == {s.key for s in tax.global_subtypes()}
     assert {f.alias for f in TagDict.model_fields.values()} == {"1_Appearance", "2_Form", "3_Dynamics"}
+
+
+def _edited_subtypes(edit) -> dict:
+    data = json.loads(json.dumps(read_toml("taxonomy", "subtypes.toml")))
+    edit(data)
+    return data
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda d: d["subtypes"]["1.1_pattern_texture"].update(kinds=["style"]),
+     "1.1_pattern_texture is bound in the local role, but its kind 'style' has roles global"),
+    (lambda d: d["subtypes"]["1.1_pattern_texture"].update(kinds=["glitter"]),
+     "1.1_pattern_texture lists kind 'glitter', which taxonomy/kinds.toml does not define"),
+    (lambda d: d["subtypes"].pop("1.5_color"),
+     "no local subtype lists kind 'color', so a g_color term in that role could never be bound"),
+    (lambda d: d["subtypes"]["2.3_shape"].update(group="5_Mood"), "2.3_shape: unknown group '5_Mood'"),
+    (lambda d: d["subtypes"].update({"1.6_pattern_texture": d["subtypes"]["1.1_pattern_texture"]}),
+     "share the name 'pattern_texture'"),
+    (lambda d: d["special"]["attach"].update(role="anchor"),
+     "attach is bound in the anchor role"),
+])
+def test_the_taxonomy_is_checked_against_the_formula_vocabulary(edit, message):
+    categories = read_toml("taxonomy", "categories.toml")
+    load_taxonomy(categories, _edited_subtypes(lambda d: None))  # the shipped files load
+    with pytest.raises(ValueError, match=re.escape(message)):
+        load_taxonomy(categories, _edited_subtypes(edit))
 
 
 def test_record_round_trips_with_the_papers_field_names():

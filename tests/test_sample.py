@@ -15,13 +15,15 @@ from hypothesis import given, settings, strategies as st
 from library_helpers import entity, make_library, record
 from test_cli import run_trace
 from tracebench.errors import TraceError
-from tracebench.formula import parse, slot_count, template_of, to_text
+from tracebench.formula import FormulaError, analyze, language, parse, slot_count, template_of, to_text
 from tracebench.formula._space import space_by_slot
 from tracebench.library import default_library, load_library
 from tracebench.records import Case, SampleManifest
+from tracebench.realize._prompt import _phrases
 from tracebench.sample import BindingError, LibraryIndex, bind, draw_templates, read_cases, sample_benchmark
+from tracebench.sample._bind import _kind_for
 from tracebench.sample._quotas import Quotas
-from tracebench.taxonomy import taxonomy
+from tracebench.taxonomy import SubtypeSpec, taxonomy
 
 GOLDEN = Path(__file__).parent / "golden" / "sample_cases.json"
 GOLDEN_IDS = ["s1-00000", "s3-00001", "s5-00002", "s8-00000", "app-try_on-000", "app-relation_transfer-001"]
@@ -236,6 +238,7 @@ def test_binding_never_breaks_a_taxonomy_rule(index, template, seed):
         carrier = terms.get(t.carrier) if t.carrier else None
         if t.role == "local":
             assert tax.subtypes[t.subtype].applies_to(carrier.category), (t.subtype, carrier.category)
+            assert tax.subtypes[t.subtype].wildcard, t.subtype  # the template's plain g never draws 1.5_color
             image = index.images[[i.id for i in index.images].index(t.source_id)]
             assert t.value in image.ent_list[t.entity_index].subtype_tags()[t.subtype]
         if t.role in ("attach", "ip"):
@@ -249,3 +252,83 @@ def test_binding_never_breaks_a_taxonomy_rule(index, template, seed):
         if t.role == "local":
             locals_per_carrier.setdefault(t.carrier, []).append(t.subtype)
     assert all(len(v) == len(set(v)) for v in locals_per_carrier.values())
+
+
+# Where a term of each role stands in a formula (the paper's shapes: an attribute on an entity,
+# a relation or a global condition on a composition).
+_PLACE = {"local": "f ⊕ {g}", "attach": "f ⊕ {g}", "ip": "f ⊕ {g}", "relation": "C(f, f) ⊕ {g}",
+          "global": "C(f, f) ⊕ {g}"}
+
+
+def _bind_until(index: LibraryIndex, text: str, wanted, attempts: int = 300):
+    """Bind ``text`` with seed after seed until a bound g term satisfies ``wanted``."""
+    template = parse(text)
+    for seed in range(attempts):
+        try:
+            bound = bind(template, index, random.Random(seed))
+        except BindingError:
+            continue
+        hits = [t for t in bound.terms if t.op == "g" and wanted(t)]
+        if hits:
+            return hits[0]
+    return None
+
+
+_PAIRS = [(s.key, kind) for s in (*taxonomy().subtypes.values(), *taxonomy().special.values()) for kind in s.kinds]
+
+
+@pytest.mark.parametrize("subtype,kind", _PAIRS)
+def test_every_kind_listed_for_a_subtype_binds_it_from_the_shipped_library(index, subtype, kind):
+    spec = taxonomy().subtypes.get(subtype) or taxonomy().special[subtype]
+    text = _PLACE[spec.role].format(g=f"g_{kind}")
+    assert analyze(parse(text))[-1].role == spec.role, text
+    term = _bind_until(index, text, lambda t: t.subtype == subtype)
+    assert term is not None, f"{text} never binds {subtype}"
+    assert term.kind == kind and term.symbol.startswith(f"g_{kind}"), (term.symbol, kind)  # named after its kind
+    assert term.role == spec.role
+
+
+_KIND_ROLES = [(kind, role) for kind, spec in language().kinds.items() for role in sorted(spec.roles)]
+
+
+@pytest.mark.parametrize("kind,role", _KIND_ROLES)
+def test_every_kind_the_language_accepts_binds_or_is_refused_by_validation(index, kind, role):
+    """What validation lets through, binding can fill: g_color on an entity included."""
+    text = _PLACE[role].format(g=f"g_{kind}")
+    try:
+        terms = analyze(parse(text))
+    except FormulaError as err:  # refused: one line naming the column
+        assert str(err).startswith("formula column") and "\n" not in str(err)
+        return
+    assert terms[-1].role == role
+    term = _bind_until(index, text, lambda t: t.role == role)
+    assert term is not None, f"{text} validates but never binds"
+    assert term.subtype in {s.key for s in taxonomy().of_role(role)}
+    if not language().is_unspecified(kind):
+        assert term.kind == kind and kind in (taxonomy().subtypes.get(term.subtype) or taxonomy().special[term.subtype]).kinds
+
+
+def test_g_color_on_an_entity_takes_an_objects_color_and_on_the_scene_its_tone(index):
+    local = _bind_until(index, "C(f ⊕ g_color, f)", lambda t: t.kind == "color")
+    scene = _bind_until(index, "C(f, f) ⊕ g_color", lambda t: t.kind == "color")
+    assert (local.role, local.subtype) == ("local", "1.5_color")
+    assert (scene.role, scene.subtype) == ("global", "4.5_color_tone")
+    image = index.images[[i.id for i in index.images].index(local.source_id)]
+    assert local.value in image.ent_list[local.entity_index].subtype_tags()["1.5_color"]
+    assert local.value == image.render["entities"][local.entity_index]["color"]  # the color drawn
+
+
+def test_a_bound_term_is_named_after_a_kind_that_keeps_its_role_where_it_stands():
+    spec = SubtypeSpec("4.9_mood", "4_Global", "", frozenset(), ("color", "style"), role="global",
+                       record="global_tag")
+    assert _kind_for(spec, "global", "global", on_composition=True) == "color"  # the scene's color tone
+    assert _kind_for(spec, "global", "global", on_composition=False) == "style"  # g_color on f1 would be local
+    assert _kind_for(spec, "style", "global", on_composition=True) == "style"  # the template named it
+    lonely = SubtypeSpec("4.8_tone", "4_Global", "", frozenset(), ("color",), role="global", record="global_tag")
+    assert _kind_for(lonely, "global", "global", on_composition=False) == "global"
+
+
+def test_prompts_name_every_subtype_of_the_taxonomy():
+    named = set(_phrases()["subtypes"])
+    tax = taxonomy()
+    assert {*tax.subtypes, *tax.special} <= named, {*tax.subtypes, *tax.special} - named

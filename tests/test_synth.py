@@ -204,6 +204,7 @@ def test_tags_follow_the_taxonomy(default_lib):
         "3.2_expression": {v["tag"] for v in WORLD["expressions"].values()},
         "3.3_orientation": {v["tag"] for v in WORLD["orientations"].values()},
         "3.4_motion_effect": {v["tag"] for v in WORLD["effects"].values()},
+        "1.5_color": set(WORLD["colors"]),
     }
     for image in images:
         for entity, plan in zip(image.ent_list, image.render["entities"]):
@@ -218,6 +219,12 @@ def test_tags_follow_the_taxonomy(default_lib):
                 small = plan["unit"] < synth.FINE_MIN_PX
                 assert bool(tags["3.2_expression"]) == (not small), (image.id, plan["unit"])
                 assert not (small and tags["2.2_facial_features"]), image.id
+            # an entity's own color is tagged exactly when it can be seen: the image keeps its
+            # colors and no material with colors of its own covers it
+            material = WORLD["materials"].get(plan.get("material"), {})
+            shows = image.render["colors_visible"] and (not material or material.get("keeps_color", False))
+            expect = (plan["color"],) if shows and entity.category in allowed("1.5_color") else ()
+            assert entity_tags(entity)["1.5_color"] == expect, (image.id, plan["figure"], plan.get("material"))
             if "attach" in entity.usable_as:
                 assert entity.category in special["attach"]["categories"]
             if "ip" in entity.usable_as:
@@ -231,11 +238,19 @@ def test_world_refuses_a_subtype_on_a_category_it_does_not_apply_to():
     data = json.loads(json.dumps(WORLD))
     data["figures"]["apple"]["poses"] = ["standing"]  # 3.1_action_pose is for Human and Animal only
     with pytest.raises(ValueError, match="apple.*poses"):
-        World(data, SUBTYPES, read_toml("taxonomy", "categories.toml"))
+        World(data)
     data = json.loads(json.dumps(WORLD))
     data["figures"]["teapot"]["patterns"] = ["blotches"]  # an Animal-only pattern
     with pytest.raises(ValueError, match="teapot.*blotches"):
-        World(data, SUBTYPES, read_toml("taxonomy", "categories.toml"))
+        World(data)
+    data = json.loads(json.dumps(WORLD))
+    data["figures"]["person"]["colors"] = ["red"]  # 1.5_color does not apply to Human
+    with pytest.raises(ValueError, match="person: colors on a Human"):
+        World(data)
+    data = json.loads(json.dumps(WORLD))
+    data["draws"]["1.9_sparkle"] = {"field": "sparkle", "table": "effects"}
+    with pytest.raises(ValueError, match="draws.1.9_sparkle: not a subtype"):
+        World(data)
 
 
 # ----------------------------------------------------------------------------- records and images

@@ -15,10 +15,12 @@ from tracebench.errors import TraceError
 from tracebench.formula import Anchor, Apply, Compose, Disentangle, parse, symbol, to_text, walk
 from tracebench.records import Case
 from tracebench.sample import read_cases, sample_benchmark
+from tracebench.sample._sample import Plan, _make_case
 from tracebench.zoo import (
     RECORD_KEY,
     Profile,
     breakdown,
+    default_index,
     failed_questions,
     generate,
     oracle_answers,
@@ -243,6 +245,23 @@ def test_drawing_reflects_the_record(cases):
             for e in _entities(broken, note["carrier"]):
                 shown = e.get(note["field"])
                 assert note["value"] not in (shown if isinstance(shown, list) else [shown])
+
+
+def test_a_color_transfer_recolors_its_carrier_and_weak_subtype_withholds_it():
+    case, _ = _make_case(Plan("app-color-000", 3, parse("C(f ⊕ g_color, f)")), default_index(), 0)
+    g = next(t for t in case.terms if t.kind == "color")
+    assert g.subtype == "1.5_color"
+    png, perfect = generate(case, "perfect")
+    note = next(n for n in perfect.drawn["zoo"]["transfers"] if n["term"] == g.symbol)
+    assert (note["field"], note["value"], note["status"], note["drawn"]) == ("color", g.value, "applied", True)
+    assert [e["color"] for e in _entities(perfect, g.carrier)] == [g.value]
+    assert all(oracle_answers(case.checklist, png).values())
+    png, weak = generate(case, "weak-subtype:color")
+    note = next(n for n in weak.drawn["zoo"]["transfers"] if n["term"] == g.symbol)
+    assert note["status"] == "withheld"
+    assert all(e["color"] != g.value for e in _entities(weak, g.carrier))
+    assert not oracle_answers(case.checklist, png)[f"{g.symbol}:presence"]
+    assert failed_questions(case, parse_profile("weak-subtype:color"))[f"{g.symbol}:presence"] == "weak-subtype:1.5_color"
 
 
 def test_weak_subtype_is_not_drawn(cases):

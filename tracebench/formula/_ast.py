@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterator, Union
 
+from ._grammar import numbered
+
 __all__ = [
     "Anchor",
     "AnchorBinding",
@@ -128,8 +130,9 @@ class Disentangle:
 
     def __post_init__(self) -> None:
         _check_index(self.index, "g")
-        if self.kind is not None and (not self.kind or not all(p.isalpha() and p.islower() for p in self.kind.split("_"))):
-            raise ValueError(f"g kind must be lowercase letters and underscores, got {self.kind!r}")
+        if self.kind is not None and not (isinstance(self.kind, str) and numbered("GSYM", f"g_{self.kind}")):
+            raise ValueError(f"g kind {self.kind!r} cannot be written: g_{self.kind} would not read back as that "
+                             "kind under grammar/trace.lark's GSYM")
 
     def _identity(self) -> tuple:
         return (self.kind, self.index, self.binding)
@@ -154,8 +157,9 @@ class Text:
 
     def __post_init__(self) -> None:
         _check_index(self.index, "text")
-        if not self.name or not all(p.isalpha() and p.islower() for p in self.name.split("_")):
-            raise ValueError(f"text symbol name must be lowercase letters, got {self.name!r}")
+        if not (isinstance(self.name, str) and numbered("TSYM", f"T_{self.name}")):
+            raise ValueError(f"text symbol name {self.name!r} cannot be written: T_{self.name} would not read back "
+                             "as that name under grammar/trace.lark's TSYM")
         if self.description is not None:
             _check_label(self.description, "text description")
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 from types import MappingProxyType
-from typing import Mapping
+from typing import Any, Mapping
 
 from ..operators import Role
 from ..resources import read_toml
+from ._grammar import numbered
 
-__all__ = ["KindSpec", "Language", "ROLES", "language"]
+__all__ = ["KindSpec", "Language", "ROLES", "check_spellings", "language", "load_language"]
 
 # Every role a term can play (canonical forms order modifiers by the order of kinds in
 # taxonomy/kinds.toml, not by role).
@@ -23,6 +24,7 @@ class KindSpec:
     roles: frozenset[str]
     description: str
     order: int
+    unspecified: bool = False  # g_local, g_global: binding picks the subtype
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,14 +55,22 @@ class Language:
             return frozenset({"local"})
         return self.kinds[kind].roles
 
+    def is_unspecified(self, kind: str | None) -> bool:
+        """Whether a g term of ``kind`` leaves its subtype to binding (the plain ``g`` does)."""
+        return kind is None or self.kinds[kind].unspecified
+
     def kind_order(self, kind: str | None) -> int:
         return -1 if kind is None else self.kinds[kind].order
 
 
 @cache
 def language() -> Language:
-    raw = read_toml("taxonomy", "kinds.toml")
-    limits = read_toml("grammar", "language.toml")
+    return load_language(read_toml("taxonomy", "kinds.toml"), read_toml("grammar", "language.toml"))
+
+
+def load_language(raw: Mapping[str, Any], limits: Mapping[str, Any]) -> Language:
+    """The language from the parsed ``kinds.toml`` and ``language.toml`` (:func:`check_spellings`
+    checks it against the grammar when the parser is built)."""
     kinds: dict[str, KindSpec] = {}
     aliases: dict[str, str] = {}
     for order, (name, spec) in enumerate(raw["kinds"].items()):
@@ -68,7 +78,7 @@ def language() -> Language:
         unknown = roles - set(ROLES)
         if unknown:
             raise ValueError(f"taxonomy/kinds.toml: kind {name!r} has unknown roles {sorted(unknown)}")
-        kinds[name] = KindSpec(name, roles, spec.get("description", ""), order)
+        kinds[name] = KindSpec(name, roles, spec.get("description", ""), order, bool(spec.get("unspecified", False)))
         for spelling in (name, *spec.get("aliases", ())):
             if spelling in aliases:
                 raise ValueError(f"taxonomy/kinds.toml: spelling {spelling!r} names two kinds")
@@ -84,3 +94,16 @@ def language() -> Language:
         max_compose_depth=int(limits["max_compose_depth"]),
         min_relation_arguments=int(limits["min_relation_arguments"]),
     )
+
+
+def check_spellings(lang: Language) -> None:
+    """Every kind spelling and text symbol of ``lang`` must be one symbol of the grammar that
+    reads back as itself, numbered or not (``g_3d`` or ``g_a1`` could never be written)."""
+    for spelling in lang.kind_aliases:
+        if not numbered("GSYM", f"g_{spelling}"):
+            raise ValueError(f"taxonomy/kinds.toml: kind spelling {spelling!r} cannot be written: g_{spelling} "
+                             "would not read back as that kind under grammar/trace.lark's GSYM")
+    for name in lang.texts:
+        if not numbered("TSYM", f"T_{name}"):
+            raise ValueError(f"taxonomy/kinds.toml: text symbol {name!r} cannot be written: T_{name} would not "
+                             "read back as that name under grammar/trace.lark's TSYM")

@@ -1,8 +1,10 @@
 """Text -> AST: Lark's LALR parser (strict) with one Transformer building the AST inline.
 
 The Transformer runs inside the parser (``Lark(transformer=...)``), so no parse tree is
-built: AST nodes are created as rules reduce. Lark's exceptions never leave this module;
-every failure becomes a :class:`FormulaSyntaxError` naming the column.
+built: AST nodes are created as rules reduce, and an error a builder method raises reaches
+the caller unwrapped. Lark's exceptions never leave this module; every failure becomes a
+:class:`FormulaSyntaxError` naming the column. How a symbol, word or string is spelled is
+the grammar's (``_grammar``), never restated here.
 """
 
 from __future__ import annotations
@@ -11,17 +13,16 @@ import re
 from functools import cache, lru_cache
 
 from lark import Lark, Token, Transformer
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
+from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
 from ..resources import read_text
 from ._ast import Anchor, AnchorBinding, Apply, Compose, Disentangle, DisentangleBinding, Expr, Text
-from ._errors import FormulaError, FormulaSyntaxError
-from ._language import language
+from ._errors import FormulaSyntaxError
+from ._grammar import GRAMMAR_FILE, lark_options, spells, split_index, tree_parser
+from ._language import check_spellings, language
 
 __all__ = ["parse_syntax", "lark_parser"]
 
-_GSYM = re.compile(r"g(?:_([a-z_]+?))?([0-9]*)")
-_TSYM = re.compile(r"T(?:e|_([a-z_]+?))([0-9]*)")
 _UNESCAPE = re.compile(r"\\(.)")
 
 # How the parser's terminals read in an error message.
@@ -43,10 +44,6 @@ _TERMINAL_NAMES = {
 }
 
 
-def _index(digits: str) -> int | None:
-    return int(digits) if digits else None
-
-
 def _string(token: Token) -> str:
     if token.type != "STRING":
         return str(token)
@@ -56,20 +53,20 @@ def _string(token: Token) -> str:
 
 @lru_cache(maxsize=1024)
 def _g_symbol(spelling: str) -> tuple[str | None, int | None] | None:
-    """``g_attach1`` -> ("attach", 1); None for an unknown kind."""
-    spelled, digits = _GSYM.fullmatch(spelling).groups()
-    if spelled is None:
-        return None, _index(digits)
-    kind = language().resolve_kind(spelled)
-    return None if kind is None else (kind, _index(digits))
+    """A GSYM token: ``g_attach1`` -> ("attach", 1), ``g2`` -> (None, 2); None for an unknown kind."""
+    stem, index = split_index(spelling)
+    if stem == "g":
+        return None, index
+    kind = language().resolve_kind(stem.removeprefix("g_"))
+    return None if kind is None else (kind, index)
 
 
 @lru_cache(maxsize=256)
 def _t_symbol(spelling: str) -> tuple[str, int | None] | None:
-    """``T_s1`` -> ("s", 1), ``Te`` -> ("e", None); None for an unknown name."""
-    spelled, digits = _TSYM.fullmatch(spelling).groups()
-    name = spelled or "e"
-    return (name, _index(digits)) if name in language().texts else None
+    """A TSYM token: ``T_s1`` -> ("s", 1), ``Te`` -> ("e", None); None for an unknown name."""
+    stem, index = split_index(spelling)
+    name = "e" if stem == "Te" else stem.removeprefix("T_")
+    return (name, index) if name in language().texts else None
 
 
 class _Builder(Transformer):
@@ -92,12 +89,12 @@ class _Builder(Transformer):
 
     def compose(self, children: list) -> Compose:
         symbol = children[0]
-        return Compose(tuple(children[1:]), _index(symbol[1:]), column=symbol.column, line=symbol.line)
+        return Compose(tuple(children[1:]), split_index(symbol)[1], column=symbol.column, line=symbol.line)
 
     def anchor(self, children: list) -> Anchor:
         symbol, image, entity = children
-        binding = None if image is None else AnchorBinding(int(image[1:]), _string(entity))
-        return Anchor(_index(symbol[1:]), binding, column=symbol.column, line=symbol.line)
+        binding = None if image is None else AnchorBinding(split_index(image)[1], _string(entity))
+        return Anchor(split_index(symbol)[1], binding, column=symbol.column, line=symbol.line)
 
     def gterm(self, children: list) -> Disentangle:
         symbol, image, entities, attribute = children
@@ -111,7 +108,7 @@ class _Builder(Transformer):
             )
         binding = None
         if image is not None:
-            binding = DisentangleBinding(int(image[1:]), entities or (), _string(attribute))
+            binding = DisentangleBinding(split_index(image)[1], entities or (), _string(attribute))
         return Disentangle(decoded[0], decoded[1], binding, column=symbol.column, line=symbol.line)
 
     def text(self, children: list) -> Text:
@@ -135,14 +132,10 @@ class _Builder(Transformer):
 @cache
 def lark_parser(*, build_ast: bool = True) -> Lark:
     """The Lark parser of grammar/trace.lark; ``build_ast=False`` gives the bare tree parser."""
-    return Lark(
-        read_text("grammar", "trace.lark"),
-        parser="lalr",
-        lexer="contextual",
-        strict=True,
-        maybe_placeholders=True,
-        transformer=_Builder() if build_ast else None,
-    )
+    if not build_ast:
+        return tree_parser()
+    check_spellings(language())  # the vocabulary must be writable in this grammar
+    return Lark(read_text("grammar", GRAMMAR_FILE), transformer=_Builder(), **lark_options())
 
 
 def parse_syntax(text: str) -> Expr:
@@ -153,16 +146,8 @@ def parse_syntax(text: str) -> Expr:
         raise FormulaSyntaxError("empty formula")
     try:
         return lark_parser().parse(text)
-    except FormulaError:
-        raise
-    except VisitError as exc:  # an error raised by the builder, wrapped by lark
-        if isinstance(exc.orig_exc, FormulaError):
-            raise exc.orig_exc from None
-        raise FormulaSyntaxError(str(exc.orig_exc)) from None
     except UnexpectedInput as exc:
         raise _syntax_error(text, exc) from None
-    except ValueError as exc:  # an AST invariant (e.g. a line break inside a string)
-        raise FormulaSyntaxError(str(exc)) from None
 
 
 def _expected(names) -> str:
@@ -176,20 +161,19 @@ def _syntax_error(text: str, exc: UnexpectedInput) -> FormulaSyntaxError:
         return FormulaSyntaxError(
             f"unexpected character {char!r}; expected {_expected(exc.allowed)}", column=exc.column, line=exc.line
         )
-    if isinstance(exc, UnexpectedEOF) or (isinstance(exc, UnexpectedToken) and exc.token.type == "$END"):
-        expected = getattr(exc, "expected", None) or getattr(exc, "accepts", None) or set()
+    assert isinstance(exc, UnexpectedToken)  # LALR raises nothing else
+    expected = exc.accepts or exc.expected
+    if exc.token.type == "$END":
         last_line = text.rstrip().count("\n") + 1
         last_col = len(text.rstrip().split("\n")[-1]) + 1
         return FormulaSyntaxError(
             f"the formula ends too early; expected {_expected(expected)}", column=last_col, line=last_line
         )
-    assert isinstance(exc, UnexpectedToken)
     token = exc.token
-    expected = exc.accepts or exc.expected
     # The contextual lexer names a token by what the parser state accepts, so a misplaced
-    # symbol may arrive as a WORD: read its spelling instead.
-    is_g = _GSYM.fullmatch(token) is not None
-    is_term = is_g or _TSYM.fullmatch(token) is not None or re.fullmatch(r"[fC][0-9]*", token) is not None
+    # symbol may arrive as a WORD: read its spelling with the grammar's own terminals.
+    is_g = spells("GSYM", token)
+    is_term = is_g or any(spells(name, token) for name in ("TSYM", "ASYM", "CSYM"))
     if is_g and "ASYM" in expected:
         message = f"'{token}' needs a carrier: write f ⊕ {token} or T_e ⊕ {token}"
     elif is_term and not is_g and "GSYM" in expected:

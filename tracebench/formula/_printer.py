@@ -1,19 +1,17 @@
 """AST -> text, in the Unicode (``⊕``) or ASCII (``+``) spelling.
 
 The printer is the inverse of the parser: ``parse(to_text(ast)) == ast`` for every AST.
+Whether an attribute can stand as a bare word is the grammar's ``WORD`` terminal
+(``_grammar``); in an attribute's place the contextual lexer expects only a word or a
+string, so a word that looks like a symbol (``I2``, ``f1``) needs no quotes either.
 """
 
 from __future__ import annotations
 
-import re
-
 from ._ast import Anchor, Apply, Compose, Disentangle, Expr, Node, Text
+from ._grammar import spells
 
 __all__ = ["to_text", "symbol"]
-
-_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]*")
-# Spellings the lexer reads as a symbol rather than a word where both could appear.
-_SYMBOL_LIKE = re.compile(r"I[0-9]+")
 
 
 def _number(index: int | None) -> str:
@@ -25,9 +23,7 @@ def _quote(value: str) -> str:
 
 
 def _word_or_quote(value: str) -> str:
-    if _WORD.fullmatch(value) and not _SYMBOL_LIKE.fullmatch(value):
-        return value
-    return _quote(value)
+    return value if spells("WORD", value) else _quote(value)
 
 
 def symbol(node: Node) -> str:

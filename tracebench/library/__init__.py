@@ -5,16 +5,13 @@ from __future__ import annotations
 from ._balance import balance_library, balanced_selection, image_features
 from ._import import copy_selection, import_library
 from ._io import INFO_FILE, TAGS_FILE, content_hash, load_library, staged_output, write_library
-from ._models import Appearance, Dynamics, Entity, Form, GlobalTag, LibraryInfo, TagDict, TaggedImage
+from ._models import Entity, GlobalTag, LibraryInfo, TagDict, TaggedImage
 from ._stats import library_stats
 from ._validate import check_records, read_records, read_valid_library, validate_library
 from .synth import default_library, plan_scene, render_scene, synthesize_image, synthesize_library
 
 __all__ = [
-    "Appearance",
-    "Dynamics",
     "Entity",
-    "Form",
     "GlobalTag",
     "INFO_FILE",
     "LibraryInfo",

@@ -1,23 +1,24 @@
-"""Records of a tagged reference library (METHOD.md §5), as pydantic models.
+"""Records of a tagged reference library (the paper's tagging format), as pydantic models.
 
 Field names on disk are the paper's (``ent_list``, ``ent_desc``, ``tag_dict``,
 ``1_Appearance``, ``1.1_pattern_texture`` ... ``4.6_inter_instance_relation``); Python
-names are readable aliases of them. Every model forbids unknown fields, so a misspelled or
-unknown subtype is an error, not a silently dropped tag. taxonomy/subtypes.toml is the
-source of the subtypes; a test keeps these models in step with it.
+names are the keys without their numbers (``appearance``, ``pattern_texture``). The tag
+groups and their subtypes are not written here: :class:`TagDict` and :class:`GlobalTag`
+are built from taxonomy/subtypes.toml (through :func:`tracebench.taxonomy.taxonomy`), so a
+subtype added there is a field of every record. Every model forbids unknown fields, so a
+misspelled or unknown subtype is an error, not a silently dropped tag.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from ..taxonomy import SubtypeSpec, taxonomy
 
 __all__ = [
-    "Appearance",
-    "Dynamics",
     "Entity",
-    "Form",
     "GlobalTag",
     "LibraryInfo",
     "TagDict",
@@ -27,57 +28,40 @@ __all__ = [
 Tags = tuple[str, ...]
 
 
-def _tags(alias: str, description: str) -> Any:
-    return Field(default=(), alias=alias, description=description)
-
-
 class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, serialize_by_alias=True)
 
 
-class Appearance(_Record):
-    """``1_Appearance``."""
-
-    pattern_texture: Tags = _tags("1.1_pattern_texture", "surface pattern or texture")
-    material: Tags = _tags("1.2_material", "what the thing is made of")
-    damage_wear: Tags = _tags("1.3_damage_wear", "damage, wear, dirt or aging marks")
-    font: Tags = _tags("1.4_font", "typeface of rendered text")
+def _tags_model(name: str, doc: str, subtypes: list[SubtypeSpec]) -> type[_Record]:
+    fields: dict[str, Any] = {s.name: (Tags, Field(default=(), alias=s.key, description=s.definition))
+                              for s in subtypes}
+    return create_model(name, __base__=_Record, __doc__=doc, __module__=__name__, **fields)
 
 
-class Form(_Record):
-    """``2_Form``."""
-
-    hairstyle: Tags = _tags("2.1_hairstyle", "hairstyle (humans and humanoids)")
-    facial_features: Tags = _tags("2.2_facial_features", "facial features (humans and humanoids)")
-    shape: Tags = _tags("2.3_shape", "outline or body shape")
-
-
-class Dynamics(_Record):
-    """``3_Dynamics``."""
-
-    action_pose: Tags = _tags("3.1_action_pose", "action or body pose")
-    expression: Tags = _tags("3.2_expression", "facial expression (humans and humanoids)")
-    orientation: Tags = _tags("3.3_orientation", "which way the entity faces")
-    motion_effect: Tags = _tags("3.4_motion_effect", "motion or visual effect")
+def _tag_dict_model() -> type[_Record]:
+    tax = taxonomy()
+    fields: dict[str, Any] = {}
+    for group in tax.groups_of("tag_dict"):
+        model = _tags_model(group.name, f"``{group.key}``: {group.definition}.",
+                            [s for s in tax.entity_subtypes() if s.group == group.key])
+        fields[group.name.lower()] = (model, Field(default_factory=model, alias=group.key))
+    return create_model("TagDict", __base__=_Record, __doc__="An entity's attribute tags by group.",
+                        __module__=__name__, **fields)
 
 
-class TagDict(_Record):
-    """An entity's attribute tags in the paper's three groups."""
-
-    appearance: Appearance = Field(default_factory=Appearance, alias="1_Appearance")
-    form: Form = Field(default_factory=Form, alias="2_Form")
-    dynamics: Dynamics = Field(default_factory=Dynamics, alias="3_Dynamics")
+TagDict = _tag_dict_model()
+GlobalTag = _tags_model("GlobalTag", "Image-level tags (``global_tag``).", taxonomy().global_subtypes())
+# whole-entity uses (g_attach, g_ip): the specials a tagged image marks with `usable_as`
+_Use = Literal[tuple(key for key, s in taxonomy().special.items() if s.record == "usable_as")]  # type: ignore[valid-type]
 
 
-class GlobalTag(_Record):
-    """Image-level tags (``global_tag``)."""
-
-    style: Tags = _tags("4.1_style", "rendering style of the whole image")
-    lighting: Tags = _tags("4.2_lighting", "lighting")
-    camera_viewpoint: Tags = _tags("4.3_camera_viewpoint", "camera viewpoint")
-    layout_sequence: Tags = _tags("4.4_layout_sequence", "layout or sequence")
-    color_tone: Tags = _tags("4.5_color_tone", "color tone")
-    inter_instance_relation: Tags = _tags("4.6_inter_instance_relation", "relations between entities")
+def tag_dict_of(tags: Mapping[str, Tags]) -> TagDict:
+    """An entity's tag dict from tags by subtype key (``{"1.1_pattern_texture": ("stripes",)}``)."""
+    tax = taxonomy()
+    groups: dict[str, dict[str, Tags]] = {g.key: {} for g in tax.groups_of("tag_dict")}
+    for key, values in tags.items():
+        groups[tax.subtypes[key].group][key] = values
+    return TagDict.model_validate(groups)
 
 
 class Entity(_Record):
@@ -89,12 +73,12 @@ class Entity(_Record):
     bbox: tuple[int, int, int, int] | None = Field(
         default=None, description="optional bounding box in pixels: left, top, right, bottom"
     )
-    usable_as: tuple[Literal["attach", "ip"], ...] = Field(
+    usable_as: tuple[_Use, ...] = Field(
         default=(), description="whole-entity uses: an attachable component (g_attach), a design (g_ip)"
     )
 
     def subtype_tags(self) -> dict[str, Tags]:
-        """Non-empty tags by subtype key (``"1.1_pattern_texture"`` ...), across the three groups."""
+        """Non-empty tags by subtype key (``"1.1_pattern_texture"`` ...), across the groups."""
         tags: dict[str, Tags] = {}
         for group in self.tag_dict.model_dump(by_alias=True).values():
             tags.update({key: value for key, value in group.items() if value})

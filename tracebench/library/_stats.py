@@ -23,7 +23,7 @@ def library_stats(images: Sequence[TaggedImage]) -> dict[str, Any]:
     categories = Counter({c: 0 for c in tax.categories})
     subtypes = Counter({s.key: 0 for s in tax.entity_subtypes()})
     global_ = Counter({s.key: 0 for s in tax.global_subtypes()})
-    usable = Counter({"attach": 0, "ip": 0})
+    usable = Counter({key: 0 for key, s in tax.special.items() if s.record == "usable_as"})
     per_image = Counter()
     for image in images:
         per_image[len(image.ent_list)] += 1

@@ -15,6 +15,7 @@ from functools import cache
 
 from ..records import TermBinding
 from ..resources import read_toml
+from ..taxonomy import taxonomy
 from ..templating import compile_string, render
 
 __all__ = ["PROMPT_FILES", "Prompts", "in_words", "phrase_name", "realize"]
@@ -76,7 +77,8 @@ def realize(terms: tuple[TermBinding, ...], has_scene: bool, rng: random.Random 
         if rng is None:
             raise TypeError("realize needs an rng to draw the scene, or the scene itself")
         frames = _phrases()["frames"]
-        takes_background = any(t.op == "g" and t.role == "global" and t.subtype == "background" for t in terms)
+        backgrounds = {key for key, s in taxonomy().special.items() if s.record == "background"}
+        takes_background = any(t.op == "g" and t.role == "global" and t.subtype in backgrounds for t in terms)
         frame = rng.choice(frames["neutral"] if takes_background else frames["settings"])
         pattern = rng.choice(frames["together"] if has_scene and len(carriers) > 1 else frames["alone"])
         scene = f"{frame} {pattern}"

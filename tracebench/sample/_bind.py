@@ -13,6 +13,7 @@ import random
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cache
 
 from ..errors import TraceError
 from ..formula import (
@@ -23,13 +24,14 @@ from ..formula import (
     Disentangle,
     DisentangleBinding,
     Expr,
+    FormulaError,
     Text,
     analyze,
     language,
     to_text,
 )
 from ..records import TermBinding
-from ..taxonomy import ENTITY_GROUPS, taxonomy
+from ..taxonomy import SubtypeSpec, taxonomy
 from ._index import EntityRef, GlobalRef, LibraryIndex, RelationRef, TextCarrier, text_carriers
 
 __all__ = ["BindingError", "BoundCase", "bind"]
@@ -77,9 +79,25 @@ def _slug(noun: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", noun.lower()).strip("_") or "thing"
 
 
-def _short(key: str) -> str:
-    """ "1.1_pattern_texture" -> "pattern_texture"; "background" stays."""
-    return key.split("_", 1)[1] if key[:1].isdigit() else key
+@cache
+def _role_on(kind: str, on_composition: bool) -> str | None:
+    """The role a ``g_<kind>`` term plays applied at the top level to a composition or to one
+    entity, as validation assigns it (None: validation refuses it there)."""
+    carrier = Compose((Anchor(), Anchor())) if on_composition else Anchor()
+    try:
+        return analyze(Apply(carrier, (Disentangle(kind),)))[-1].role
+    except FormulaError:
+        return None
+
+
+def _kind_for(spec: SubtypeSpec, asked: str | None, role: str, on_composition: bool) -> str | None:
+    """The kind a bound term is written with: the template's own kind when it names one;
+    otherwise the first kind listed for the chosen subtype under which the term keeps its
+    role where it stands (a color tone on a lone entity written ``g_color`` would read as the
+    entity's own color), else the template's unspecified kind."""
+    if not language().is_unspecified(asked):
+        return asked
+    return next((k for k in spec.kinds if _role_on(k, on_composition) == role), asked)
 
 
 @dataclass
@@ -153,20 +171,21 @@ class _Binder:
 
     def carrier(self, node: Expr, modifiers: list[tuple[Disentangle | Text, str]]) -> str:
         tax = taxonomy()
-        needs_attach = any(r == "attach" for _, r in modifiers)
-        needs_ip = any(r == "ip" for _, r in modifiers)
-        plain = sum(1 for _, r in modifiers if r == "local")
+        lang = language()
+        wholes = [w for w in map(_whole, dict.fromkeys(r for _, r in modifiers)) if w is not None]
+        local = [m.kind for m, r in modifiers if r == "local"]
+        named = {k for k in local if not lang.is_unspecified(k)}
         restrict = self.carrier_categories if isinstance(node, Anchor) else None
 
         def category_fits(category: str) -> bool:
             if restrict is not None and category not in restrict:
                 return False
-            if needs_attach and category not in tax.special["attach"].receivers:
+            if any(category not in whole.receivers for whole in wholes):
                 return False
-            if needs_ip and category not in tax.special["ip"].receivers:
-                return False
-            return plain <= sum(1 for s in tax.entity_subtypes()
-                                if s.applies_to(category) and self.index.by_subtype.get(s.key))
+            usable = [s for s in tax.of_role("local") if s.applies_to(category) and self.index.by_subtype.get(s.key)]
+            if any(not any(k in s.kinds for s in usable) for k in named):
+                return False  # g_font on a dog
+            return len(local) <= sum(1 for s in usable if s.wildcard or named & set(s.kinds))
 
         if isinstance(node, Anchor):
             entity = self.pick(self.index.entities, "entity to anchor that takes these attributes",
@@ -196,63 +215,77 @@ class _Binder:
     def attribute(self, modifier: Disentangle, role: str, carrier: str, category: str, carrier_entity,
                   taken: set[str]) -> None:
         tax = taxonomy()
-        if role in ("attach", "ip"):
-            pool = self.index.attach if role == "attach" else self.index.ip
-            source = self.pick(pool, f"entity usable as {role}",
+        whole = _whole(role)
+        if whole is not None:  # attach, ip: an entity used whole
+            source = self.pick(self.index.by_use.get(whole.key, []), f"entity usable as {whole.key}",
                                lambda e: (e.image, e.entity) != carrier_entity
                                and (e.image, e.entity) not in self.used_entities)
             self.used_entities.add((source.image, source.entity))
-            self.drafts.append(_Draft(self.number(f"g_{role}"), "g", role, role, source.description,
+            kind = _kind_for(whole, modifier.kind, role, on_composition=False)
+            self.drafts.append(_Draft(self.number(f"g_{kind}"), "g", role, kind, source.description,
                                       carrier=carrier, category=source.category, library_image=source.image,
-                                      entity=source, subtype=role,
-                                      attribute="component" if role == "attach" else "design"))
+                                      entity=source, subtype=whole.key, attribute=whole.attribute))
             return
-        specs = tax.entity_subtypes() if modifier.kind in (None, "local") else tax.subtypes_of_kind(modifier.kind)
-        options = [s.key for s in specs if s.group in ENTITY_GROUPS and s.applies_to(category)
+        specs = _candidates(modifier.kind, "local")
+        options = [s.key for s in specs if s.applies_to(category)
                    and s.key not in taken and self.index.by_subtype.get(s.key)]
         if not options:
-            raise BindingError(f"no attribute subtype left that applies to a {category} carrier")
+            raise BindingError(f"no attribute subtype left for {to_text(modifier)} that applies to a {category} carrier")
         key = options[self.rng.randrange(len(options))]
         taken.add(key)
         source = self.pick(self.index.by_subtype[key], f"entity tagged {key}",
                            lambda e: (e.image, e.entity) != carrier_entity
                            and (e.image, e.entity, key) not in self.used_sources)
         self.used_sources.add((source.image, source.entity, key))
-        kind = tax.subtypes[key].kinds[0]
-        self.drafts.append(_Draft(self.number(f"g_{kind}"), "g", "local", kind, dict(source.tags)[key],
-                                  carrier=carrier, category=source.category, library_image=source.image,
-                                  entity=source, subtype=key, attribute=_short(key)))
+        spec = tax.subtypes[key]
+        kind = _kind_for(spec, modifier.kind, "local", on_composition=False)
+        self.drafts.append(_Draft(self.number("g" if kind is None else f"g_{kind}"), "g", "local", kind,
+                                  dict(source.tags)[key], carrier=carrier, category=source.category,
+                                  library_image=source.image, entity=source, subtype=key, attribute=spec.attribute))
 
     def global_(self, modifier: Disentangle, carrier: str) -> None:
         tax = taxonomy()
-        if modifier.kind in (None, "global"):
-            keys = list(self.index.globals_by_subtype)
-        else:
-            keys = [s.key for s in tax.subtypes_of_kind(modifier.kind) if s.group not in ENTITY_GROUPS]
+        keys = [s.key for s in _candidates(modifier.kind, "global")]
         keys = [k for k in keys if k in self.index.globals_by_subtype and k not in self.used_globals]
         if not keys:
             raise BindingError(f"the library has no image-level tag left for {to_text(modifier)}")
+        if language().is_unspecified(modifier.kind):  # in the order the library holds them
+            keys.sort(key=list(self.index.globals_by_subtype).index)
         key = keys[self.rng.randrange(len(keys))]
         self.used_globals.add(key)
         ref: GlobalRef = self.pick(self.index.globals_by_subtype[key], f"image tagged {key}")
-        kind = "bg" if key == "background" else tax.subtypes[key].kinds[0]
-        if not carrier.startswith("C") and language().kind_roles(kind) != {"global"}:
-            kind = "global"  # g_color on a lone entity would read as the entity's own color
+        spec = tax.subtypes.get(key) or tax.special[key]
+        kind = _kind_for(spec, modifier.kind, "global", on_composition=carrier.startswith("C"))
         self.drafts.append(_Draft(self.number(f"g_{kind}"), "g", "global", kind, ref.value, carrier=carrier,
-                                  library_image=ref.image, subtype=key, attribute=_short(key)))
+                                  library_image=ref.image, subtype=key, attribute=spec.attribute))
 
     def relation(self, modifier: Disentangle | Text, c_symbol: str, heads: tuple[str, ...]) -> None:
         if isinstance(modifier, Text):
             self.drafts.append(_Draft(self.number("T_rel"), "T", "relation", "rel",
                                       modifier.description or "interacting", carrier=c_symbol, participants=heads))
             return
-        ref: RelationRef = self.pick(self.index.relations, "relation (4.6_inter_instance_relation) to transfer",
+        keys = ", ".join(s.key for s in taxonomy().of_role("relation"))
+        ref: RelationRef = self.pick(self.index.relations, f"relation ({keys}) to transfer",
                                      lambda r: (r.image, r.value) not in self.used_relations)
         self.used_relations.add((ref.image, ref.value))
         self.drafts.append(_Draft(self.number("g_rel"), "g", "relation", "rel", ref.value, carrier=c_symbol,
-                                  library_image=ref.image, subtype="4.6_inter_instance_relation",
+                                  library_image=ref.image, subtype=ref.subtype,
                                   attribute=ref.phrase or "relation", participants=heads,
                                   participant_entities=ref.participants))
+
+
+def _whole(role: str) -> SubtypeSpec | None:
+    """The special a term of ``role`` takes whole from an entity (attach, ip), if any."""
+    return next((s for s in taxonomy().of_role(role) if s.record == "usable_as"), None)
+
+
+def _candidates(kind: str | None, role: str) -> list[SubtypeSpec]:
+    """The subtypes a term of ``kind`` may be bound to in ``role``: those listing the kind, or
+    for an unspecified kind (``g``, ``g_global``) every subtype of the role not kept from them."""
+    specs = taxonomy().of_role(role)
+    if language().is_unspecified(kind):
+        return [s for s in specs if s.wildcard]
+    return [s for s in specs if kind in s.kinds]
 
 
 def _index_of(symbol: str) -> int:

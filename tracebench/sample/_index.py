@@ -41,13 +41,14 @@ class EntityRef:
 @dataclass(frozen=True, slots=True)
 class GlobalRef:
     image: int
-    subtype: str  # 4.1_style ... or "background"
+    subtype: str  # 4.1_style ... or "background" (the image-level subtypes of taxonomy/subtypes.toml)
     value: str
 
 
 @dataclass(frozen=True, slots=True)
 class RelationRef:
     image: int
+    subtype: str  # the relation subtype of taxonomy/subtypes.toml (4.6_inter_instance_relation)
     value: str  # the tag: "a child holding an apple"
     participants: tuple[EntityRef, ...]  # subject, object when the library knows them
     phrase: str | None  # the relation alone, "holding", when it can be read off the tag
@@ -99,14 +100,17 @@ class LibraryIndex:
     images: list[TaggedImage]
     entities: list[EntityRef] = field(default_factory=list)
     by_subtype: dict[str, list[EntityRef]] = field(default_factory=dict)
-    attach: list[EntityRef] = field(default_factory=list)
-    ip: list[EntityRef] = field(default_factory=list)
+    by_use: dict[str, list[EntityRef]] = field(default_factory=dict)  # "attach", "ip": entities usable whole
     globals_by_subtype: dict[str, list[GlobalRef]] = field(default_factory=dict)
     relations: list[RelationRef] = field(default_factory=list)
 
     @classmethod
     def build(cls, root: Path, info: LibraryInfo, images: list[TaggedImage]) -> "LibraryIndex":
+        tax = taxonomy()
         index = cls(Path(root), info, list(images))
+        index.by_use = {key: [] for key, s in tax.special.items() if s.record == "usable_as"}
+        relation_keys = [s.key for s in tax.global_subtypes() if s.role == "relation"]
+        backgrounds = [s.key for s in tax.special.values() if s.record == "background"]
         for i, image in enumerate(images):
             render_entities = (image.render or {}).get("entities") or []
             refs = []
@@ -120,23 +124,23 @@ class LibraryIndex:
                 index.entities.append(ref)
                 for key in tags:
                     index.by_subtype.setdefault(key, []).append(ref)
-                if "attach" in entity.usable_as:
-                    index.attach.append(ref)
-                if "ip" in entity.usable_as:
-                    index.ip.append(ref)
-            for key, values in image.global_tags().items():
-                if key == "4.6_inter_instance_relation":
-                    continue
-                index.globals_by_subtype.setdefault(key, []).append(GlobalRef(i, key, values[0]))
+                for use in entity.usable_as:
+                    index.by_use[use].append(ref)
+            global_tags = image.global_tags()
+            for key, values in global_tags.items():
+                if key not in relation_keys:
+                    index.globals_by_subtype.setdefault(key, []).append(GlobalRef(i, key, values[0]))
             if image.background:
-                index.globals_by_subtype.setdefault("background", []).append(GlobalRef(i, "background", image.background[0]))
+                for key in backgrounds:
+                    index.globals_by_subtype.setdefault(key, []).append(GlobalRef(i, key, image.background[0]))
             known = (image.render or {}).get("relations") or []
-            for k, value in enumerate(image.global_tags().get("4.6_inter_instance_relation", ())):
+            relation_tags = [(key, value) for key in relation_keys for value in global_tags.get(key, ())]
+            for k, (key, value) in enumerate(relation_tags):
                 participants: tuple[EntityRef, ...] = ()
                 if k < len(known):
                     subject, obj = known[k].get("subject"), known[k].get("object")
                     if isinstance(subject, int) and isinstance(obj, int) and max(subject, obj) < len(refs):
                         participants = (refs[subject], refs[obj])
                 phrase = _relation_phrase(value, *participants) if participants else None
-                index.relations.append(RelationRef(i, value, participants, phrase))
+                index.relations.append(RelationRef(i, key, value, participants, phrase))
         return index

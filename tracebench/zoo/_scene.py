@@ -27,17 +27,6 @@ from ._rules import Scene, breaking
 
 __all__ = ["plan_generation"]
 
-# entity subtype -> the plan field that draws it
-FIELDS = {"1.1_pattern_texture": "pattern", "1.2_material": "material", "1.3_damage_wear": "damage",
-          "1.4_font": "font", "2.1_hairstyle": "hairstyle", "2.2_facial_features": "features",
-          "2.3_shape": "shape", "3.1_action_pose": "pose", "3.2_expression": "expression",
-          "3.3_orientation": "orientation", "3.4_motion_effect": "effect"}
-# image-level subtype -> the plan field
-GLOBAL_FIELDS = {"4.1_style": "style", "4.2_lighting": "lighting", "4.3_camera_viewpoint": "viewpoint",
-                 "4.4_layout_sequence": "layout", "4.5_color_tone": "tone", "background": "background"}
-_TABLES = {"pattern": "patterns", "material": "materials", "damage": "damage", "font": "fonts",
-           "hairstyle": "hairstyles", "features": "features", "pose": "poses", "expression": "expressions",
-           "orientation": "orientations", "effect": "effects"}
 _OPTIONAL = ("pattern", "material", "damage", "shape", "effect")  # an entity may lack these
 _DRAWN_KEYS = ("place", "position", "box", "bbox", "unit", "rgb", "desc", "worn")  # redone for the new scene
 # what an image shows when a global term is missing (or, if that is what was asked, the second choice)
@@ -96,19 +85,22 @@ def _fresh(entity: dict) -> dict:
     return e
 
 
+def _fields(world: World, *, entity: bool) -> dict[str, str]:
+    """Subtype -> the plan field that draws it (taxonomy/synth.toml's draws): the entity
+    subtypes, or (``entity=False``) the image-level ones and the background."""
+    return {key: d.field for key, d in world.draws.items() if (d.subtype.record == "tag_dict") == entity}
+
+
 def _plan_value(world: World, source: dict, dim: str, tag: str) -> Any:
     """The plan value behind a tag of the source entity ("horizontal stripes" -> "stripes")."""
+    draw = world.draw_of(dim)
     if dim == "features":
         feats = source.get("features") or []
-        match = [f for f in feats if world.features[f]["tag"] == tag]
+        match = [f for f in feats if world.tag_text(draw, source["figure"], f) == tag]
         return (match or feats or [None])[0]
     if source.get(dim) is not None:
         return source[dim]
-    if dim == "shape":
-        shapes = world.figures[source["figure"]].get("shapes", {})
-        return next((k for k, words in shapes.items() if words == tag), None)
-    table = getattr(world, _TABLES[dim])
-    return next((k for k, v in table.items() if v.get("tag") == tag), None)
+    return world.value_of(draw, source["figure"], tag)
 
 
 def _shows(e: dict, dim: str, value: Any) -> bool:
@@ -296,9 +288,10 @@ class _Planner:
                 self.notes["anchors"][t.symbol] = {"identity": "kept"}
         else:
             wanted = []
+            fields = _fields(world, entity=True)
             for g in self.case.terms:
-                if g.carrier == t.symbol and g.op == "g" and g.role == "local" and g.subtype in FIELDS:
-                    dim = FIELDS[g.subtype]
+                if g.carrier == t.symbol and g.op == "g" and g.role == "local" and g.subtype in fields:
+                    dim = fields[g.subtype]
                     wanted.append((dim, _plan_value(world, self.sources.entity(g), dim, g.value)))
             used = {e["figure"] for e in self.entities}
             e = _stand_in(world, t, wanted, used, _stream(self.seed, self.case.id, t.symbol))
@@ -311,7 +304,7 @@ class _Planner:
     # -- transfers -----------------------------------------------------------------------
     def local(self, g: TermBinding) -> None:
         world = self.world
-        dim = FIELDS.get(g.subtype or "")
+        dim = _fields(world, entity=True).get(g.subtype or "")
         source = self.sources.entity(g)
         value = _plan_value(world, source, dim, g.value) if dim else None
         note: dict[str, Any] = {"term": g.symbol, "subtype": g.subtype, "field": dim, "value": value,
@@ -437,10 +430,11 @@ class _Planner:
         values: dict[str, Any] = {"style": "flat", "lighting": None, "tone": None, "viewpoint": "eye_level",
                                   "layout": _default_layout(n), "background": "plain"}
         background_seed = None
+        fields = _fields(world, entity=False)
         for g in self.case.terms:
-            if not (g.op == "g" and g.role == "global" and g.subtype in GLOBAL_FIELDS):
+            if not (g.op == "g" and g.role == "global" and g.subtype in fields):
                 continue
-            field = GLOBAL_FIELDS[g.subtype]
+            field = fields[g.subtype]
             source = self.sources.plan(g)
             asked = source["background"]["kind"] if field == "background" else source.get(field)
             applied = asked is not None and not self.broken(g.symbol, "presence", "no-global", "weak-subtype")

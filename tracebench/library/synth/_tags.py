@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .._models import Appearance, Dynamics, Entity, Form, GlobalTag, TagDict, TaggedImage
+from ...taxonomy import taxonomy
+from .._models import Entity, GlobalTag, TagDict, TaggedImage, tag_dict_of
 from ._plan import _DISTINCT, FINE_MIN_PX
 from ._world import World
 
@@ -44,12 +45,18 @@ _PRIORITY = {
 }
 
 
+def _color_shows(world: World, e: dict, colors_ok: bool) -> bool:
+    """Whether the entity's own color can be seen: the image keeps its colors and the entity
+    has no material with colors of its own."""
+    material = e.get("material")
+    return colors_ok and (material is None or bool(world.materials[material].get("keeps_color")))
+
+
 def _core(world: World, e: dict, must: set[str], colors_ok: bool, limit: int) -> str:
     """Adjectives + noun + modifiers naming the entity, always including the ``must`` dims."""
     fig = world.figures[e["figure"]]
     human = e["category"] in world.humanoid
-    material = e.get("material")
-    color_shows = colors_ok and (material is None or world.materials[material].get("keeps_color"))
+    color_shows = _color_shows(world, e, colors_ok)
     have = {dim for dim in _DISTINCT + ("orientation",) if e.get(dim)}
     if e.get("design"):
         have.add("motif")
@@ -152,23 +159,31 @@ def _describe(world: World, plan: dict) -> list[str]:
     return descs
 
 
-def _tag_dict(world: World, e: dict) -> TagDict:
-    def one(table: dict, key: str) -> tuple[str, ...]:
-        return (table[e[key]]["tag"],) if e.get(key) else ()
-
-    fig = world.figures[e["figure"]]
+def _tag_dict(world: World, e: dict, colors_ok: bool) -> TagDict:
+    """Every entity subtype the world drew on ``e`` and the taxonomy allows on its category."""
     fine = e.get("unit", FINE_MIN_PX) >= FINE_MIN_PX
-    return TagDict(
-        appearance=Appearance(pattern_texture=one(world.patterns, "pattern"), material=one(world.materials, "material"),
-                              damage_wear=one(world.damage, "damage"), font=one(world.fonts, "font")),
-        form=Form(hairstyle=one(world.hairstyles, "hairstyle"),
-                  facial_features=tuple(world.features[f]["tag"] for f in e.get("features", [])) if fine else (),
-                  shape=(fig["shapes"][e["shape"]],) if e.get("shape") else ()),
-        dynamics=Dynamics(action_pose=one(world.poses, "pose"),
-                          expression=one(world.expressions, "expression") if fine else (),
-                          orientation=one(world.orientations, "orientation"),
-                          motion_effect=one(world.effects, "effect")),
-    )
+    tags: dict[str, tuple[str, ...]] = {}
+    for d in world.entity_draws():
+        value = e.get(d.field)
+        if not value or not d.subtype.applies_to(e["category"]):
+            continue
+        if (d.fine and not fine) or (d.needs_colors and not _color_shows(world, e, colors_ok)):
+            continue
+        values = value if isinstance(value, list) else [value]
+        tags[d.subtype.key] = tuple(world.tag_text(d, e["figure"], v) for v in values)
+    return tag_dict_of(tags)
+
+
+def _global_tag(world: World, render: dict) -> GlobalTag:
+    tags: dict[str, tuple[str, ...]] = {}
+    for spec in taxonomy().global_subtypes():
+        if spec.role == "relation":
+            values = [relation_tag(world, r, render["entities"]) for r in render["relations"]]
+        else:
+            d = world.draws.get(spec.key)
+            values = [world.tag_text(d, "", render[d.field])] if d is not None and render.get(d.field) else []
+        tags[spec.key] = tuple(dict.fromkeys(values))
+    return GlobalTag.model_validate(tags)
 
 
 def _record(world: World, render: dict, image_id: str, path: str) -> TaggedImage:
@@ -176,18 +191,10 @@ def _record(world: World, render: dict, image_id: str, path: str) -> TaggedImage
     ents = []
     for e, desc in zip(render["entities"], descs):
         e["desc"] = desc
-        ents.append(Entity(category=e["category"], ent_desc=desc, tag_dict=_tag_dict(world, e),
+        ents.append(Entity(category=e["category"], ent_desc=desc,
+                           tag_dict=_tag_dict(world, e, render["colors_visible"]),
                            bbox=tuple(e["bbox"]), usable_as=tuple(e["usable_as"])))
     bg = world.backgrounds[render["background"]["kind"]].get("tag")
-    rel_tags = tuple(dict.fromkeys(relation_tag(world, r, render["entities"]) for r in render["relations"]))
-    glob = GlobalTag(
-        style=(world.styles[render["style"]]["tag"],),
-        lighting=(world.lighting[render["lighting"]]["tag"],) if render["lighting"] else (),
-        camera_viewpoint=(world.viewpoints[render["viewpoint"]]["tag"],),
-        layout_sequence=(world.layouts[render["layout"]]["tag"],),
-        color_tone=(world.tones[render["tone"]]["tag"],) if render["tone"] else (),
-        inter_instance_relation=rel_tags,
-    )
     return TaggedImage(id=image_id, path=path, width=render["size"], height=render["size"], source="synthetic",
-                       license="CC0-1.0", ent_list=tuple(ents), background=(bg,) if bg else (), global_tag=glob,
-                       render=render)
+                       license="CC0-1.0", ent_list=tuple(ents), background=(bg,) if bg else (),
+                       global_tag=_global_tag(world, render), render=render)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -11,16 +12,31 @@ from typing import Any
 import PIL
 
 from ...resources import data_path, read_toml
+from ...taxonomy import SubtypeSpec, Taxonomy, taxonomy
 from ._draw import RGB, _rgb
 from ._figures import FIGURES
 
 SYNTH_FILE = "synth.toml"
 
 
-class World:
-    """taxonomy/synth.toml, checked against taxonomy/subtypes.toml and categories.toml."""
+@dataclass(frozen=True, slots=True)
+class Draw:
+    """What draws one subtype (``[draws.<subtype>]`` of taxonomy/synth.toml)."""
 
-    def __init__(self, data: dict[str, Any], subtypes: dict[str, Any], categories: dict[str, Any]) -> None:
+    subtype: SubtypeSpec
+    field: str  # the plan field holding the value
+    table: str  # the table naming the values
+    by_name: bool = False  # the value's name is the tag (colors)
+    of_figure: bool = False  # the table is the figure's own (shapes)
+    fine: bool = False  # only on figures drawn at least FINE_MIN_PX tall
+    needs_colors: bool = False  # only where the entity's own color shows
+
+
+class World:
+    """taxonomy/synth.toml, checked against the taxonomy (tracebench.taxonomy)."""
+
+    def __init__(self, data: dict[str, Any], tax: Taxonomy | None = None) -> None:
+        tax = tax or taxonomy()
         self.size: int = int(data["canvas"]["size"])
         self.scene: dict[str, Any] = data["scene"]
         self.colors: dict[str, RGB] = {name: _rgb(v) for name, v in data["colors"].items()}
@@ -35,17 +51,42 @@ class World:
         self.motifs: dict[str, str] = data["motifs"]
         self.words: list[str] = data["words"]["list"]
         self.category_weights: dict[str, float] = data["category_weights"]
-        self.categories = list(categories["categories"])
-        self.humanoid = {name for name, c in categories["categories"].items() if c.get("humanoid")}
-        subs = subtypes["subtypes"]
-        self.allowed: dict[str, set[str]] = {}
-        for key, sub in subs.items():
-            cats = sub.get("categories", [])
-            self.allowed[key] = set(self.categories) if "*" in cats else set(cats)
-        special = subtypes.get("special", {})
-        self.attach_categories = set(special.get("attach", {}).get("categories", []))
-        self.ip_categories = set(special.get("ip", {}).get("categories", []))
+        self.categories = list(tax.categories)
+        self.humanoid = set(tax.humanoid)
+        self.draws: dict[str, Draw] = {}
+        for key, entry in data["draws"].items():
+            sub = tax.subtypes.get(key) or tax.special.get(key)
+            if sub is None:
+                raise ValueError(f"taxonomy/synth.toml: draws.{key}: not a subtype of taxonomy/subtypes.toml")
+            self.draws[key] = Draw(sub, entry["field"], entry["table"], entry.get("tag") == "name",
+                                   bool(entry.get("of_figure")), bool(entry.get("fine")),
+                                   bool(entry.get("needs_colors")))
+        self.allowed: dict[str, set[str]] = {key: set(d.subtype.categories) for key, d in self.draws.items()}
+        self.attach_categories = set(tax.special["attach"].categories)
+        self.ip_categories = set(tax.special["ip"].categories)
         self._check()
+
+    def entity_draws(self) -> list[Draw]:
+        """The draws of entity subtypes, in the taxonomy's order."""
+        return [d for d in self.draws.values() if d.subtype.record == "tag_dict"]
+
+    def draw_of(self, field: str) -> Draw:
+        """The draw of an entity plan field: ``pattern`` -> 1.1_pattern_texture's."""
+        return next(d for d in self.entity_draws() if d.field == field)
+
+    def table(self, draw: Draw, figure: str) -> dict[str, Any]:
+        """The values a draw names (for ``of_figure`` draws, the figure's own table)."""
+        return self.figures[figure].get(draw.table, {}) if draw.of_figure else getattr(self, draw.table)
+
+    def tag_text(self, draw: Draw, figure: str, value: str) -> str:
+        if draw.by_name:
+            return value
+        entry = self.table(draw, figure)[value]
+        return entry if draw.of_figure else entry["tag"]
+
+    def value_of(self, draw: Draw, figure: str, tag: str) -> Any:
+        """The plan value behind a tag text (the inverse of :meth:`tag_text`), None if none."""
+        return next((v for v in self.table(draw, figure) if self.tag_text(draw, figure, v) == tag), None)
 
     # ---------------------------------------------------------------- compatibility
     def _check(self) -> None:
@@ -55,34 +96,38 @@ class World:
             if not ok:
                 problems.append(message)
 
+        for key, d in self.draws.items():
+            need(d.of_figure or isinstance(getattr(self, d.table, None), dict),
+                 f"draws.{key}: unknown table {d.table!r}")
+        if problems:
+            raise ValueError("taxonomy/synth.toml: " + "; ".join(problems))
+        lists = {d.table: d for d in self.entity_draws()}  # figures restrict values by table name
         for name, fig in self.figures.items():
             cat = fig.get("category")
             where = f"figures.{name}"
             need(cat in self.categories, f"{where}: unknown category {cat!r}")
             need(name in FIGURES, f"{where}: no drawing function")
-            for field, sub in (("poses", "3.1_action_pose"), ("orientations", "3.3_orientation"),
-                               ("shapes", "2.3_shape"), ("materials", "1.2_material")):
-                if fig.get(field):
-                    need(cat in self.allowed[sub], f"{where}: {field} on a {cat} ({sub} does not apply)")
-            for field, noun, table, sub in (("poses", "pose", self.poses, None),
-                                            ("orientations", "orientation", self.orientations, None),
-                                            ("damage", "damage", self.damage, "1.3_damage_wear"),
-                                            ("materials", "material", self.materials, None),
-                                            ("patterns", "pattern", self.patterns, "1.1_pattern_texture"),
-                                            ("colors", "color", self.colors, None)):
-                for value in fig.get(field, []):
-                    need(value in table, f"{where}: unknown {noun} {value!r}")
-                    if sub is not None and value in table:
-                        need(cat in self._cats(table[value], sub), f"{where}: {noun} {value!r} does not apply to {cat}")
+            for field, d in lists.items():
+                values = fig.get(field) or []
+                if values:
+                    need(cat in self.allowed[d.subtype.key], f"{where}: {field} on a {cat} ({d.subtype.key} does not apply)")
+                if d.of_figure:
+                    continue
+                table = self.table(d, name)
+                for value in values:
+                    need(value in table, f"{where}: unknown {d.field} {value!r}")
+                    if value in table and isinstance(table[value], dict) and cat in self.allowed[d.subtype.key]:
+                        need(cat in self._cats(table[value], d.subtype.key),
+                             f"{where}: {d.field} {value!r} does not apply to {cat}")
             if fig.get("attach"):
                 need(cat in self.attach_categories, f"{where}: attach on a {cat}")
             if fig.get("design"):
                 need(cat in self.ip_categories, f"{where}: design (ip) on a {cat}")
-            if cat in self.humanoid:
-                for sub in ("2.1_hairstyle", "2.2_facial_features", "3.2_expression"):
-                    need(cat in self.allowed[sub], f"{where}: humanoid {cat} lacks {sub}")
+            if cat in self.humanoid:  # the planner gives every humanoid these
+                for field in ("hairstyle", "features", "expression"):
+                    need(cat in self.allowed[self.draw_of(field).subtype.key], f"{where}: humanoid {cat} lacks {field}")
             if cat == "Text":
-                need(cat in self.allowed["1.4_font"], f"{where}: Text without 1.4_font")
+                need(cat in self.allowed[self.draw_of("font").subtype.key], f"{where}: Text without font")
         for name, effect in self.effects.items():
             for figure in effect.get("figures", []):
                 need(figure in self.figures, f"effects.{name}: unknown figure {figure!r}")
@@ -99,15 +144,17 @@ class World:
         fig = self.figures[figure]
         cat = fig["category"]
         names = fig["patterns"] if "patterns" in fig else list(self.patterns)
-        return [p for p in names if cat in self._cats(self.patterns[p], "1.1_pattern_texture")]
+        key = self.draw_of("pattern").subtype.key
+        return [p for p in names if cat in self._cats(self.patterns[p], key)]
 
     def damage_for(self, figure: str, material: str | None) -> list[str]:
         cat = self.figures[figure]["category"]
+        key = self.draw_of("damage").subtype.key
         out = []
         for name, entry in self.damage.items():
             if "damage" in self.figures[figure] and name not in self.figures[figure]["damage"]:
                 continue
-            if cat not in self._cats(entry, "1.3_damage_wear"):
+            if cat not in self._cats(entry, key):
                 continue
             if material is not None and "materials" in entry and material not in entry["materials"]:
                 continue
@@ -118,8 +165,9 @@ class World:
 
     def effects_for(self, figure: str) -> list[str]:
         cat = self.figures[figure]["category"]
+        key = self.draw_of("effect").subtype.key
         return [name for name, entry in self.effects.items()
-                if cat in self._cats(entry, "3.4_motion_effect")
+                if cat in self._cats(entry, key)
                 and ("figures" not in entry or figure in entry["figures"])]
 
     def figures_of(self, category: str) -> list[str]:
@@ -128,8 +176,7 @@ class World:
 
 @cache
 def load_world() -> World:
-    return World(read_toml("taxonomy", SYNTH_FILE), read_toml("taxonomy", "subtypes.toml"),
-                 read_toml("taxonomy", "categories.toml"))
+    return World(read_toml("taxonomy", SYNTH_FILE))
 
 
 def _rng(*parts: object) -> random.Random:
@@ -145,10 +192,11 @@ def _weighted(rng: random.Random, weights: dict[Any, float]) -> Any:
 
 @cache
 def world_hash() -> str:
-    """What the pixels depend on: the world file, the renderer (every module of this package, in
-    name order) and Pillow's version."""
+    """What the library depends on: the world file and the taxonomy its tags follow, the renderer
+    (every module of this package, in name order) and Pillow's version."""
     digest = hashlib.sha256()
-    digest.update(data_path("taxonomy", SYNTH_FILE).read_bytes())
+    for name in (SYNTH_FILE, "subtypes.toml", "categories.toml"):
+        digest.update(data_path("taxonomy", name).read_bytes())
     for module in sorted(Path(__file__).parent.glob("*.py"), key=lambda p: p.name):
         digest.update(b"\0" + module.name.encode() + b"\0" + module.read_bytes())
     digest.update(b"\0" + PIL.__version__.encode())

@@ -1,0 +1,61 @@
+"""grammar/trace.lark and its terminals: the one statement of how symbols, words and strings are spelled.
+
+The parser builds on this grammar, and everything else that must agree with it (the printer
+deciding whether an attribute needs quotes, the AST refusing a kind it could not print, the
+vocabulary refusing a kind the lexer could not read, the parser's error messages naming what
+a stray token looks like) asks :func:`spells` here instead of restating a regular expression.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache, lru_cache
+
+from lark import Lark
+
+from ..resources import read_text
+
+__all__ = ["GRAMMAR_FILE", "lark_options", "numbered", "spells", "split_index", "terminal", "tree_parser"]
+
+GRAMMAR_FILE = "trace.lark"
+_DIGITS = "0123456789"
+
+
+def lark_options() -> dict:
+    """The options every parser of the grammar is built with."""
+    return {"parser": "lalr", "lexer": "contextual", "strict": True, "maybe_placeholders": True}
+
+
+@cache
+def tree_parser() -> Lark:
+    """The grammar's parser without the AST builder (it returns Lark trees)."""
+    return Lark(read_text("grammar", GRAMMAR_FILE), **lark_options())
+
+
+@cache
+def terminal(name: str) -> re.Pattern[str]:
+    """The compiled pattern of one terminal of the grammar (``WORD``, ``GSYM`` ...)."""
+    return re.compile(tree_parser().get_terminal(name).pattern.to_regexp())
+
+
+@lru_cache(maxsize=4096)
+def spells(name: str, text: str) -> bool:
+    """Whether ``text`` is, as a whole, one token of terminal ``name``."""
+    return terminal(name).fullmatch(text) is not None
+
+
+def split_index(spelling: str) -> tuple[str, int | None]:
+    """A symbol's stem and number: ``g_attach12`` -> ("g_attach", 12); ``Te`` -> ("Te", None).
+
+    Numbering is the symbol's trailing digits, so a stem may not end with a digit (see
+    :func:`numbered`)."""
+    stem = spelling.rstrip(_DIGITS)
+    digits = spelling[len(stem):]
+    return stem, int(digits) if digits else None
+
+
+@lru_cache(maxsize=1024)
+def numbered(name: str, stem: str) -> bool:
+    """Whether ``stem``, bare or numbered, is a token of terminal ``name`` that reads back as
+    ``stem``: what the printer writes for a symbol, the parser must read as the same symbol."""
+    return bool(stem) and stem[-1] not in _DIGITS and all(spells(name, stem + n) for n in ("", "1", "12"))

@@ -21,10 +21,11 @@ from tracebench.jsonfiles import read_json, read_jsonl, write_json, write_jsonl
 from tracebench.records import (CASES_FILE, DIAGNOSIS_FILE, MANIFEST_FILE, NODES, NODES_FILE, RUN_FILE, RUN_MANIFEST,
                                 SAMPLE_MANIFEST, SUMMARY_FILE, TREES_FILE, VERDICTS, VERDICTS_FILE, Case,
                                 RunManifest, Verdict, checklist_problem, read_cases)
-from tracebench.run import ClientSettings, run_benchmark
+from tracebench.providers import ModelSettings
+from tracebench.run import run_benchmark
 from tracebench.sample import sample_benchmark
 
-SETTINGS = ClientSettings(max_retries=0, timeout=30.0)
+SETTINGS = ModelSettings(max_retries=0, timeout=30.0)
 GENERATOR = "synthetic:global-interference"
 
 

@@ -25,10 +25,12 @@ harness (the same bytes either way).
 ``--concurrency`` takes several values (``--concurrency 32 128``): every round measures both
 methods at each of them, against the same server, so the ratios are measured side by side.
 
-Setup (not timed): a benchmark is sampled once (``--per-slot`` cases per slot level 1..8,
-no applications); its images are generated once, in process (``synthetic:perfect``, judge
-``oracle``), and reused by every measured run through ``folder:``, so no generation is
-measured. The server is ``trace serve BENCH --latency L`` in its own process (so client and
+Setup (not timed): a benchmark is sampled once (``trace sample --slots 1-8 --per-slot N
+--no-applications``); its images are generated once (``trace run --generator synthetic:perfect
+--judge oracle``), each in a child process, and reused by every measured run through
+``folder:``, so no generation is measured and the measuring process holds no more than a
+user's ``trace run`` does (in process, the setup left ~300,000 objects behind for every
+garbage collection of the measured rounds to traverse). The server is ``trace serve BENCH --latency L`` in its own process (so client and
 server each get a core), on 127.0.0.1 and a free port; it is stopped at the end.
 
 Each of ``--rounds`` rounds runs both methods at each concurrency, alternating which goes first
@@ -137,6 +139,22 @@ def process_cpu(pid: int) -> float:
 def own_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
+
+
+# -- setup, in child processes -------------------------------------------------------------------
+
+
+def prepare(bench: Path, prep: Path, per_slot: int) -> dict:
+    """Sample the benchmark and generate its images with the CLI, each in a child process, so the
+    measuring process holds what a user's `trace run` holds (not the library and the sampler's
+    ~300,000 objects, which every garbage collection of the measured rounds would traverse).
+    Returns the prep run's manifest."""
+    trace = [sys.executable, "-m", "tracebench"]
+    subprocess.run([*trace, "sample", "--slots", "1-8", "--per-slot", str(per_slot), "--seed", "0",
+                    "--no-applications", "--out", str(bench)], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([*trace, "run", str(bench), "--out", str(prep), "--generator", "synthetic:perfect",
+                    "--judge", "oracle", "--concurrency", "8"], check=True, stdout=subprocess.DEVNULL)
+    return json.loads((prep / "run.json").read_text(encoding="utf-8"))
 
 
 # -- the requests tracebench sends -----------------------------------------------------------------
@@ -262,16 +280,12 @@ def main() -> None:
 
     from tracebench.providers import ModelSettings
     from tracebench.run import run_benchmark
-    from tracebench.sample import sample_benchmark
 
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="judge-throughput-") as tmp_name:
         tmp = Path(tmp_name)
         bench = tmp / "bench"
-        sample_benchmark(bench, slots=tuple(range(1, 9)), per_slot=args.per_slot, seed=0, applications=False,
-                         progress=False)
-        prep = run_benchmark(bench, tmp / "prep", generator="synthetic:perfect", judges=["oracle"],
-                             settings=ModelSettings(), concurrency=8, progress=False)
+        prep = prepare(bench, tmp / "prep", args.per_slot)
         images = tmp / "prep" / "images"
 
         server, base_url = start_server(bench, args.latency, tmp / "serve.log")
@@ -336,7 +350,7 @@ def main() -> None:
     result = {
         "machine": machine_text(),
         "load_average_1min": [round(load_before, 2), round(load_after, 2)],  # other work on the machine
-        "cases": prep.cases, "verdicts": prep.verdicts, "calls_per_round": len(requests),
+        "cases": prep["cases"], "verdicts": prep["verdicts"], "calls_per_round": len(requests),
         "mean_request_kib": round(request_bytes / 1024, 1),
         "server": "trace serve, its own process",
         "latency_s": args.latency, "rounds": args.rounds,

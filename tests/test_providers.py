@@ -43,7 +43,7 @@ def bench(tmp_path_factory) -> Path:
 
 
 def trace(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    full = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | (env or {})
+    full = dict(os.environ) | (env or {})  # PYTHONPATH passed on: the tree under test runs
     return subprocess.run([sys.executable, "-m", "tracebench", *args], capture_output=True, text=True, env=full,
                           cwd=cwd, timeout=300)
 
@@ -177,7 +177,7 @@ def test_a_provider_registered_by_an_entry_point(bench, tmp_path):
         "        return {q.id: 'yes' for q in questions}\n")
     out = tmp_path / "run"
     result = trace("run", str(bench), "--generator", "synthetic:perfect", "--judge", "yes", "--out", str(out),
-                   env={"PYTHONPATH": str(site)})
+                   env={"PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))})
     assert result.returncode == 0, result.stderr
     assert {v.judge for v in read_verdicts(out)} == {"yes"}
 

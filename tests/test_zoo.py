@@ -248,7 +248,7 @@ def test_drawing_reflects_the_record(cases):
 
 
 def test_a_color_transfer_recolors_its_carrier_and_weak_subtype_withholds_it():
-    case, _ = _make_case(Plan("app-color-000", 3, parse("C(f ⊕ g_color, f)")), default_index(), 0)
+    case = _make_case(Plan("app-color-000", 3, parse("C(f ⊕ g_color, f)")), default_index(), 0)
     g = next(t for t in case.terms if t.kind == "color")
     assert g.subtype == "1.5_color"
     png, perfect = generate(case, "perfect")

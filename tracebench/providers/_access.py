@@ -54,7 +54,8 @@ def one_line(text: str, secrets: Sequence[str] = ()) -> str:
 
 
 class _Replicas:
-    """The limits of one model: a semaphore and a count of calls in flight per replica."""
+    """The limits of one model: per replica a semaphore, and the calls sent to it (in flight or
+    waiting for it)."""
 
     def __init__(self, count: int, limit: int) -> None:
         self.limits = [asyncio.Semaphore(limit) for _ in range(count)]
@@ -111,14 +112,16 @@ class ModelAccess:
                                              reraise=True):
                 with trial:
                     index = replicas.choose()
-                    async with replicas.limits[index]:
-                        replicas.in_flight[index] += 1
-                        token = current_replica.set(index)
-                        try:
-                            return await self._attempt(provider, attempt)
-                        finally:
-                            current_replica.reset(token)
-                            replicas.in_flight[index] -= 1
+                    replicas.in_flight[index] += 1  # waiting for the replica counts: the next call goes elsewhere
+                    try:
+                        async with replicas.limits[index]:
+                            token = current_replica.set(index)
+                            try:
+                                return await self._attempt(provider, attempt)
+                            finally:
+                                current_replica.reset(token)
+                    finally:
+                        replicas.in_flight[index] -= 1
         except NotSent:
             if count:
                 self.stats.calls[provider.spec] -= 1

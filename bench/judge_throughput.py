@@ -30,13 +30,17 @@ Setup (not timed): a benchmark is sampled once (``trace sample --slots 1-8 --per
 --judge oracle``), each in a child process, and reused by every measured run through
 ``folder:``, so no generation is measured and the measuring process holds no more than a
 user's ``trace run`` does (in process, the setup left ~300,000 objects behind for every
-garbage collection of the measured rounds to traverse). The server is ``trace serve BENCH --latency L`` in its own process (so client and
-server each get a core), on 127.0.0.1 and a free port; it is stopped at the end.
+garbage collection of the measured rounds to traverse). The server is ``trace serve BENCH
+--latency L`` in its own process (so client and server each get a core), on 127.0.0.1 and a
+free port; it is stopped at the end.
 
-Each of ``--rounds`` rounds runs both methods at each concurrency, alternating which goes first
-(and the order of the concurrencies); the report gives medians (and min-max) per concurrency. CPU seconds per call of the client process and of the server process
-are measured per round too (from getrusage and /proc/<pid>/stat), to show what limits throughput.
-The garbage collector runs (outside the timing) before each round.
+Each of ``--rounds`` rounds runs both methods at each concurrency, alternating which goes
+first (and the order of the concurrencies); the report gives medians (and min-max) per
+concurrency. CPU seconds per call of the client process and of the server process are
+measured per round too (from getrusage and /proc/<pid>/stat), to show what limits
+throughput. The garbage collector runs (outside the timing) before each round. The 1-minute
+load average is printed before the run (other work on the machine) and at its highest
+before a round (which counts this benchmark's own client and server, about 2).
 
 Cached re-run: after the measured rounds, ``run_benchmark`` runs again into new out folders
 sharing the cache folder of the last tracebench round at the first concurrency (no call is
@@ -294,7 +298,9 @@ def main() -> None:
             requests = captured_requests(bench, images, settings)
             request_bytes = statistics.mean(len(json.dumps(r)) for r in requests)
             runs = {c: {"tb": [], "bare": [], "tb_cpu": [], "bare_cpu": [], "last_cache": None} for c in levels}
+            load_rounds = []
             for r in range(args.rounds):
+                load_rounds.append(os.getloadavg()[0])
                 for k, c in enumerate(levels if r % 2 == 0 else reversed(levels)):
                     m = runs[c]
                     order = ("tracebench", "bare") if (r + k) % 2 == 0 else ("bare", "tracebench")
@@ -349,7 +355,9 @@ def main() -> None:
     verdicts = cached[0][1]
     result = {
         "machine": machine_text(),
-        "load_average_1min": [round(load_before, 2), round(load_after, 2)],  # other work on the machine
+        # before: other work on the machine; during (highest before a round) and after: with this benchmark's 2 processes
+        "load_average_1min": {"before": round(load_before, 2), "during_max": round(max(load_rounds), 2),
+                              "after": round(load_after, 2)},
         "cases": prep["cases"], "verdicts": prep["verdicts"], "calls_per_round": len(requests),
         "mean_request_kib": round(request_bytes / 1024, 1),
         "server": "trace serve, its own process",
@@ -362,7 +370,8 @@ def main() -> None:
     if args.json:
         print(json.dumps(result))
         return
-    print(f"machine: {result['machine']}; 1-min load average {load_before:.2f} before, {load_after:.2f} after")
+    print(f"machine: {result['machine']}; 1-min load average {load_before:.2f} before (other work), "
+          f"up to {max(load_rounds):.2f} during, {load_after:.2f} after (with this benchmark's client and server)")
     print(f"benchmark: {result['cases']} cases, {result['verdicts']} verdicts; {result['calls_per_round']} judge calls "
           f"per round (one per case), mean request {result['mean_request_kib']} KiB")
     print(f"server: {result['server']}, --latency {args.latency}; concurrency {' '.join(map(str, levels))}; "

@@ -53,8 +53,10 @@ class Outcome:
     def of(cls, status: str | Status, value: float | None = None) -> Outcome:
         """From a stored status (and value; a binary status without one gives 1 or 0)."""
         status = Status(status)
-        if value is None and status is not Status.ABSTAIN:
-            value = 1.0 if status is Status.PASS else 0.0
+        if status is Status.ABSTAIN:
+            return ABSTAINED
+        if value is None or value == (1.0 if status is Status.PASS else 0.0):
+            return PASSED if status is Status.PASS else FAILED  # the shared binary outcomes
         return cls(status, value)
 
     @classmethod
@@ -72,6 +74,8 @@ def majority(outcomes: Iterable[Outcome]) -> Outcome:
     """The judges' majority status, with the mean value of the judges that gave it; abstain when
     no judge answered or the top statuses tie (the tie stays visible in the votes)."""
     answered = [o for o in outcomes if o.answered]
+    if len(answered) == 1:
+        return answered[0]
     counted = Counter(o.status for o in answered).most_common()
     if not counted or (len(counted) > 1 and counted[0][1] == counted[1][1]):
         return ABSTAINED

@@ -28,7 +28,7 @@ class FolderGenerator(Generator):
     def key(self, case, references):
         return None  # reading a file is not a model call
 
-    def generate(self, case, references):
+    async def generate(self, case, references):  # a file read: not worth a worker thread
         for suffix in (".png", ".jpg", ".jpeg", ".webp"):
             path = self.folder / f"{case.id}{suffix}"
             if path.is_file():

@@ -15,6 +15,7 @@ order, so an interrupted-and-resumed run ends with the same bytes as an uninterr
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import sys
 import zlib
@@ -106,14 +107,17 @@ class _Runner:
 
     async def ask(self, judge: Judge, case: Case, questions: list[Question], image: bytes,
                   references: list[bytes]) -> tuple[dict[str, tuple[str | None, str, str]], str | None]:
+        parsed: dict[str, dict] = {}
+
         def complete(text: str) -> bool:  # only complete replies are cached: abstentions are asked again
-            return all(answer is not None for answer, _, _ in parse_reply(text, questions).values())
+            parsed[text] = parse_reply(text, questions)
+            return all(answer is not None for answer, _, _ in parsed[text].values())
 
         try:
             reply, key = await self.access.ask(judge, case, questions, image, references, keep=complete)
         except CallFailed as err:
             return {q.id: (None, f"judge call failed: {err}", "") for q in questions}, getattr(err, "cache_key", None)
-        return parse_reply(reply.text, questions), key
+        return parsed.get(reply.text) or parse_reply(reply.text, questions), key
 
     async def case(self, case: Case) -> list[Verdict]:
         references = [self.references.get(ref.path) for ref in case.references]
@@ -122,7 +126,7 @@ class _Runner:
         for judge in self.judges:
             if image is None:
                 for q in case.checklist:
-                    votes[q.id].append(Vote(judge=judge.spec, verdict=Status.ABSTAIN, reason=problem))
+                    votes[q.id].append(Vote.model_construct(judge=judge.spec, verdict=Status.ABSTAIN, reason=problem))
                 continue
             batches = [list(case.checklist)] if self.judge_batch == "case" else _by_op(case.checklist)
             results = await asyncio.gather(*(self.ask(judge, case, batch, image, references) for batch in batches))
@@ -130,14 +134,15 @@ class _Runner:
                 for q in batch:
                     answer, reason, raw = parsed[q.id]
                     outcome = ABSTAINED if answer is None else Outcome.binary(answer == q.expected)
-                    votes[q.id].append(Vote(judge=judge.spec, verdict=outcome.status, value=outcome.value,
-                                            answer=answer, reason=reason, raw=raw, cache_key=key))
+                    votes[q.id].append(Vote.model_construct(  # typed values: no validation needed
+                        judge=judge.spec, verdict=outcome.status, value=outcome.value, answer=answer, reason=reason,
+                        raw=raw, cache_key=key))
         spec = "+".join(j.spec for j in self.judges)
         verdicts = []
         for q in case.checklist:
             outcome = majority(v.outcome for v in votes[q.id])
-            verdicts.append(Verdict(case_id=case.id, question_id=q.id, op=q.op, verdict=outcome.status,
-                                    value=outcome.value, judge=spec, votes=tuple(votes[q.id])))
+            verdicts.append(Verdict.model_construct(case_id=case.id, question_id=q.id, op=q.op, verdict=outcome.status,
+                                                    value=outcome.value, judge=spec, votes=tuple(votes[q.id])))
         self.abstentions += sum(not v.outcome.answered for v in verdicts)
         return verdicts
 
@@ -248,10 +253,12 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
     if shard is not None:
         i, n = shard
         all_cases = [c for c in all_cases if shard_of(c.id, n) == i]
+    checked: set[str] = set()
     for case in all_cases:  # before anything is written or any call is made
         for ref in case.references:
-            if not (cases_dir / ref.path).is_file():
+            if ref.path not in checked and not (cases_dir / ref.path).is_file():
                 raise TraceError(f"{cases_dir}: case {case.id}: reference image {ref.path} is missing")
+            checked.add(ref.path)
     settings = settings or ModelSettings()
     if settings.library is None:
         settings = replace(settings, library=library_of(cases_dir))
@@ -293,9 +300,10 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
         with open(verdict_path, "a", encoding="utf-8") as handle:
             async def one(case: Case) -> None:
                 verdicts = await runner.case(case)
-                handle.write("".join(map(record_line, verdicts)))
+                lines = "".join(map(record_line, verdicts))
+                handle.write(lines)
                 handle.flush()
-                written[case.id] = verdicts
+                written[case.id] = lines
                 bar.update(1)
                 bar.set_postfix(calls=sum(access.stats.calls.values()), errors=access.stats.failures,
                                 abstained=runner.abstentions)
@@ -318,13 +326,17 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
                 for provider in (gen, *judge_list):
                     await provider.aclose()
 
-    # the final file, in case order, from what is in memory (no re-reading)
-    written: dict[str, list[Verdict]] = dict(previous)
-    asyncio.run(main())
-    ordered = [v for c in all_cases for v in written.get(c.id, [])]
-    VERDICTS.write(out, ordered)
+    # the final file, in case order, from the lines written (no re-reading, no second serialisation)
+    written: dict[str, str] = {case_id: "".join(map(record_line, vs)) for case_id, vs in previous.items()}
+    gc.freeze()  # the cases read are long-lived: the run's garbage collections need not walk them
+    try:
+        asyncio.run(main())
+    finally:
+        gc.unfreeze()
+    write_atomic(verdict_path, (written[c.id].encode() for c in all_cases if c.id in written))
     manifest = identity.model_copy(update={
-        "cases": len(written), "verdicts": len(ordered), "calls": dict(access.stats.calls),
+        "cases": len(written), "verdicts": sum(lines.count("\n") for lines in written.values()),
+        "calls": dict(access.stats.calls),
         "cache_hits": access.stats.cache_hits, "tokens": access.stats.tokens,
         "abstentions": sum(not v.outcome.answered for vs in previous.values() for v in vs) + runner.abstentions})
     RUN_MANIFEST.write(out, manifest)

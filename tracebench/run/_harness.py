@@ -126,7 +126,7 @@ class _Runner:
         for judge in self.judges:
             if image is None:
                 for q in case.checklist:
-                    votes[q.id].append(Vote.model_construct(judge=judge.spec, verdict=Status.ABSTAIN, reason=problem))
+                    votes[q.id].append(Vote(judge=judge.spec, verdict=Status.ABSTAIN, reason=problem))
                 continue
             batches = [list(case.checklist)] if self.judge_batch == "case" else _by_op(case.checklist)
             results = await asyncio.gather(*(self.ask(judge, case, batch, image, references) for batch in batches))
@@ -134,15 +134,14 @@ class _Runner:
                 for q in batch:
                     answer, reason, raw = parsed[q.id]
                     outcome = ABSTAINED if answer is None else Outcome.binary(answer == q.expected)
-                    votes[q.id].append(Vote.model_construct(  # typed values: no validation needed
-                        judge=judge.spec, verdict=outcome.status, value=outcome.value, answer=answer, reason=reason,
-                        raw=raw, cache_key=key))
+                    votes[q.id].append(Vote(judge=judge.spec, verdict=outcome.status, value=outcome.value,
+                                            answer=answer, reason=reason, raw=raw, cache_key=key))
         spec = "+".join(j.spec for j in self.judges)
         verdicts = []
         for q in case.checklist:
             outcome = majority(v.outcome for v in votes[q.id])
-            verdicts.append(Verdict.model_construct(case_id=case.id, question_id=q.id, op=q.op, verdict=outcome.status,
-                                                    value=outcome.value, judge=spec, votes=tuple(votes[q.id])))
+            verdicts.append(Verdict(case_id=case.id, question_id=q.id, op=q.op, verdict=outcome.status,
+                                    value=outcome.value, judge=spec, votes=tuple(votes[q.id])))
         self.abstentions += sum(not v.outcome.answered for v in verdicts)
         return verdicts
 

@@ -358,3 +358,19 @@ def test_verdict_records_carry_the_graded_value(bench, tmp_path):
         v = Verdict.model_validate_json(line)
         assert v.value == {"pass": 1.0, "fail": 0.0, "abstain": None}[v.verdict]
         assert all(vote.value == {"pass": 1.0, "fail": 0.0, "abstain": None}[vote.verdict] for vote in v.votes)
+
+
+def test_a_run_whose_calls_abstained_exits_3_with_the_reasons_and_the_retry_command(bench, tmp_path):
+    out = tmp_path / "run"
+    with OpenAIStub(lambda request: "Sure! yes, yes, no.") as stub:  # a reply that is not the JSON asked for
+        result = trace("run", str(bench), "--generator", "synthetic:perfect",
+                       "--judge", f"openai:stub-model@{stub.base_url}", "--out", str(out))
+        assert result.returncode == 3, result.stderr
+        message = result.stderr.strip().splitlines()
+        assert len(message) == 1 and "questions abstained" in message[0]
+        assert "x the reply is not the expected JSON" in message[0] and "--retry-abstained" in message[0]
+        stub.handler = answering("yes")
+        again = trace("run", str(bench), "--generator", "synthetic:perfect",
+                      "--judge", f"openai:stub-model@{stub.base_url}", "--out", str(out), "--retry-abstained")
+    assert again.returncode == 0, again.stderr
+    assert all(v.outcome.answered for v in read_verdicts(out))

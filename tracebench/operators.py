@@ -18,7 +18,7 @@ from enum import StrEnum
 from typing import NamedTuple
 
 __all__ = ["ENTITY_ROLES", "LOCAL_ROLES", "OPERATORS", "PLUS", "Family", "Instance", "Operator", "Role",
-           "apply_target", "question_id", "split_question_id", "split_target"]
+           "apply_target", "question_id", "split_target"]
 
 PLUS = "⊕"
 _ASCII_PLUS = "+"
@@ -82,9 +82,3 @@ def split_target(target: str) -> tuple[str, str | None]:
 def question_id(target: str, aspect: str) -> str:
     """``<target>:<aspect>`` with ASCII ``+`` for ``⊕``."""
     return f"{target.replace(PLUS, _ASCII_PLUS)}:{aspect}"
-
-
-def split_question_id(qid: str) -> tuple[str, str]:
-    """The inverse of :func:`question_id`: (target with ``⊕``, aspect)."""
-    target, _, aspect = qid.rpartition(":")
-    return target.replace(_ASCII_PLUS, PLUS), aspect

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+import sys
 from pathlib import Path
 
 from ._args import add_model_options, model_settings
@@ -23,7 +25,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..run import run_benchmark
+    from ..run import abstention_reasons, run_benchmark
 
     settings = model_settings(args)
     manifest = run_benchmark(args.cases_dir, args.out, generator=args.generator, judges=args.judge,
@@ -33,5 +35,12 @@ def run(args) -> int:
     calls = ", ".join(f"{spec}: {n}" for spec, n in manifest.calls.items()) or "none"
     print(f"{args.out}: {manifest.cases} cases, {manifest.verdicts} verdicts, {manifest.abstentions} abstentions; "
           f"calls {calls}; cache hits {manifest.cache_hits}")
-    return 0
+    if not manifest.abstentions:
+        return 0
+    reasons = abstention_reasons(args.out).most_common(3)
+    retry = shlex.join(["trace", *sys.argv[1:]] + ([] if args.retry_abstained else ["--retry-abstained"]))
+    print(f"trace run: {manifest.abstentions} of {manifest.verdicts} questions abstained (no usable answer; never "
+          f"scored as fails); main reasons: " + "; ".join(f"{n}x {reason}" for reason, n in reasons)
+          + f". Ask again with: {retry}", file=sys.stderr)
+    return 3
 

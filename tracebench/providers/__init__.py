@@ -15,13 +15,13 @@ from ._access import AccessStats, ModelAccess, one_line
 from ._base import CallFailed, EndpointRefused, Generator, Judge, NotSent, Provider, RateLimited, Reply, Transient
 from ._config import DEFAULT_BASE_URL, ModelConfig, ModelEntry, ModelSettings, read_models_file, resolve_spec
 from ._images import ImageBytes, ReferenceFiles, data_url, digest, image_suffix, mime_type
-from ._openai import JUDGE_TEMPLATES, OpenAIClients, OpenAIImages, OpenAIJudge, judge_text, translate_openai_error
+from ._openai import JUDGE_TEMPLATES, OpenAIClients, OpenAIImages, OpenAIJudge, translate_openai_error
 from ._registry import ENTRY_POINT_GROUPS, make_generator, make_judge
 
 __all__ = [
     "AccessStats", "CallFailed", "DEFAULT_BASE_URL", "ENTRY_POINT_GROUPS", "EndpointRefused", "Generator",
     "ImageBytes", "JUDGE_TEMPLATES", "Judge", "NotSent", "ModelAccess", "ModelConfig", "ModelEntry", "ModelSettings",
     "OpenAIClients", "OpenAIImages", "OpenAIJudge", "Provider", "RateLimited", "ReferenceFiles", "Reply",
-    "Transient", "data_url", "digest", "image_suffix", "judge_text", "mime_type", "make_generator", "make_judge", "one_line",
+    "Transient", "data_url", "digest", "image_suffix", "mime_type", "make_generator", "make_judge", "one_line",
     "read_models_file", "resolve_spec", "translate_openai_error",
 ]

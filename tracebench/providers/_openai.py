@@ -16,7 +16,7 @@ from functools import lru_cache
 from typing import Any, Sequence
 
 from ..apikeys import api_key
-from ..records import Case, Question
+from ..records import Question
 from ..templating import render, template_hash
 from ._base import CallFailed, EndpointRefused, Generator, Judge, Provider, RateLimited, Reply, Transient, \
     current_replica
@@ -183,9 +183,3 @@ def _judge_text(prompt: str, questions: tuple[tuple[str, str], ...]) -> tuple[st
 
 def _image_part(data: bytes) -> dict:
     return {"type": "image_url", "image_url": {"url": data_url(data)}}
-
-
-def judge_text(case: Case, questions: Sequence[Question]) -> tuple[str, str]:
-    """The system and user text an ``openai:`` judge sends for these questions."""
-    return _judge_text(case.prompt, _question_texts(questions))
-

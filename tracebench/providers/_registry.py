@@ -65,18 +65,16 @@ def make_generator(spec: str, settings: ModelSettings | None = None) -> Generato
 
 def make_judge(spec: str, settings: ModelSettings | None = None) -> Judge:
     """The judge a spec names (a TraceError naming the spec when it names none)."""
-    settings = settings or ModelSettings()
-    provider_spec, _ = resolve_spec(spec, settings, judge=True)
-    if provider_spec == "oracle":
-        return OracleJudge()
-    return _make(spec, settings, "judge", _JUDGES, Judge)  # type: ignore[return-value]
+    return _make(spec, settings or ModelSettings(), "judge", _JUDGES, Judge)  # type: ignore[return-value]
 
 
 def _make(spec: str, settings: ModelSettings, role: str, builtins: dict[str, Factory], base: type) -> Provider:
     provider_spec, config = resolve_spec(spec, settings, judge=role == "judge")
     option = f"--{role} {spec}"
     scheme, _, rest = provider_spec.partition(":")
-    if scheme in builtins and rest:
+    if role == "judge" and provider_spec == "oracle":
+        provider: Provider = OracleJudge()
+    elif scheme in builtins and rest:
         provider = builtins[scheme](rest, config, settings)
     elif scheme == "python" and rest:
         provider = _instantiate(_load_python(rest, role, option), None, option, base)

@@ -19,6 +19,7 @@ import gc
 import json
 import sys
 import zlib
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
@@ -37,7 +38,7 @@ from ..providers import (JUDGE_TEMPLATES, CallFailed, Generator, ImageBytes, Jud
 from ..sample import read_cases, read_sample_manifest
 from ..cache import Cache, sha256, write_atomic
 
-__all__ = ["IMAGES_DIR", "RunFolder", "generated_image", "library_of", "load_run", "make_providers", "parse_reply",
+__all__ = ["IMAGES_DIR", "RunFolder", "abstention_reasons", "generated_image", "library_of", "load_run", "make_providers", "parse_reply",
            "run_benchmark", "shard_of"]
 
 IMAGES_DIR = "images"
@@ -211,6 +212,16 @@ def _existing(out: Path, cases: dict[str, Case], retry_abstained: bool) -> dict[
             continue
         complete[case_id] = verdicts
     return complete
+
+
+def abstention_reasons(run_dir: Path) -> Counter:
+    """Why the questions of a run folder abstained: reason -> questions (the first vote's
+    reason of each abstained verdict), for the summary a command prints."""
+    reasons: Counter = Counter()
+    for v in read_verdicts(run_dir):
+        if not v.outcome.answered:
+            reasons[next((vote.reason for vote in v.votes if vote.reason), "no answer (a tie between judges)")] += 1
+    return reasons
 
 
 def library_of(cases_dir: Path) -> Path | None:

@@ -14,7 +14,7 @@ from strategies import valid_exprs
 from test_cli import run_trace
 from tracebench.diagnose import (NODES_FILE, SUMMARY_FILE, TREES_FILE, attribute, build_tree,
                                  compositions_of, diagnose_run, node_case, number_terms, plan_trees, root_formula,
-                                 rules, sources, targets, tree_nodes)
+                                 rules, sources, summarize_sources, targets, tree_nodes)
 from tracebench.formula import Anchor, Apply, Compose, Disentangle, Expr, Text, analyze, parse, slot_count, to_text
 from tracebench.records import Case, DiagnosisSummary, DiagnosticTree, NodeOccurrence
 from tracebench.outcomes import ABSTAINED, FAILED, PASSED, Outcome
@@ -232,8 +232,43 @@ def test_attribution_first_pass_persistent_stable_and_unstable():
     assert found["f1"].source == "unstable"
     assert found["f3"].source == "unstable"  # passing root, failing below
     results["N2c"][("anchor", "f3")] = PASSED
-    results["N1"][("anchor", "f3")] = ABSTAINED  # an abstaining node is skipped
+    results["N1"][("anchor", "f3")] = PASSED
     assert {f.target: f for f in attribute(nodes, results)}["f3"].source == "stable_success"
+    results["N1"][("anchor", "f3")] = ABSTAINED  # failing there, it would flip: unknown
+    found = {f.target: f for f in attribute(nodes, results)}["f3"]
+    assert (found.source, found.unknown) == ("undetermined", ("N1",))
+
+
+def test_attribution_over_abstained_results_is_undetermined_where_they_could_change_it():
+    nodes = tree_nodes(build_tree(parse("C(f1, f2, f3) + g_style")))
+    everything_abstains = {node.id: {("anchor", t): ABSTAINED for t in ("f1", "f2", "f3")} for node in nodes}
+    everything_abstains["N0"] = {("anchor", t): FAILED for t in ("f1", "f2", "f3")}
+    # an endpoint that answered the roots and nothing else: no persistent failure, nothing decided
+    assert {f.source for f in attribute(nodes, everything_abstains)} == {"undetermined"}
+    results = _results({
+        "N0": {"f1": False, "f2": False, "f3": False},
+        "N1": {"f1": True, "f2": False, "f3": False},
+        "N2a": {"f1": True}, "N2b": {"f2": True}, "N2c": {"f3": False},
+    })
+    results["N2b"][("anchor", "f2")] = ABSTAINED  # f2's only pass unknown: persistent or joint composition
+    found = {f.target: f for f in attribute(nodes, results) if f.op == "anchor"}
+    assert (found["f2"].source, found["f2"].unknown) == ("undetermined", ("N2b",))
+    assert found["f1"].source == "global_reference"  # f1 is not kept at N2b: decided
+    results["N2a"][("anchor", "f1")] = ABSTAINED  # below f1's first pass: failing, it would flip
+    assert {f.target: f for f in attribute(nodes, results)}["f1"].source == "undetermined"
+    results["N2a"][("anchor", "f1")] = FAILED
+    results["N1"][("anchor", "f3")] = ABSTAINED  # above a fail: passing, it would flip (or be a first pass)
+    found = {f.target: f for f in attribute(nodes, results) if f.op == "anchor"}
+    assert found["f1"].source == "unstable"  # a decided pass above a decided fail stays unstable
+    assert found["f3"].source == "undetermined"
+    # a root whose answer is unknown is undetermined too, and the summary keeps it out of the paper's sources
+    results["N0"][("anchor", "f3")] = ABSTAINED
+    records = [f.record(2) for f in attribute(nodes, results)]
+    summary = summarize_sources(records)
+    unanswered = 1 + sum(r.op != "anchor" for r in records)  # f3, and the style's instances no result names
+    assert summary["abstained"] == unanswered and summary["undetermined"] == sum(r.source == "undetermined" for r in records)
+    assert summary["sources"]["undetermined"] == round(summary["undetermined"] / summary["instances"], 4)
+    assert sum(summary["sources"].values()) == pytest.approx(1.0, abs=1e-3)
 
 
 # ------------------------------------------------------------------------------ against the zoo's truth

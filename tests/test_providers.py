@@ -326,16 +326,54 @@ def test_transient_errors_and_rate_limits_are_retried_a_bad_request_is_not(bench
 def test_an_exception_in_a_plugin_is_an_abstention_with_its_reason(bench, tmp_path):
     plugin = tmp_path / "flaky.py"
     plugin.write_text(
+        "import itertools, threading\n"
+        "from tracebench.providers import Generator\n"
+        "from tracebench.zoo import generate, parse_profile\n"
+        "calls, lock = itertools.count(), threading.Lock()\n"
+        "class Flaky(Generator):\n"
+        "    def generate(self, case, references):\n"
+        "        with lock:\n"
+        "            n = next(calls)\n"
+        "        if n % 2:\n"
+        "            raise RuntimeError('out of GPU memory')\n"
+        "        return generate(case, parse_profile('perfect'), seed=0)[0]\n"
+        "generator = Flaky\n")
+    manifest = run_benchmark(bench, tmp_path / "run", generator=f"python:{plugin}", judges=["oracle"],
+                             settings=SETTINGS, concurrency=1)
+    verdicts = list(read_verdicts(tmp_path / "run"))
+    failed = [v for v in verdicts if v.verdict == "abstain"]
+    assert manifest.abstentions == len(failed) and 0 < len(failed) < len(verdicts)
+    assert all(v.votes[0].reason == "generation failed: RuntimeError: out of GPU memory" for v in failed)
+
+
+def test_a_generator_whose_first_calls_all_fail_alike_stops_the_run_early(bench, tmp_path):
+    plugin = tmp_path / "broken.py"
+    plugin.write_text(
         "from tracebench.providers import Generator\n"
         "class Broken(Generator):\n"
+        "    calls = 0\n"
         "    def generate(self, case, references):\n"
-        "        raise RuntimeError('out of GPU memory')\n"
+        "        Broken.calls += 1\n"
+        "        raise RuntimeError(f'CUDA device {Broken.calls} not found')\n"
         "generator = Broken\n")
-    manifest = run_benchmark(bench, tmp_path / "run", generator=f"python:{plugin}", judges=["oracle"],
-                             settings=SETTINGS)
-    verdicts = list(read_verdicts(tmp_path / "run"))
-    assert manifest.abstentions == len(verdicts) > 0
-    assert all(v.votes[0].reason == "generation failed: RuntimeError: out of GPU memory" for v in verdicts)
+    out = tmp_path / "run"
+    result = trace("run", str(bench), "--generator", f"python:{plugin}", "--judge", "oracle", "--out", str(out),
+                   "--concurrency", "1")
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("trace run: stopped early, the first 5 calls to python:") and "CUDA device" in line
+    assert "run the same command to resume" in line
+    assert json.loads((out / "run.json").read_text())["calls"] == {f"python:{plugin}": 5}
+    assert (out / "verdicts.jsonl").read_text() == ""  # nothing kept of what failed
+    plugin.write_text("from tracebench.zoo import generate, parse_profile\n"
+                      "from tracebench.providers import Generator\n"
+                      "class Fixed(Generator):\n"
+                      "    def generate(self, case, references):\n"
+                      "        return generate(case, parse_profile('perfect'), seed=0)[0]\n"
+                      "generator = Fixed\n")
+    again = trace("run", str(bench), "--generator", f"python:{plugin}", "--judge", "oracle", "--out", str(out))
+    assert again.returncode == 0, again.stderr  # the same command, no --retry-abstained: every case is done
+    assert len(list(read_verdicts(out))) == sum(len(c.checklist) for c in read_cases(bench))
 
 
 # ------------------------------------------------------------------------------ reference images

@@ -201,6 +201,7 @@ class DiagnosticNode(_Record):
     question_ids: tuple[str, ...] = Field(default=(), description="the root's question ids it asks")
     image: str | None = Field(default=None, description="the generated image (relative to the diagnosis folder, or absolute)")
     verdicts: dict[str, Status] = Field(default_factory=dict, description="question id -> verdict")
+    abstained: dict[str, str] = Field(default_factory=dict, description="question id -> why its verdict abstained")
     status: dict[str, Status] = Field(default_factory=dict, description="target -> whether the operator instance holds")
 
 
@@ -217,8 +218,7 @@ class Attribution(_Record):
     target: str
     root: Status = Field(description="its result at the root")
     source: str | None = Field(description="stable_success, persistent_failure, global_reference, joint_composition, "
-                                           "relation_attribute or unstable (diagnose/sources.toml); none when the "
-                                           "root abstained")
+                                           "relation_attribute, unstable or undetermined (diagnose/sources.toml)")
     node: str | None = Field(default=None, description="the node where it first passes, after failing at the root")
     rule: str | None = Field(default=None, description="the rule applied right before that node")
     depth: int | None = Field(default=None, description="depth where it first passes (0: at the root); none: never")
@@ -228,6 +228,8 @@ class Attribution(_Record):
     expected: tuple[str, ...] = Field(default=(), description="the sources those causes should be localized to "
                                                               "(diagnose/sources.toml, zoo tables); the localization "
                                                               "is right when the source is one of them")
+    unknown: tuple[str, ...] = Field(default=(), description="when undetermined: the nodes whose abstained results "
+                                                             "could change its source")
 
 
 class DiagnosticTree(_Record):
@@ -277,9 +279,13 @@ class DiagnosisSummary(_Record):
     judges: tuple[str, ...]
     strategy: Literal["full", "adaptive"]
     cases: int = Field(description="cases diagnosed")
-    instances: int = Field(description="operator instances attributed (the root answered)")
-    abstained: int = Field(description="operator instances left out: every root question abstained")
-    sources: dict[str, float] = Field(description="share of the instances per failure source")
+    instances: int = Field(description="operator instances diagnosed")
+    undetermined: int = Field(default=0, description="instances whose source depends on abstained results")
+    abstained: int = Field(description="instances whose root result abstained (undetermined)")
+    abstained_verdicts: int = Field(default=0, description="node verdicts (the roots' included) that abstained")
+    abstention_reasons: dict[str, int] = Field(default_factory=dict, description="why they abstained: reason -> "
+                                                                                 "verdicts, most frequent first")
+    sources: dict[str, float] = Field(description="share of the instances per failure source (undetermined included)")
     counts: dict[str, int] = Field(description="instances per failure source")
     by_operator: dict[str, dict[str, float | int]] = Field(description="operator -> source -> share (the paper's Table 3), "
                                                                  "with the instance count under 'instances'")

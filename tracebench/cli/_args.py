@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
+import sys
 from pathlib import Path
+from typing import Iterable
 
 from ..formula import space_bounds
 
-__all__ = ["add_model_options", "model_settings", "shard", "slot_levels"]
+__all__ = ["INCOMPLETE", "add_model_options", "model_settings", "report_incomplete", "shard", "slot_levels"]
+
+INCOMPLETE = 3  # the exit status of a finished command some of whose calls gave no usable answer
 
 
 def shard(text: str) -> tuple[int, int]:
@@ -75,3 +80,15 @@ def slot_levels(spec: str) -> tuple[int, ...]:
             raise argparse.ArgumentTypeError(f"{part!r} is outside the slot levels {low}-{high}")
         levels.update(range(first, last + 1))
     return tuple(sorted(levels))
+
+
+def report_incomplete(command: str, what: str, reasons: Iterable[tuple[str, int]], *, retry_flag: str | None) -> int:
+    """One line on stderr for a finished command some of whose calls abstained: ``what``
+    (the count, said in the command's words), the three most frequent reasons and the
+    command that asks again (this one, plus ``retry_flag`` when it is needed); returns 3."""
+    argv = ["trace", *sys.argv[1:]]
+    if retry_flag and retry_flag not in argv:
+        argv.append(retry_flag)
+    main = "; ".join(f"{n}x {reason}" for reason, n in list(reasons)[:3]) or "unknown"
+    print(f"{command}: {what}; main reasons: {main}. Ask again with: {shlex.join(argv)}", file=sys.stderr)
+    return INCOMPLETE

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from ..errors import TraceError
-from ._args import add_model_options, model_settings
+from ._args import add_model_options, model_settings, report_incomplete
 
 
 def register(sub) -> None:
@@ -71,10 +71,15 @@ def run(args) -> int:
                            retry_abstained=args.retry_abstained)
     if args.json:
         print(json.dumps(summary.model_dump(mode="json"), indent=2))
-        return 0
-    from ..diagnose import format_summary
+    else:
+        from ..diagnose import format_summary
 
-    print(format_summary(summary))
-    print(f"{args.out}: {summary.cases} cases, {summary.nodes_generated} nodes generated "
-          f"({summary.nodes_per_case} per case; whole trees hold {summary.nodes_in_trees})")
-    return 0
+        print(format_summary(summary))
+        print(f"{args.out}: {summary.cases} cases, {summary.nodes_generated} nodes generated "
+              f"({summary.nodes_per_case} per case; whole trees hold {summary.nodes_in_trees})")
+    if not summary.abstained_verdicts:
+        return 0
+    return report_incomplete(
+        "trace diagnose", f"{summary.abstained_verdicts} node verdicts abstained, so {summary.undetermined} of "
+                          f"{summary.instances} operator instances are Undetermined",
+        summary.abstention_reasons.items(), retry_flag="--retry-abstained")

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import shlex
-import sys
 from pathlib import Path
 
-from ._args import add_model_options, model_settings
+from ._args import add_model_options, model_settings, report_incomplete
 
 
 def register(sub) -> None:
@@ -37,10 +35,6 @@ def run(args) -> int:
           f"calls {calls}; cache hits {manifest.cache_hits}")
     if not manifest.abstentions:
         return 0
-    reasons = abstention_reasons(args.out).most_common(3)
-    retry = shlex.join(["trace", *sys.argv[1:]] + ([] if args.retry_abstained else ["--retry-abstained"]))
-    print(f"trace run: {manifest.abstentions} of {manifest.verdicts} questions abstained (no usable answer; never "
-          f"scored as fails); main reasons: " + "; ".join(f"{n}x {reason}" for reason, n in reasons)
-          + f". Ask again with: {retry}", file=sys.stderr)
-    return 3
-
+    return report_incomplete("trace run", f"{manifest.abstentions} of {manifest.verdicts} questions abstained (no "
+                                          "usable answer; never scored as fails)",
+                             abstention_reasons(args.out).most_common(3), retry_flag="--retry-abstained")

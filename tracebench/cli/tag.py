@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import sys
+from collections import Counter
 from pathlib import Path
+
+from ._args import report_incomplete
 
 
 def register(sub) -> None:
@@ -32,9 +36,16 @@ def run(args) -> int:
                         max_retries=args.max_retries, timeout=args.timeout, cache_dir=args.cache)
     if args.json:
         print(report.model_dump_json())
+    else:
+        print(f"{args.out}: {report.tagged} images tagged, {len(report.skipped)} skipped, {report.calls} requests, "
+              f"{report.cache_hits} from the cache")
+        for skipped in report.skipped:
+            print(f"  skipped {skipped.path}: {skipped.reason}")
+    if report.calls == 0 and report.cache_hits:
+        print(f"trace tag: every image came from the cache: the server was not contacted, so the model name and "
+              f"the key were not checked", file=sys.stderr)
+    if not report.skipped:
         return 0
-    print(f"{args.out}: {report.tagged} images tagged, {len(report.skipped)} skipped, {report.calls} requests, "
-          f"{report.cache_hits} from the cache")
-    for skipped in report.skipped:
-        print(f"  skipped {skipped.path}: {skipped.reason}")
-    return 0
+    reasons = Counter(s.reason for s in report.skipped).most_common(3)
+    return report_incomplete("trace tag", f"{len(report.skipped)} of {len(report.skipped) + report.tagged} images "
+                                          f"could not be tagged (left out of the library)", reasons, retry_flag=None)

@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from ..records import DIAGNOSIS_FILE, NODES_FILE, SUMMARY_FILE, TREES_FILE
-from ._attribute import attribute, pending, summarize_sources
+from ._attribute import UNDETERMINED, attribute, pending, summarize_sources
 from ._diagnose import (TreePlan, diagnose, diagnose_run, export_nodes, format_summary, merge_diagnoses, plan_trees,
                         summarize)
 from ._node import compositions_of, node_case, root_formula
@@ -20,4 +20,4 @@ from ._tree import TreeNode, build_tree, draw_tree, tree_json, tree_nodes
 __all__ = ["DIAGNOSIS_FILE", "NODES_FILE", "SUMMARY_FILE", "TREES_FILE", "Downgrades", "Rule", "Source", "TreeNode",
            "TreePlan", "attribute", "build_tree", "compositions_of", "diagnose", "diagnose_run", "draw_tree",
            "export_nodes", "format_summary", "merge_diagnoses", "node_case", "number_terms", "pending", "plan_trees", "root_formula", "rules", "sources",
-           "summarize", "summarize_sources", "targets", "tree_json", "tree_nodes", "zoo_expectations"]
+           "UNDETERMINED", "summarize", "summarize_sources", "targets", "tree_json", "tree_nodes", "zoo_expectations"]

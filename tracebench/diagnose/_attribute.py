@@ -5,8 +5,15 @@ that keep it. The first node where it passes, at the smallest depth over all pat
 the earlier node), names the rule applied right before it, and the rule's source is the
 failure source. Never passing: Persistent Failure. Passing at the root and everywhere:
 Stable Success. A result that flips back (fails again below a node where it passed, or
-fails below a passing root) is Unstable. An instance whose root questions all abstained is
-left out (counted as abstained). Nodes whose question abstained are skipped on the path.
+fails below a passing root) is Unstable.
+
+An abstained result (the judge gave no usable answer) is unknown, never a fail. A source is
+given only when no value of the unknown nodes could change it; otherwise the instance is
+Undetermined, with the unknown nodes that decide it (an instance whose root abstained is
+Undetermined too). An unknown node matters when, passing, it would be a first pass at a
+smaller depth (or at the same depth with another source) or would flip a fail below it, or
+when, failing, it would flip a pass above it. A flip between two decided results stays
+Unstable whatever the unknowns.
 
 The adaptive strategy evaluates, depth by depth, only the children that keep a root failure
 not yet explained anywhere in the tree (:func:`pending`). Every node on the path to a first
@@ -21,15 +28,16 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from ..operators import OPERATORS, Instance
-from ..outcomes import ABSTAINED, Outcome
+from ..outcomes import ABSTAINED, Outcome, Status
 from ..records import Attribution
 from ._rules import rules, sources, zoo_expectations
 from ._tree import TreeNode
 
-__all__ = ["DEPTH_GRID", "Finding", "attribute", "localization", "mode_of", "pending", "summarize_sources"]
+__all__ = ["DEPTH_GRID", "UNDETERMINED", "Finding", "attribute", "localization", "mode_of", "pending", "summarize_sources"]
 
 Results = dict[Instance, Outcome]
 DEPTH_GRID = tuple(k / 10 for k in range(11))
+UNDETERMINED = "undetermined"  # the source of an instance whose attribution depends on abstained results
 
 
 @dataclass(frozen=True)
@@ -41,19 +49,21 @@ class Finding:
     node: str | None
     rule: str | None
     depth: int | None
+    unknown: tuple[str, ...] = ()  # undetermined: the nodes whose abstained results decide it
 
     def record(self, max_depth: int, causes: tuple[str, ...] = (), expected: tuple[str, ...] = ()) -> Attribution:
         relative = None if self.depth is None else (round(self.depth / max_depth, 4) if max_depth else 0.0)
         return Attribution(op=self.op, target=self.target, root=self.root.status, source=self.source,
                            node=self.node, rule=self.rule, depth=self.depth, relative_depth=relative,
-                           causes=causes, expected=expected)
+                           causes=causes, expected=expected, unknown=self.unknown)
 
 
 def attribute(nodes: list[TreeNode], results: dict[str, Results]) -> list[Finding]:
     """One finding per operator instance of the root (``nodes[0]``), in checklist order.
 
     ``results`` maps each evaluated node id to its instances' outcomes; nodes missing from
-    it were not evaluated."""
+    it were not evaluated. An abstained result is unknown, never a fail: an instance whose
+    source could change with the value of an unknown node is ``undetermined``."""
     children: dict[str, list[TreeNode]] = defaultdict(list)
     for node in nodes[1:]:
         children[node.parent].append(node)  # type: ignore[index]
@@ -63,29 +73,55 @@ def attribute(nodes: list[TreeNode], results: dict[str, Results]) -> list[Findin
     for instance in root.targets:
         at_root = results[root.id].get(instance, ABSTAINED)
         if not at_root.answered:
-            findings.append(Finding(*instance, ABSTAINED, None, None, None, None))
+            findings.append(Finding(*instance, ABSTAINED, UNDETERMINED, None, None, None, (root.id,)))
             continue
         first: TreeNode | None = None
         flipped = False
-        stack = [(child, at_root.passed) for child in reversed(children[root.id])]
-        while stack:  # depth first; `passed`: it passed at or above this node's parent on this path
-            node, passed = stack.pop()
+        # the unknown nodes met: (node, a pass or an unknown above it on its path, a fail or an unknown below)
+        unknown: list[tuple[TreeNode, bool, list[bool]]] = []
+
+        def walk(node: TreeNode, passed: bool, doubt_above: bool) -> bool:
+            """Visit ``node`` (``passed``: it passed at or above the parent on this path);
+            whether a fail or an unknown lies at or below it."""
+            nonlocal first, flipped
             if node.id not in results or instance not in node.targets:
-                continue  # not evaluated, or no longer kept: nor is anything below
+                return False  # not evaluated, or no longer kept: nor is anything below
             value = results[node.id].get(instance, ABSTAINED)
+            if not value.answered:
+                below: list[bool] = []
+                unknown.append((node, passed or doubt_above, below))
+                found = False
+                for child in children[node.id]:
+                    found |= walk(child, passed, True)
+                below.append(found)
+                return True
             if value.passed and not passed:
                 if first is None or node.depth < first.depth:
                     first = node
                 passed = True
             elif value.failed and passed:
                 flipped = True
-            stack += [(child, passed) for child in reversed(children[node.id])]
-        if flipped:
+            found = value.failed
+            for child in children[node.id]:
+                found |= walk(child, passed, doubt_above)
+            return found
+
+        for child in children[root.id]:
+            walk(child, at_root.passed, False)
+        if flipped:  # a decided pass above a decided fail: no unknown can undo it
             source = "unstable"
         elif at_root.passed:
             source = "stable_success"
         else:
             source = "persistent_failure" if first is None else source_of[first.rule]  # type: ignore[index]
+        doubtful = tuple(node.id for node, doubt_above, below in unknown if not flipped and (
+            doubt_above  # failing, it would flip a pass above it
+            or below[0]  # passing, it would flip a fail below it
+            or first is None or node.depth < first.depth  # passing, it would be the first pass
+            or (node.depth == first.depth and source_of[node.rule] != source)))  # type: ignore[index]
+        if doubtful:
+            findings.append(Finding(*instance, at_root, UNDETERMINED, None, None, None, doubtful))
+            continue
         moved = first is not None and not at_root.passed
         depth = 0 if at_root.passed else (first.depth if first else None)
         findings.append(Finding(*instance, at_root, source, first.id if moved else None,  # type: ignore[union-attr]
@@ -114,10 +150,12 @@ def localization(finding: Finding, causes: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def summarize_sources(attributions: list[Attribution]) -> dict:
-    """Shares per source, overall and per operator; cumulative pass rate over relative depth;
-    localization accuracy where causes are known."""
+    """Shares per source (Undetermined a source of its own), overall and per operator;
+    cumulative pass rate over relative depth and localization accuracy, over the decided
+    instances only."""
     names = list(sources())
-    counted = [a for a in attributions if a.source is not None]
+    counted = [a for a in attributions if a.source is not None]  # None: records of an older tracebench
+    decided = [a for a in counted if a.source != UNDETERMINED]
 
     def shares(items: list[Attribution]) -> dict[str, float]:
         n = len(items)
@@ -127,10 +165,13 @@ def summarize_sources(attributions: list[Attribution]) -> dict:
     for a in counted:
         by_op[a.op].append(a)
     ops = [op for op in OPERATORS if op in by_op]
-    cumulative = {op: {f"{x:.1f}": round(sum(a.relative_depth is not None and a.relative_depth <= x + 1e-9
-                                                for a in by_op[op]) / len(by_op[op]), 4) for x in DEPTH_GRID}
-                  for op in ops}
-    localized = [a for a in counted if a.expected]
+
+    def cumulative(items: list[Attribution]) -> dict[str, float]:
+        items = [a for a in items if a.source != UNDETERMINED]
+        return {f"{x:.1f}": round(sum(a.relative_depth is not None and a.relative_depth <= x + 1e-9 for a in items)
+                                  / len(items), 4) if items else 0.0 for x in DEPTH_GRID}
+
+    localized = [a for a in decided if a.expected]
     per_cause: dict[str, list[Attribution]] = defaultdict(list)
     for a in localized:  # grouped by failure mode; several modes breaking one requirement: "a+b"
         per_cause["+".join(sorted({mode_of(c) for c in a.causes}))].append(a)
@@ -141,11 +182,12 @@ def summarize_sources(attributions: list[Attribution]) -> dict:
 
     return {
         "instances": len(counted),
-        "abstained": len(attributions) - len(counted),
+        "undetermined": len(counted) - len(decided),
+        "abstained": sum(a.root == Status.ABSTAIN for a in attributions),
         "sources": shares(counted),
         "counts": {s: sum(a.source == s for a in counted) for s in names},
         "by_operator": {op: {**shares(by_op[op]), "instances": len(by_op[op])} for op in ops},
-        "cumulative_pass": cumulative,
+        "cumulative_pass": {op: cumulative(by_op[op]) for op in ops},
         "localization": ({**accuracy(localized), "by_cause": {c: {**accuracy(v), "expected": sorted({e for a in v for e in a.expected})}
                                                               for c, v in sorted(per_cause.items())}}
                          if localized else None),

@@ -19,6 +19,7 @@ otherwise the root is generated again as node ``N0``. The end: ``trees.jsonl`` (
 from __future__ import annotations
 
 import os
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
@@ -33,7 +34,7 @@ from ..records import (CASES, DIAGNOSIS_MANIFEST, NODES, SUMMARY, TREES, Case, D
 from ..resources import data_hash
 from ..outcomes import Outcome
 from ..providers import ModelSettings
-from ..run import generated_image, library_of, load_run, make_providers, run_benchmark, shard_of
+from ..run import abstention_reason, generated_image, library_of, load_run, make_providers, run_benchmark, shard_of
 from ..cache import sha256
 from ..jsonfiles import record_line
 from ..sample import read_sample_manifest, write_benchmark
@@ -43,15 +44,17 @@ from ._node import node_case, root_formula
 from ._rules import RULES_FILE, SOURCES_FILE, sources
 from ._tree import TreeNode, build_tree, tree_nodes
 
-__all__ = ["Evaluator", "TreePlan", "diagnose", "diagnose_run", "export_nodes", "format_summary", "merge_diagnoses",
+__all__ = ["Evaluated", "Evaluator", "TreePlan", "diagnose", "diagnose_run", "export_nodes", "format_summary", "merge_diagnoses",
            "plan_trees", "summarize"]
 
 ROUNDS_DIR = "rounds"
 CACHE_DIR = "cache"
 STRATEGIES = ("full", "adaptive")
 
-# sub-cases in -> (case id -> question id -> verdict, case id -> image path)
-Evaluator = Callable[[list[Case]], tuple[dict[str, dict[str, Outcome]], dict[str, str]]]
+# sub-cases in -> (case id -> question id -> verdict, case id -> image path,
+#                  case id -> question id -> why it abstained)
+Evaluated = tuple[dict[str, dict[str, Outcome]], dict[str, str], dict[str, dict[str, str]]]
+Evaluator = Callable[[list[Case]], Evaluated]
 
 
 @dataclass
@@ -137,27 +140,31 @@ def _select(run, which: str, shard: tuple[int, int] | None) -> list[Case]:
 # ------------------------------------------------------------------------------ the diagnosis
 
 def _strategy_rounds(plan: TreePlan, strategy: str, root_verdicts: dict[str, dict[str, Outcome]], evaluate: Evaluator,
-                     roots_from_run: bool) -> tuple[dict[str, dict[str, Outcome]], dict[str, str]]:
-    """Evaluate the sub-cases the strategy asks for; returns verdicts and images by sub-case key."""
+                     roots_from_run: bool) -> Evaluated:
+    """Evaluate the sub-cases the strategy asks for; returns verdicts, images and abstention
+    reasons by sub-case key."""
     verdicts: dict[str, dict[str, Outcome]] = {}
     images: dict[str, str] = {}
+    reasons: dict[str, dict[str, str]] = {}
 
     def run_round(keys: list[str]) -> None:
         todo = [k for k in dict.fromkeys(keys) if k not in verdicts]
         if not todo:
             return
-        got, got_images = evaluate([plan.cases[k] for k in todo])
+        got, got_images, got_reasons = evaluate([plan.cases[k] for k in todo])
         for k in todo:
             case_id = plan.cases[k].id
             verdicts[k] = got.get(case_id, {})
             if case_id in got_images:
                 images[k] = got_images[case_id]
+            if case_id in got_reasons:
+                reasons[k] = got_reasons[case_id]
 
     if not roots_from_run:
         run_round([t.keys["N0"] for t in plan.trees])
     if strategy == "full":
         run_round([t.keys[n.id] for t in plan.trees for n in t.nodes if n.parent is not None])
-        return verdicts, images
+        return verdicts, images, reasons
     # adaptive: breadth first, one round per depth. A root failure is chased only until it first
     # passes somewhere in its tree: breadth first, that node is at the smallest depth, and every
     # node of that depth that could tie was in the same round.
@@ -186,23 +193,25 @@ def _strategy_rounds(plan: TreePlan, strategy: str, root_verdicts: dict[str, dic
             still = pending(child, open_, instance_results(case, verdicts[tree.keys[child.id]]))
             explained[tree.root.id] |= (open_ & set(child.targets)) - still
             frontier.append((tree, child, still))
-    return verdicts, images
+    return verdicts, images, reasons
 
 
 def diagnose(roots: Sequence[Case], root_verdicts: dict[str, dict[str, Outcome]], evaluate: Evaluator, *,
              strategy: str = "full", roots_from_run: bool = True, root_images: dict[str, str] | None = None,
              causes: Callable[[Case, str], dict[str, tuple[str, ...]] | None] | None = None,
-             plan: TreePlan | None = None) -> list[DiagnosticTree]:
+             plan: TreePlan | None = None, root_reasons: dict[str, dict[str, str]] | None = None
+             ) -> list[DiagnosticTree]:
     """Diagnose ``roots`` given their verdicts, evaluating sub-cases with ``evaluate``.
 
     The model call is passed in: the CLI evaluates through the run harness; anything that
     maps sub-cases to verdicts will do. ``causes(case, image)`` gives the causes a synthetic
-    generator recorded (question id -> causes) for the localization check. Returns the trees;
+    generator recorded (question id -> causes) for the localization check; ``root_reasons``
+    why the run's root verdicts abstained (case id -> question id -> reason). Returns the trees;
     :func:`summarize` makes the summary from them."""
     if strategy not in STRATEGIES:
         raise TraceError(f"--strategy: {strategy!r} is neither full nor adaptive")
     plan = plan or plan_trees(roots)
-    verdicts, images = _strategy_rounds(plan, strategy, root_verdicts, evaluate, roots_from_run)
+    verdicts, images, reasons = _strategy_rounds(plan, strategy, root_verdicts, evaluate, roots_from_run)
     trees = []
     for tree in plan.trees:
         results: dict[str, dict] = {}
@@ -226,12 +235,16 @@ def diagnose(roots: Sequence[Case], root_verdicts: dict[str, dict[str, Outcome]]
             key = tree.keys[node.id]
             sub = plan.cases[key]
             evaluated = node.id in results
-            image = (root_image if node.parent is None and roots_from_run else images.get(key)) if evaluated else None
+            from_run = node.parent is None and roots_from_run
+            image = (root_image if from_run else images.get(key)) if evaluated else None
+            why = ((root_reasons or {}).get(tree.root.id, {}) if from_run else reasons.get(key, {})) if evaluated else {}
             nodes.append(DiagnosticNode(
-                **node.to_json(), case_id=tree.root.id if node.parent is None and roots_from_run else sub.id,
+                **node.to_json(), case_id=tree.root.id if from_run else sub.id,
                 evaluated=evaluated, prompt=sub.prompt, references=sub.references,
                 question_ids=tuple(q.id for q in sub.checklist), image=image,
                 verdicts={qid: o.status for qid, o in node_verdicts.get(node.id, {}).items()},
+                abstained={qid: why.get(qid, "no verdict") for qid, o in node_verdicts.get(node.id, {}).items()
+                           if not o.answered},
                 status={t: v.status for (_, t), v in results.get(node.id, {}).items()}))
         edges = tuple(DiagnosticEdge(parent=u, child=v, rule=d["rule"]) for u, v, d in tree.graph.edges(data=True))
         trees.append(DiagnosticTree(case_id=tree.root.id, formula=tree.root.formula, slot=tree.root.slot,
@@ -247,9 +260,14 @@ def summarize(trees: Sequence[DiagnosticTree], *, generator: str, judges: Sequen
     # by content, not case id: shards name an identical sub-case after their own first occurrence
     generated = len({(n.prompt, n.references, n.question_ids) for t in trees for n in t.nodes
                      if n.evaluated and n.parent is not None})
+    abstained = {(n.parent is None and t.case_id, n.prompt, n.references, n.question_ids): n.abstained
+                 for t in trees for n in t.nodes if n.abstained}  # each generated sub-case once
+    reasons = Counter(reason for why in abstained.values() for reason in why.values())
     return DiagnosisSummary(
         tool=f"tracebench {__version__}", generator=generator, judges=tuple(judges), strategy=strategy,
-        cases=len(trees), instances=summary["instances"], abstained=summary["abstained"],
+        cases=len(trees), instances=summary["instances"], undetermined=summary["undetermined"],
+        abstained=summary["abstained"], abstained_verdicts=sum(reasons.values()),
+        abstention_reasons=dict(reasons.most_common()),
         sources=summary["sources"], counts=summary["counts"], by_operator=summary["by_operator"],
         cumulative_pass=summary["cumulative_pass"], nodes_generated=generated,
         nodes_in_trees=sum(len(t.nodes) - 1 for t in trees),
@@ -284,12 +302,14 @@ def format_summary(summary: DiagnosisSummary) -> str:
     ops = list(summary.by_operator)
     lines = [f"{'source':22s}" + "".join(f"{op:>13s}" for op in ops) + f"{'all':>9s}"]
     for name, source in sources().items():
-        lines.append(f"{source.title:22s}" + "".join(f"{summary.by_operator[op][name]:13.1%}" for op in ops)
-                     + f"{summary.sources[name]:9.1%}")
+        lines.append(f"{source.title:22s}" + "".join(f"{summary.by_operator[op].get(name, 0.0):13.1%}" for op in ops)
+                     + f"{summary.sources.get(name, 0.0):9.1%}")
     lines.append(f"{'instances':22s}" + "".join(f"{int(summary.by_operator[op]['instances']):13d}" for op in ops)
                  + f"{summary.instances:9d}")
-    if summary.abstained:
-        lines.append(f"left out (root abstained): {summary.abstained}")
+    if summary.undetermined:
+        reasons = "; ".join(f"{n}x {reason}" for reason, n in list(summary.abstention_reasons.items())[:3])
+        lines.append(f"undetermined: {summary.undetermined} instances depend on {summary.abstained_verdicts} abstained "
+                     f"verdicts ({summary.abstained} at the root); main reasons: {reasons or 'unknown'}")
     loc = summary.localization_accuracy
     if loc:
         causes = ", ".join(f"{c} {v['accuracy']:.1%} of {v['instances']}" for c, v in loc["by_cause"].items())
@@ -369,7 +389,7 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
     DIAGNOSIS_MANIFEST.write(out, identity)
     rounds = iter(range(1, 1000))
 
-    def evaluate(batch: list[Case]) -> tuple[dict[str, dict[str, Outcome]], dict[str, str]]:
+    def evaluate(batch: list[Case]) -> Evaluated:
         folder = out / ROUNDS_DIR / f"{next(rounds):02d}"
         _write_node_folder(folder / "cases", batch, run.cases_dir, sample,
                            {"diagnosis_of": identity.run_dir, "strategy": strategy, "round": folder.name}, replace=True)
@@ -377,10 +397,13 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
                       concurrency=concurrency, judge_batch=judge_batch, cache_dir=cache_dir or out / CACHE_DIR,
                       retry_abstained=retry_abstained, progress=progress)
         got: dict[str, dict[str, Outcome]] = {}
+        why: dict[str, dict[str, str]] = {}
         for v in read_verdicts(folder / "run"):
-            got.setdefault(v.case_id, {})[v.question_id] = v.outcome
+            got.setdefault(v.case_id, {})[v.question_id] = outcome = v.outcome
+            if not outcome.answered:
+                why.setdefault(v.case_id, {})[v.question_id] = abstention_reason(v)
         images = {c.id: str(p.relative_to(out)) for c in batch if (p := generated_image(folder / "run", c.id))}
-        return got, images
+        return got, images, why
 
     root_images = {c.id: str(p.resolve()) for c in roots if (p := generated_image(run.root, c.id))}
     synthetic = generator_spec.startswith("synthetic:")
@@ -390,7 +413,7 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
             path = Path(image) if Path(image).is_absolute() else out / image
             return _zoo_causes(case, str(path))
     trees = diagnose(roots, run.verdicts, evaluate, strategy=strategy, roots_from_run=roots_from_run,
-                     root_images=root_images, causes=causes, plan=plan)
+                     root_images=root_images, causes=causes, plan=plan, root_reasons=run.reasons)
     TREES.write(out, trees)
     result = summarize(trees, generator=generator_spec, judges=judge_specs, strategy=strategy, synthetic=synthetic)
     SUMMARY.write(out, result)

@@ -42,11 +42,11 @@ from ..apikeys import api_key
 from ..errors import TraceError
 from ..replies import unfence
 from ..cache import Cache, cache_key, sha256
-from ..providers import (DEFAULT_BASE_URL, CallFailed, EndpointRefused, ModelAccess, ModelConfig, NotSent, OpenAIClients,
+from ..providers import (DEFAULT_BASE_URL, CallFailed, ModelAccess, ModelConfig, NotSent, OpenAIClients,
                          one_line)
 from ..resources import read_toml
 from ..templating import render
-from ._io import staged_output, write_library
+from ._io import INFO_FILE, TAGS_FILE, staged_output, write_library
 from ._models import Entity, GlobalTag, LibraryInfo, TaggedImage, Tags
 
 __all__ = ["IMAGE_SUFFIXES", "ModelTags", "SkippedImage", "TagReport", "tag_images", "tag_schema"]
@@ -121,7 +121,9 @@ def tag_images(images_dir: Path, out: Path, *, model: str, base_url: str | None 
     jobs, unreadable = _find_images(images_dir)
     name = name or out.resolve().name or "library"
 
-    with staged_output(out) as root:
+    # a library this command wrote before is replaced (the same command, run again, asks only for
+    # the images that failed: the others are in the cache)
+    with staged_output(out, overwrite=(out / INFO_FILE).is_file() and (out / TAGS_FILE).is_file()) as root:
         provider = OpenAIClients(model, ModelConfig(base_urls=(base_url,), api_key_env=api_key_env,
                                                     concurrency=concurrency, max_retries=max_retries, timeout=timeout))
         provider.spec = f"openai:{model}"
@@ -277,11 +279,10 @@ class _Tagger:
             try:
                 reply = await self.access.call(self.provider, lambda: self._ask(messages))
             except NotSent as err:
-                return _Outcome(job, reason=f"not sent: {err}")
-            except EndpointRefused as err:
-                self.fatal = f"the endpoint refused the request: {err}"
-                return _Outcome(job, reason=self.fatal)
+                return _Outcome(job, reason=str(err))
             except CallFailed as err:
+                if self.access.stopped is not None:  # the endpoint refused, or the first requests all failed alike
+                    self.fatal = f"stopped early, {self.access.stopped}"
                 return _Outcome(job, reason=str(err))
             try:
                 return _Outcome(job, tags=_parse_reply(reply))
@@ -295,8 +296,6 @@ class _Tagger:
         return _Outcome(job, reason=f"invalid reply after one retry: {problem}")
 
     async def _ask(self, messages: list[dict[str, Any]]) -> ChatCompletionMessage | None:
-        if self.fatal:  # checked under the concurrency limit: nothing is sent once the endpoint refused
-            raise NotSent(self.fatal)
         response = await self.provider.client().chat.completions.create(
             model=self.provider.model, messages=messages,  # type: ignore[arg-type]
             response_format={"type": "json_schema",

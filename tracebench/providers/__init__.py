@@ -11,7 +11,7 @@ wrapper that owns cache, retry, concurrency, counters and key scrubbing for all 
 
 from __future__ import annotations
 
-from ._access import AccessStats, ModelAccess, one_line
+from ._access import STOP_AFTER, AccessStats, ModelAccess, Stopped, one_line
 from ._base import CallFailed, EndpointRefused, Generator, Judge, NotSent, Provider, RateLimited, Reply, Transient
 from ._config import DEFAULT_BASE_URL, ModelConfig, ModelEntry, ModelSettings, read_models_file, resolve_spec
 from ._images import ImageBytes, ReferenceFiles, data_url, digest, image_suffix, mime_type
@@ -19,9 +19,9 @@ from ._openai import JUDGE_TEMPLATES, OpenAIClients, OpenAIImages, OpenAIJudge, 
 from ._registry import ENTRY_POINT_GROUPS, make_generator, make_judge
 
 __all__ = [
-    "AccessStats", "CallFailed", "DEFAULT_BASE_URL", "ENTRY_POINT_GROUPS", "EndpointRefused", "Generator",
+    "STOP_AFTER", "AccessStats", "CallFailed", "DEFAULT_BASE_URL", "ENTRY_POINT_GROUPS", "EndpointRefused", "Generator",
     "ImageBytes", "JUDGE_TEMPLATES", "Judge", "NotSent", "ModelAccess", "ModelConfig", "ModelEntry", "ModelSettings",
-    "OpenAIClients", "OpenAIImages", "OpenAIJudge", "Provider", "RateLimited", "ReferenceFiles", "Reply",
+    "OpenAIClients", "OpenAIImages", "OpenAIJudge", "Provider", "RateLimited", "ReferenceFiles", "Reply", "Stopped",
     "Transient", "data_url", "digest", "image_suffix", "mime_type", "make_generator", "make_judge", "one_line",
     "read_models_file", "resolve_spec", "translate_openai_error",
 ]

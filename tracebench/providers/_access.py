@@ -13,12 +13,18 @@ class, the zoo), a call goes through :class:`ModelAccess`:
   honoured; the limit is released while waiting; other failures are not retried;
 - **failures**: whatever a call raises becomes :class:`CallFailed` (an abstention with a
   one-line reason, never a fail), with every secret of the provider scrubbed out;
-- **counters**: calls per spec, retries, cache hits, tokens, failures.
+- **counters**: calls per spec, retries, cache hits, tokens, failures;
+- **stopping early**: when a provider's first calls all fail the same way (the endpoint
+  refused the key or does not know the model, or :data:`STOP_AFTER` identical failures
+  before any success: a wrong URL, a 400 for an unknown model, a broken command), no
+  further call is sent to it (:class:`NotSent`) and :attr:`ModelAccess.stopped` says why,
+  so a command stops with that reason instead of trying every case.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Sequence, TypeVar
@@ -27,12 +33,36 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt,
 
 from ..cache import Cache, cache_key
 from ..records import Case, Question
-from ._base import CallFailed, Generator, Judge, NotSent, Provider, Reply, Transient, current_replica
+from ._base import CallFailed, EndpointRefused, Generator, Judge, NotSent, Provider, Reply, Transient, current_replica
 
-__all__ = ["AccessStats", "ModelAccess", "one_line"]
+__all__ = ["STOP_AFTER", "AccessStats", "ModelAccess", "Stopped", "one_line"]
 
 T = TypeVar("T")
 _REASON_LIMIT = 240
+STOP_AFTER = 5  # identical failures before any success that stop the calls to a provider
+_NUMBERS = re.compile(r"\d+")
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """Why the calls to a provider were stopped: its first ``calls`` calls all failed with ``reason``."""
+
+    spec: str
+    reason: str
+    calls: int
+    refused: bool  # the endpoint refused the key or does not know the model
+
+    def __str__(self) -> str:
+        if self.refused:
+            return f"the endpoint of {self.spec} refused the request: {self.reason}"
+        return f"the first {self.calls} calls to {self.spec} all failed the same way: {self.reason}"
+
+
+@dataclass
+class _Breaker:
+    successes: int = 0
+    shape: str | None = None  # the first failure's reason, numbers blanked (case ids, line numbers)
+    same: int = 0
 
 
 @dataclass
@@ -79,7 +109,10 @@ class ModelAccess:
         self.max_retries = max_retries
         self.backoff = backoff
         self.stats = AccessStats()
+        self.stopped: Stopped | None = None  # the first provider stopped, if any
         self._replicas: dict[int, _Replicas] = {}
+        self._breakers: dict[int, _Breaker] = {}
+        self._stopped: set[int] = set()
 
     # -- the call ------------------------------------------------------------------------------
 
@@ -90,6 +123,8 @@ class ModelAccess:
         if replicas is None:
             replicas = self._replicas[id(provider)] = _Replicas(len(provider.replicas),
                                                                 provider.concurrency or self.concurrency)
+        if id(provider) in self._stopped:
+            raise NotSent(f"not sent: {self.stopped.reason if self.stopped else 'stopped'}")
         if count:
             self.stats.calls[provider.spec] += 1
         retries = getattr(provider, "max_retries", None)
@@ -115,11 +150,15 @@ class ModelAccess:
                     replicas.in_flight[index] += 1  # waiting for the replica counts: the next call goes elsewhere
                     try:
                         async with replicas.limits[index]:
+                            if id(provider) in self._stopped:  # stopped while this call waited for its turn
+                                raise NotSent(f"not sent: {self.stopped.reason if self.stopped else 'stopped'}")
                             token = current_replica.set(index)
                             try:
-                                return await self._attempt(provider, attempt)
+                                result = await self._attempt(provider, attempt)
                             finally:
                                 current_replica.reset(token)
+                            self._breakers.setdefault(id(provider), _Breaker()).successes += 1
+                            return result
                     finally:
                         replicas.in_flight[index] -= 1
         except NotSent:
@@ -129,12 +168,31 @@ class ModelAccess:
         except CallFailed as err:
             self.stats.failures += 1
             reason = one_line(str(err), provider.secrets())
+            self._failed(provider, err, reason)
             try:
                 scrubbed = type(err)(reason)
             except TypeError:  # a subclass of a plugin's with another signature
                 scrubbed = CallFailed(reason)
             raise scrubbed from None
         raise AssertionError("unreachable: tenacity either returns or raises")  # pragma: no cover
+
+    def _failed(self, provider: Provider, err: CallFailed, reason: str) -> None:
+        """Count a failure toward stopping the calls to ``provider`` (see the module docstring)."""
+        breaker = self._breakers.setdefault(id(provider), _Breaker())
+        if breaker.successes or id(provider) in self._stopped:
+            return
+        shape = _NUMBERS.sub("#", reason)
+        if shape == breaker.shape:
+            breaker.same += 1
+        elif breaker.shape is None:
+            breaker.shape, breaker.same = shape, 1
+        else:
+            breaker.successes = 1  # two ways of failing: not the endpoint as a whole; never stop
+            return
+        if isinstance(err, EndpointRefused) or breaker.same >= STOP_AFTER:
+            self._stopped.add(id(provider))
+            if self.stopped is None:
+                self.stopped = Stopped(provider.spec, reason, breaker.same, isinstance(err, EndpointRefused))
 
     @staticmethod
     async def _attempt(provider: Provider, attempt: Callable[[], Awaitable[T]]) -> T:

@@ -4,7 +4,7 @@ shard merging. Model access itself (providers, cache, retry, concurrency) is ``t
 from __future__ import annotations
 
 from ..records import RUN_FILE, VERDICTS_FILE, read_verdicts
-from ._harness import (IMAGES_DIR, RunFolder, abstention_reasons, generated_image, library_of, load_run, make_providers, parse_reply,
+from ._harness import (IMAGES_DIR, RunFolder, abstention_reason, abstention_reasons, generated_image, library_of, load_run, make_providers, parse_reply,
                        run_benchmark, shard_of)
 from ._merge import merge_runs
 
@@ -12,7 +12,7 @@ __all__ = [
     "IMAGES_DIR",
     "RUN_FILE",
     "RunFolder",
-    "abstention_reasons",
+    "abstention_reason", "abstention_reasons",
     "VERDICTS_FILE",
     "generated_image",
     "library_of",

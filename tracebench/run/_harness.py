@@ -38,7 +38,7 @@ from ..providers import (JUDGE_TEMPLATES, CallFailed, Generator, ImageBytes, Jud
 from ..sample import read_cases, read_sample_manifest
 from ..cache import Cache, sha256, write_atomic
 
-__all__ = ["IMAGES_DIR", "RunFolder", "abstention_reasons", "generated_image", "library_of", "load_run", "make_providers", "parse_reply",
+__all__ = ["IMAGES_DIR", "RunFolder", "abstention_reason", "abstention_reasons", "generated_image", "library_of", "load_run", "make_providers", "parse_reply",
            "run_benchmark", "shard_of"]
 
 IMAGES_DIR = "images"
@@ -175,6 +175,7 @@ class RunFolder:
     cases_dir: Path
     cases: dict[str, Case]
     verdicts: dict[str, dict[str, Outcome]]
+    reasons: dict[str, dict[str, str]]  # case id -> question id -> why its verdict abstained
 
 
 def load_run(run_dir: Path, *, cases_dir: Path | None = None) -> RunFolder:
@@ -188,11 +189,14 @@ def load_run(run_dir: Path, *, cases_dir: Path | None = None) -> RunFolder:
     if sha256(CASES.path(cases_dir).read_bytes()) != manifest.cases_hash:
         raise TraceError(f"{cases_dir}: not the benchmark this run was made from (its {CASES.name} differs)")
     verdicts: dict[str, dict[str, Outcome]] = {}
+    reasons: dict[str, dict[str, str]] = {}
     for v in read_verdicts(run_dir):
         if v.case_id not in cases:
             raise TraceError(f"{run_dir}: verdicts for case {v.case_id!r}, which {cases_dir} does not hold")
-        verdicts.setdefault(v.case_id, {})[v.question_id] = v.outcome
-    return RunFolder(run_dir, manifest, cases_dir, cases, verdicts)
+        verdicts.setdefault(v.case_id, {})[v.question_id] = outcome = v.outcome
+        if not outcome.answered:
+            reasons.setdefault(v.case_id, {})[v.question_id] = abstention_reason(v)
+    return RunFolder(run_dir, manifest, cases_dir, cases, verdicts, reasons)
 
 
 def _existing(out: Path, cases: dict[str, Case], retry_abstained: bool) -> dict[str, list[Verdict]]:
@@ -217,11 +221,12 @@ def _existing(out: Path, cases: dict[str, Case], retry_abstained: bool) -> dict[
 def abstention_reasons(run_dir: Path) -> Counter:
     """Why the questions of a run folder abstained: reason -> questions (the first vote's
     reason of each abstained verdict), for the summary a command prints."""
-    reasons: Counter = Counter()
-    for v in read_verdicts(run_dir):
-        if not v.outcome.answered:
-            reasons[next((vote.reason for vote in v.votes if vote.reason), "no answer (a tie between judges)")] += 1
-    return reasons
+    return Counter(abstention_reason(v) for v in read_verdicts(run_dir) if not v.outcome.answered)
+
+
+def abstention_reason(verdict: Verdict) -> str:
+    """Why an abstained verdict abstained: its first vote's reason."""
+    return next((vote.reason for vote in verdict.votes if vote.reason), "no answer (a tie between judges)")
 
 
 def library_of(cases_dir: Path) -> Path | None:
@@ -310,6 +315,9 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
         with open(verdict_path, "a", encoding="utf-8") as handle:
             async def one(case: Case) -> None:
                 verdicts = await runner.case(case)
+                unanswered = sum(not v.outcome.answered for v in verdicts)
+                if unanswered:
+                    abstained_new[case.id] = unanswered
                 lines = "".join(map(record_line, verdicts))
                 handle.write(lines)
                 handle.flush()
@@ -320,6 +328,8 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
 
             try:
                 for case in todo:  # at most 2 x concurrency cases in flight: memory stays flat
+                    if access.stopped is not None:
+                        break
                     if len(pending) >= 2 * concurrency:
                         finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                         for task in finished:
@@ -338,11 +348,16 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
 
     # the final file, in case order, from the lines written (no re-reading, no second serialisation)
     written: dict[str, str] = {case_id: "".join(map(record_line, vs)) for case_id, vs in previous.items()}
+    abstained_new: dict[str, int] = {}  # cases of this invocation with abstentions: how many
     gc.freeze()  # the cases read are long-lived: the run's garbage collections need not walk them
     try:
         asyncio.run(main())
     finally:
         gc.unfreeze()
+    if access.stopped is not None:  # what failed is not kept: the same command asks again once the endpoint is fixed
+        for case_id in abstained_new:
+            del written[case_id]
+        runner.abstentions -= sum(abstained_new.values())
     write_atomic(verdict_path, (written[c.id].encode() for c in all_cases if c.id in written))
     manifest = identity.model_copy(update={
         "cases": len(written), "verdicts": sum(lines.count("\n") for lines in written.values()),
@@ -350,4 +365,7 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
         "cache_hits": access.stats.cache_hits, "tokens": access.stats.tokens,
         "abstentions": sum(not v.outcome.answered for vs in previous.values() for v in vs) + runner.abstentions})
     RUN_MANIFEST.write(out, manifest)
+    if access.stopped is not None:
+        raise TraceError(f"stopped early, {access.stopped}; {len(written)} of {len(all_cases)} cases done, none kept "
+                         f"with a failed call. Fix the endpoint, model or key and run the same command to resume")
     return manifest

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from .errors import TraceError
 
-__all__ = ["LOCAL_API_KEY", "api_key", "is_loopback"]
+__all__ = ["LOCAL_API_KEY", "api_key", "is_loopback", "public_url"]
 
 LOCAL_API_KEY = "unused"  # loopback servers check no key, but the client wants one
 
@@ -29,6 +29,17 @@ def is_loopback(url: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def public_url(url: str) -> str:
+    """A base URL fit for a record: no user name or password, no query or fragment (where
+    some servers take a key)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = host + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 def api_key(variable: str, base_url: str) -> str:

@@ -21,7 +21,7 @@ from .operators import Family, Operator, Role
 from .outcomes import Outcome, Status
 
 __all__ = ["Attribution", "CASES", "CASES_FILE", "Case", "DIAGNOSIS_FILE", "DIAGNOSIS_MANIFEST", "DiagnosisManifest",
-           "DiagnosisSummary", "DiagnosticEdge", "DiagnosticNode", "DiagnosticTree", "GenerationRecord",
+           "DiagnosisSummary", "DiagnosticEdge", "DiagnosticNode", "DiagnosticTree", "Endpoint", "GenerationRecord",
            "MANIFEST_FILE", "NODES", "NODES_FILE", "NodeOccurrence", "Question", "REFERENCES_DIR", "RUN_FILE",
            "RUN_MANIFEST", "Reference", "RunManifest", "SAMPLE_MANIFEST", "SUMMARY", "SUMMARY_FILE",
            "SampleManifest", "TREES", "TREES_FILE", "TermBinding", "VERDICTS", "VERDICTS_FILE", "Verdict", "Vote",
@@ -159,6 +159,13 @@ class Verdict(_Record):
     votes: tuple[Vote, ...] = Field(description="every judge's answer")
 
 
+class Endpoint(_Record):
+    """Where a model was served: its base URLs (no credentials) and the variable holding its key."""
+
+    base_urls: tuple[str, ...] = Field(description="the replicas' base URLs, without user, password or query")
+    api_key_env: str = Field(description="the environment variable the key was read from (never the key)")
+
+
 class RunManifest(_Record):
     """``run.json`` of a run folder."""
 
@@ -177,6 +184,8 @@ class RunManifest(_Record):
     cache_hits: int = Field(description="cache hits of the last invocation")
     abstentions: int = Field(description="questions whose verdict is an abstention")
     tokens: int = Field(description="tokens reported by the servers in the last invocation (0 where unknown)")
+    endpoints: dict[str, Endpoint] = Field(default_factory=dict, description="where each served model (by spec) "
+                                           "was called: trace diagnose calls it there again unless told otherwise")
 
 
 # ---------------------------------------------------------------------------------- diagnosis

@@ -33,7 +33,7 @@ from ..records import (CASES, DIAGNOSIS_MANIFEST, NODES, SUMMARY, TREES, Case, D
                        DiagnosticEdge, DiagnosticNode, DiagnosticTree, NodeOccurrence, SampleManifest, read_verdicts)
 from ..resources import data_hash
 from ..outcomes import Outcome
-from ..providers import ModelSettings
+from ..providers import ModelSettings, synthetic_profile, with_endpoints
 from ..run import abstention_reason, generated_image, library_of, load_run, make_providers, run_benchmark, shard_of
 from ..cache import sha256
 from ..jsonfiles import record_line
@@ -353,7 +353,8 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
         raise TraceError(f"--strategy: {strategy!r} is neither full nor adaptive")
     run = load_run(run_dir)
     manifest = run.manifest
-    settings = settings or ModelSettings(seed=manifest.seed or 0)
+    settings = with_endpoints(settings or ModelSettings(seed=manifest.seed or 0), manifest.endpoints,
+                              generator=manifest.generator, judges=manifest.judges)
     if settings.library is None:
         settings = replace(settings, library=library_of(run.cases_dir))
     generator = generator or manifest.generator
@@ -406,7 +407,7 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
         return got, images, why
 
     root_images = {c.id: str(p.resolve()) for c in roots if (p := generated_image(run.root, c.id))}
-    synthetic = generator_spec.startswith("synthetic:")
+    synthetic = synthetic_profile(generator_spec) is not None  # the zoo, in process or behind trace serve
     causes = None
     if synthetic:
         def causes(case: Case, image: str) -> dict[str, tuple[str, ...]] | None:
@@ -444,7 +445,7 @@ def merge_diagnoses(folders: Sequence[Path], out: Path) -> DiagnosisSummary:
     merged = sorted(trees.values(), key=lambda t: order.get(t.case_id, len(order)))
     identity = first.model_copy(update={"shard": None})
     summary = summarize(merged, generator=first.generator, judges=first.judges, strategy=first.strategy,
-                        synthetic=first.generator.startswith("synthetic:"))
+                        synthetic=synthetic_profile(first.generator) is not None)
     with staged_output(out) as stage:
         DIAGNOSIS_MANIFEST.write(stage, identity)
         TREES.write(stage, merged)

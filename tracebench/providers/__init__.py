@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from ._access import STOP_AFTER, AccessStats, ModelAccess, Stopped, one_line
 from ._base import CallFailed, EndpointRefused, Generator, Judge, NotSent, Provider, RateLimited, Reply, Transient
-from ._config import DEFAULT_BASE_URL, ModelConfig, ModelEntry, ModelSettings, read_models_file, resolve_spec
+from ._config import (DEFAULT_BASE_URL, ModelConfig, ModelEntry, ModelSettings, read_models_file, resolve_spec,
+                      synthetic_profile, with_endpoints)
 from ._images import ImageBytes, ReferenceFiles, data_url, digest, image_suffix, mime_type
 from ._openai import JUDGE_TEMPLATES, OpenAIClients, OpenAIImages, OpenAIJudge, translate_openai_error
 from ._registry import ENTRY_POINT_GROUPS, make_generator, make_judge
@@ -23,5 +24,5 @@ __all__ = [
     "ImageBytes", "JUDGE_TEMPLATES", "Judge", "NotSent", "ModelAccess", "ModelConfig", "ModelEntry", "ModelSettings",
     "OpenAIClients", "OpenAIImages", "OpenAIJudge", "Provider", "RateLimited", "ReferenceFiles", "Reply", "Stopped",
     "Transient", "data_url", "digest", "image_suffix", "mime_type", "make_generator", "make_judge", "one_line",
-    "read_models_file", "resolve_spec", "translate_openai_error",
+    "read_models_file", "resolve_spec", "synthetic_profile", "translate_openai_error", "with_endpoints",
 ]

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ..cache import sha256
-from ..records import Case, Question
+from ..records import Case, Endpoint, Question
 
 __all__ = ["CallFailed", "EndpointRefused", "NotSent", "Generator", "Judge", "Provider", "RateLimited", "Reply", "Transient",
            "current_replica"]
@@ -81,6 +81,11 @@ class Provider(ABC):
     def secrets(self) -> tuple[str, ...]:
         """Values that must never appear in a reason or a message (API keys)."""
         return ()
+
+    def endpoint(self) -> Endpoint | None:
+        """Where the provider is served, for the run's manifest (a later command reuses it);
+        None for a local provider."""
+        return None
 
     def check(self) -> None:
         """Raise a TraceError when the provider cannot work (a missing key); called before

@@ -30,15 +30,17 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..errors import TraceError
+from ..records import Endpoint
 
-__all__ = ["DEFAULT_BASE_URL", "ModelConfig", "ModelEntry", "ModelSettings", "read_models_file", "resolve_spec"]
+__all__ = ["DEFAULT_BASE_URL", "ModelConfig", "ModelEntry", "ModelSettings", "read_models_file", "resolve_spec",
+           "synthetic_profile", "with_endpoints"]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _SUFFIX = re.compile(r"@(https?://.*)$")
@@ -137,3 +139,27 @@ def resolve_spec(spec: str, settings: ModelSettings, *, judge: bool) -> tuple[st
         concurrency=entry.concurrency,
         max_retries=settings.max_retries if entry.max_retries is None else entry.max_retries,
         timeout=entry.timeout or settings.timeout)
+
+
+def with_endpoints(settings: ModelSettings, endpoints: Mapping[str, Endpoint], *, generator: str,
+                   judges: tuple[str, ...]) -> ModelSettings:
+    """``settings`` plus the endpoints a run recorded, for the models the options leave without
+    one: the generator's unless ``--base-url`` is given, the judges' unless ``--base-url`` or
+    ``--judge-base-url`` is; a models file or a spec suffix still comes first."""
+    added: dict[str, ModelEntry] = {}
+    for spec, endpoint in endpoints.items():
+        judge = spec in judges and spec != generator
+        given = settings.base_url or (settings.judge_base_url if judge else None)
+        if spec in settings.models or given:
+            continue
+        added[spec] = ModelEntry(base_urls=endpoint.base_urls, api_key_env=endpoint.api_key_env)
+    return replace(settings, models={**added, **settings.models}) if added else settings
+
+
+def synthetic_profile(spec: str) -> str | None:
+    """The zoo profile a generator spec draws with, whether in process (``synthetic:PROFILE``)
+    or behind ``trace serve`` (``openai:synthetic/PROFILE``); None for any other generator."""
+    for prefix in ("synthetic:", "openai:synthetic/"):
+        if spec.startswith(prefix):
+            return spec[len(prefix):]
+    return None

@@ -15,8 +15,8 @@ import os
 from functools import lru_cache
 from typing import Any, Sequence
 
-from ..apikeys import api_key
-from ..records import Question
+from ..apikeys import api_key, public_url
+from ..records import Endpoint, Question
 from ..templating import render, template_hash
 from ._base import CallFailed, EndpointRefused, Generator, Judge, Provider, RateLimited, Reply, Transient, \
     current_replica
@@ -77,6 +77,10 @@ class OpenAIClients(Provider):
     def base_url(self) -> str:
         """The first replica: what the cache key names (replicas are one model)."""
         return self.config.base_urls[0]
+
+    def endpoint(self) -> Endpoint:
+        return Endpoint(base_urls=tuple(public_url(u) for u in self.config.base_urls),
+                        api_key_env=self.config.api_key_env)
 
     def check(self) -> None:
         for url in self.config.base_urls:

@@ -560,3 +560,12 @@ def test_a_file_name_given_twice_is_an_error(tmp_path):
     one = json.dumps(_cat())
     result = _import(tmp_path, '{\n"cat.png": ' + one + ',\n"cat.png": ' + one + "\n}\n")
     assert _failed(result) == ['tags.json:3: ["cat.png"] duplicate key (first on line 2)']
+
+
+def test_a_record_without_its_path_is_one_problem(tmp_path):
+    from library_helpers import write_photo
+
+    write_photo(tmp_path / "photos" / "cat.png")
+    text = json.dumps([{"path": "cat.png", **_cat()}, _cat()], indent=2)
+    second = _line_of(text, "},\n  {") + 1  # where the second record opens
+    assert _failed(_import(tmp_path, text)) == [f"tags.json:{second}: [1] record: missing field 'path'"]

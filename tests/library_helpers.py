@@ -49,3 +49,22 @@ def sample_records() -> list[dict]:
         record("sign", [entity("Text", "the OPEN sign", _1__4_font=["serif"]),
                         entity("Structure", "the blue house"), entity("Food", "the round cake")]),
     ]
+
+
+def write_photo(path: Path, size=(64, 48)) -> Path:
+    """One real image (PNG, or what the suffix says) at ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", size, (200, 120, 40)).save(path)
+    return path
+
+
+def keyed_tags(records: list[dict]) -> dict:
+    """Records as researchers write them: keyed by image file name, without id, path, size,
+    source or license, and a background as one string."""
+    tags = {}
+    for rec in records:
+        rest = {k: v for k, v in rec.items() if k not in ("id", "path", "width", "height", "source", "license")}
+        if len(rest.get("background", [])) == 1:
+            rest["background"] = rest["background"][0]
+        tags[rec["path"]] = rest
+    return tags

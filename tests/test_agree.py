@@ -160,7 +160,7 @@ def test_diagnosis_agreement(world, tmp_path):
 
 
 @pytest.mark.parametrize("line,message", [
-    ('{"case_id": "s1-00000", "question_id": "f1:existence"}', "human.jsonl:1: pass: Field required"),
+    ('{"case_id": "s1-00000", "question_id": "f1:existence"}', "human.jsonl:1: record: missing field 'pass'"),
     ('{"case_id": "nope", "question_id": "f1:existence", "pass": true}',
      "human.jsonl:1: case_id: 'nope' is not a case of the benchmark"),
     ('{"case_id": "s1-00000", "question_id": "f9:nothing", "pass": true}', "human.jsonl:1: question_id:"),

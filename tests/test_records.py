@@ -84,7 +84,7 @@ def test_a_bad_jsonl_line_is_named_with_its_field(tmp_path):
     _edit_line(path, 3, _field("verdict", "maybe"))
     with pytest.raises(TraceError) as err:
         list(read_jsonl(path, Verdict))
-    assert str(err.value).startswith(f"{path}:3: verdict: Input should be 'pass', 'fail' or 'abstain'")
+    assert str(err.value).startswith(f"{path}:3: verdict: expected 'pass', 'fail' or 'abstain'")
     _edit_line(path, 2, _cut)
     with pytest.raises(TraceError, match=rf"^{path}:2: not JSON: .* \(column \d+\)$"):
         list(read_jsonl(path, Verdict))
@@ -121,10 +121,10 @@ def test_a_json_file_error_names_the_line_of_its_field(world, tmp_path):
     with pytest.raises(TraceError, match=rf"^{path}:{_json_line(path, 'calls') + 1}: calls.oracle: "):
         read_json(path, RunManifest)  # the line of the nested value
     path.write_text(json.dumps({**data, "colour": "red"}, indent=2))
-    with pytest.raises(TraceError, match=rf"^{path}:{_json_line(path, 'colour')}: colour: Extra inputs"):
+    with pytest.raises(TraceError, match=rf"^{path}:{_json_line(path, 'colour')}: record: unknown field 'colour'$"):
         read_json(path, RunManifest)
     path.write_text(json.dumps({k: v for k, v in data.items() if k != "generator"}, indent=2))
-    with pytest.raises(TraceError, match=rf"^{path}:1: generator: Field required"):
+    with pytest.raises(TraceError, match=rf"^{path}:1: record: missing field 'generator'$"):
         read_json(path, RunManifest)
     text = json.dumps(data, indent=2)
     path.write_text(text.replace('"oracle"', "oracle", 1))
@@ -206,7 +206,7 @@ def _undeclared_dependency(line: str) -> str:
 
 @pytest.mark.parametrize("edit,message", [
     (_cut, "not JSON: "),
-    (_field("slot", "many"), "slot: Input should be a valid integer"),
+    (_field("slot", "many"), "slot: expected an integer"),
     (_undeclared_dependency, "checklist: {first} depends on 'f9:nothing', which the case does not ask"),
 ])
 def test_a_broken_case_line_stops_run_and_score(world, tmp_path, edit, message):

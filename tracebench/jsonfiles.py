@@ -2,7 +2,9 @@
 
 Every reader turns what is wrong with a file into one :class:`~tracebench.errors.TraceError`
 ``FILE:LINE: field.path: message`` (the first problem; ``not JSON`` in place of a field for a
-line that is not JSON at all), so the CLI prints one line and exits 2. Every writer writes
+line that is not JSON at all), so the CLI prints one line and exits 2. Messages speak JSON,
+not pydantic (:func:`explain`): ``ent_list[0].category: expected a string``,
+``record: missing field 'generator'``, ``record: unknown field 'sorce' (did you mean 'source'?)``. Every writer writes
 atomically (:func:`tracebench.cache.write_atomic`): a kill leaves the old file or the new one.
 
 :class:`JsonLinesFile` and :class:`JsonFile` tie a file name to its record model; the
@@ -12,18 +14,20 @@ record files of a benchmark, a run and a diagnosis are declared with them in
 
 from __future__ import annotations
 
+import difflib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Generic, Iterable, Iterator, TypeVar
+from types import UnionType
+from typing import Any, Callable, Generic, Iterable, Iterator, Mapping, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
 from .cache import write_atomic
 from .errors import TraceError
 
-__all__ = ["JsonFile", "JsonLinesFile", "numbered_jsonl", "read_json", "read_jsonl", "record_line", "write_json",
-           "write_jsonl"]
+__all__ = ["JsonFile", "JsonLinesFile", "explain", "field_path", "json_members", "line_of", "numbered_jsonl",
+           "problems_of", "read_json", "read_jsonl", "record_line", "write_json", "write_jsonl"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -75,7 +79,7 @@ def numbered_jsonl(path: Path, model: type[M], *, check: Callable[[M], str | Non
             except ValidationError as err:
                 if torn_tail and not raw.endswith(b"\n"):
                     return
-                raise TraceError(f"{path}:{lineno}: {_problem(err, line)[1]}") from None
+                raise TraceError(f"{path}:{lineno}: {_problem(err, line, model)[1]}") from None
             problem = check(record) if check else None
             if problem:
                 raise TraceError(f"{path}:{lineno}: {problem}")
@@ -97,11 +101,11 @@ def read_json(path: Path, model: type[M]) -> M:
     try:
         return model.model_validate_json(text)
     except ValidationError as err:
-        line, problem = _problem(err, text)
+        line, problem = _problem(err, text, model)
         raise TraceError(f"{path}:{line}: {problem}") from None
 
 
-def _problem(err: ValidationError, text: str) -> tuple[int, str]:
+def _problem(err: ValidationError, text: str, model: type[BaseModel] | None = None) -> tuple[int, str]:
     """The line of ``text`` the first error is on, and ``field.path: message`` (``not JSON:
     ...`` for text that is not JSON)."""
     first = err.errors()[0]
@@ -111,20 +115,22 @@ def _problem(err: ValidationError, text: str) -> tuple[int, str]:
         except json.JSONDecodeError as bad:
             return bad.lineno, f"not JSON: {bad.msg} (column {bad.colno})"
         return 1, f"not JSON: {first['msg']}"
-    return _line_of(text, first["loc"]), f"{'.'.join(str(part) for part in first['loc']) or 'record'}: {first['msg']}"
+    loc, message = explain(first, model)
+    return line_of(text, first["loc"]), f"{field_path(loc)}: {message}"
 
 
-def _line_of(text: str, loc: tuple) -> int:
-    """The line where the value at ``loc`` starts in a JSON document, or where its nearest
-    enclosing value starts when it is absent (a missing field)."""
+def line_of(text: str, loc: Iterable, start: int = 0) -> int:
+    """The line of ``text`` where the value at ``loc`` starts, in the JSON value starting at
+    ``start`` (a whole document by default), or where its nearest enclosing value starts when
+    it is absent (a missing field)."""
     decoder = json.JSONDecoder()
-    pos = _skip_space(text, 0)
+    pos = _skip_space(text, start)
     try:
         for key in loc:
             opening = "{" if isinstance(key, str) else "["
             if not text.startswith(opening, pos):
                 break  # a part of the location that is not in the text (a union member's name)
-            found = next((start for name, start in _members(text, pos, decoder) if name == key), None)
+            found = next((begin for name, begin in json_members(text, pos, decoder) if name == key), None)
             if found is None:
                 break
             pos = found
@@ -133,8 +139,10 @@ def _line_of(text: str, loc: tuple) -> int:
     return text.count("\n", 0, pos) + 1
 
 
-def _members(text: str, pos: int, decoder: json.JSONDecoder) -> Iterator[tuple[str | int, int]]:
-    """(key or index, where its value starts) of the object or array starting at ``pos``."""
+def json_members(text: str, pos: int, decoder: json.JSONDecoder | None = None) -> Iterator[tuple[str | int, int]]:
+    """(key or index, where its value starts) of the object or array starting at ``pos``;
+    ValueError (json's) where the text is not JSON."""
+    decoder = decoder or json.JSONDecoder()
     is_object = text[pos] == "{"
     close = "}" if is_object else "]"
     pos = _skip_space(text, pos + 1)
@@ -204,3 +212,111 @@ class JsonFile(Generic[M]):
 
     def write(self, folder: Path, record: M) -> None:
         write_json(self.path(folder), record)
+
+
+# --- what pydantic says, in the words of the JSON it read --------------------------------------
+
+def field_path(loc: Iterable) -> str:
+    """A location as JSON readers write it: ``ent_list[0].tag_dict.1_Appearance`` (``record`` for the whole)."""
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "record"
+
+
+def explain(error: Mapping[str, Any], model: type[BaseModel] | None = None) -> tuple[tuple, str]:
+    """One pydantic error as (location, message) in JSON's words: ``expected a string``,
+    ``missing field 'category'``, ``unknown field 'sorce' (did you mean 'source'?)``. A missing
+    or unknown field is reported at the object holding it; ``model`` (the record model) lets
+    a list name its items' type and an unknown field suggest a known one."""
+    loc, kind, ctx = tuple(error["loc"]), error["type"], error.get("ctx") or {}
+    if kind == "missing" and loc and isinstance(loc[-1], str):
+        return loc[:-1], f"missing field {loc[-1]!r}"
+    if kind == "extra_forbidden" and loc:
+        known = _field_names(_annotation_at(model, loc[:-1]))
+        close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+        return loc[:-1], f"unknown field {loc[-1]!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+    if kind in _LISTS or kind in ("too_short", "too_long") or (kind == "missing" and loc):
+        if kind == "missing":  # an item missing from a fixed-length list: the list is too short
+            loc = loc[:-1]
+        return loc, f"expected {_list_words(_annotation_at(model, loc))}"
+    if kind == "string_too_short":
+        least = ctx.get("min_length", 1)
+        return loc, "expected a non-empty string" if least == 1 else f"expected a string of at least {least} characters"
+    if kind == "string_too_long":
+        return loc, f"expected a string of at most {ctx.get('max_length')} characters"
+    if kind in _BOUNDS:
+        return loc, f"expected a number {_BOUNDS[kind]} {next(iter(ctx.values()), '')}".rstrip()
+    if kind in ("literal_error", "enum"):
+        return loc, f"expected {ctx.get('expected', 'one of the allowed values')}"
+    if kind in ("value_error", "assertion_error"):
+        return loc, str(error["msg"]).split(", ", 1)[-1]
+    return loc, _TYPES.get(kind, str(error["msg"]))
+
+
+def problems_of(err: ValidationError, model: type[BaseModel] | None = None) -> list[tuple[tuple, str]]:
+    """Every error of ``err`` as (pydantic's location, for :func:`line_of`; ``field.path:
+    message``), each message once."""
+    seen: dict[str, tuple] = {}
+    for error in err.errors():
+        loc, message = explain(error, model)
+        seen.setdefault(f"{field_path(loc)}: {message}", tuple(error["loc"]))
+    return [(loc, text) for text, loc in seen.items()]
+
+
+_LISTS = ("tuple_type", "list_type", "set_type", "frozen_set_type", "iterable_type")
+_BOUNDS = {"greater_than": "greater than", "greater_than_equal": "of at least", "less_than": "less than",
+           "less_than_equal": "of at most", "multiple_of": "multiple of"}
+_TYPES = {
+    "string_type": "expected a string", "string_unicode": "expected a string",
+    "int_type": "expected an integer", "int_parsing": "expected an integer", "int_from_float": "expected an integer",
+    "float_type": "expected a number", "float_parsing": "expected a number",
+    "bool_type": "expected true or false", "bool_parsing": "expected true or false",
+    "model_type": "expected an object", "model_attributes_type": "expected an object", "dict_type": "expected an object",
+    "none_required": "expected null",
+}
+_WORDS = {str: "strings", int: "integers", float: "numbers", bool: "true or false values", dict: "objects"}
+
+
+def _list_words(annotation: Any) -> str:
+    """``a list of strings``, ``a list of 4 integers``, or ``a list``, for a tuple or list type."""
+    args = [a for a in get_args(annotation) if a is not Ellipsis]
+    if not args or get_origin(annotation) not in (tuple, list, set, frozenset):
+        return "a list"
+    item = args[0]
+    words = _WORDS.get(item) or ("objects" if isinstance(item, type) and issubclass(item, BaseModel) else None)
+    fixed = get_origin(annotation) is tuple and Ellipsis not in get_args(annotation)
+    if words is None or (fixed and len(set(args)) != 1):
+        return f"a list of {len(args)} items" if fixed else "a list"
+    return f"a list of {len(args)} {words}" if fixed else f"a list of {words}"
+
+
+def _annotation_at(model: Any, loc: tuple) -> Any:
+    """The declared type at ``loc`` inside ``model`` (None where it cannot be told)."""
+    current = model
+    for part in loc:
+        current = _non_null(current)
+        if isinstance(part, str) and isinstance(current, type) and issubclass(current, BaseModel):
+            field = next((f for name, f in current.model_fields.items() if part in (name, f.alias)), None)
+            current = field.annotation if field else None
+        elif isinstance(part, int) and get_origin(current) in (tuple, list, set, frozenset):
+            args = [a for a in get_args(current) if a is not Ellipsis]
+            fixed = get_origin(current) is tuple and Ellipsis not in get_args(current)
+            current = (args[part] if part < len(args) else None) if fixed else (args[0] if args else None)
+        else:
+            return None
+    return _non_null(current)
+
+
+def _non_null(annotation: Any) -> Any:
+    """``X`` of ``X | None``."""
+    if get_origin(annotation) in (Union, UnionType):
+        members = [a for a in get_args(annotation) if a is not type(None)]
+        return members[0] if len(members) == 1 else annotation
+    return annotation
+
+
+def _field_names(model: Any) -> list[str]:
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        return [f.alias or name for name, f in model.model_fields.items()]
+    return []

@@ -30,9 +30,13 @@ def register(sub) -> None:
 
     i = actions.add_parser("import", help="build a library from your images and tags")
     i.add_argument("images_dir", type=Path)
-    i.add_argument("--tags", type=Path, required=True, help="tags as JSONL or one JSON list; paths relative to IMAGES_DIR")
+    i.add_argument("--tags", type=Path, required=True,
+                   help="tags as JSONL, a JSON list, or a JSON object keyed by image file name; paths relative "
+                        "to IMAGES_DIR")
     i.add_argument("--out", type=Path, required=True)
     i.add_argument("--name", help="library name (default: the images folder's name)")
+    i.add_argument("--drop-invalid", action="store_true",
+                   help="leave out (and list) the tag values the taxonomy refuses instead of failing")
     i.set_defaults(run=run_import)
 
     y = actions.add_parser("synth", help="render a synthetic library whose tags are true by construction")
@@ -80,7 +84,7 @@ def run_balance(args) -> int:
 def run_import(args) -> int:
     from ..library import import_library
 
-    info = import_library(args.images_dir, args.tags, args.out, name=args.name)
+    info = import_library(args.images_dir, args.tags, args.out, name=args.name, drop_invalid=args.drop_invalid)
     print(f"{args.out}: library {info.name!r} with {info.images} images")
     return 0
 

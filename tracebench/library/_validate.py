@@ -6,43 +6,130 @@ Each problem is one line ``FILE:LINE: field.path: message``; nothing stops at th
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Iterable
+from typing import Any, Iterable, NamedTuple
 
 from PIL import Image, UnidentifiedImageError
 from pydantic import ValidationError
 
 from ..errors import ValidationFailed
+from ..jsonfiles import field_path, line_of, problems_of
 from ..taxonomy import taxonomy
 from ._io import INFO_FILE, TAGS_FILE, content_hash, load_library
-from ._models import LibraryInfo, TaggedImage
+from ._models import Entity, LibraryInfo, TaggedImage
 
-__all__ = ["validate_library", "check_records", "read_records", "read_valid_library"]
-
-
-def _loc(parts) -> str:
-    return ".".join(str(p) for p in parts)
+__all__ = ["Place", "Refusal", "check_records", "image_size", "jsonl_values", "read_records", "read_valid_library",
+           "refusals", "validate_library", "validate_record"]
 
 
-def read_records(lines: Iterable[str], label: str) -> tuple[list[tuple[int, TaggedImage]], list[str]]:
-    """Parse JSONL lines into records; problems as ``label:LINE: field: message``."""
-    records: list[tuple[int, TaggedImage]] = []
+@dataclass(frozen=True)
+class Place:
+    """Where a record is: its file and line, and in a JSON object or list of records its key
+    or index (with the document, so a problem names the line of its field)."""
+
+    label: str
+    line: int
+    key: str | int | None = None
+    text: str | None = None  # the whole JSON document holding the record, from ``start``
+    start: int = 0
+
+    def at(self, loc: Iterable = ()) -> str:
+        """``FILE:LINE:`` (with `` ["cat.jpg"]`` or `` [3]`` in a JSON container) for the field at ``loc``."""
+        loc = tuple(loc)
+        line = line_of(self.text, loc, self.start) if self.text is not None and loc else self.line
+        return f"{self.label}:{line}:{self.name()}"
+
+    def name(self) -> str:
+        return "" if self.key is None else f" [{json.dumps(self.key, ensure_ascii=False)}]"
+
+    def problem(self, loc: Iterable, message: str) -> str:
+        """One problem: ``FILE:LINE: [key] field.path: message``."""
+        return f"{self.at(loc)} {field_path(loc)}: {message}"
+
+
+def validate_record(place: Place, data: Any) -> tuple[TaggedImage | None, list[str]]:
+    """The record ``data`` (parsed JSON), or its problems in JSON's words."""
+    try:
+        return TaggedImage.model_validate(data), []
+    except ValidationError as exc:
+        return None, [f"{place.at(loc)} {message}" for loc, message in problems_of(exc, TaggedImage)]
+
+
+def jsonl_values(lines: Iterable[str], label: str) -> tuple[list[tuple[Place, Any]], list[str]]:
+    """(where, parsed JSON) of each JSONL line; an empty line or one that is not JSON is a problem."""
+    values: list[tuple[Place, Any]] = []
     errors: list[str] = []
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
             errors.append(f"{label}:{lineno}: empty line")
             continue
         try:
-            data = json.loads(line)
+            values.append((Place(label, lineno), json.loads(line)))
         except json.JSONDecodeError as exc:
             errors.append(f"{label}:{lineno}: not valid JSON: {exc.msg} at column {exc.colno}")
-            continue
-        try:
-            records.append((lineno, TaggedImage.model_validate(data)))
-        except ValidationError as exc:
-            for err in exc.errors():
-                errors.append(f"{label}:{lineno}: {_loc(err['loc']) or 'record'}: {err['msg']}")
+    return values, errors
+
+
+def read_records(lines: Iterable[str], label: str) -> tuple[list[tuple[Place, TaggedImage]], list[str]]:
+    """Parse JSONL lines into records; problems as ``label:LINE: field: message``."""
+    values, errors = jsonl_values(lines, label)
+    records: list[tuple[Place, TaggedImage]] = []
+    for place, data in values:
+        image, problems = validate_record(place, data)
+        errors += problems
+        if image is not None:
+            records.append((place, image))
     return records, errors
+
+
+class Refusal(NamedTuple):
+    """A tag the taxonomy refuses on an entity."""
+
+    loc: tuple  # in the entity: ("tag_dict", "1_Appearance", "1.2_material") or ("usable_as",)
+    key: str  # the subtype key, or "usable_as"
+    values: tuple[str, ...]
+    categories: tuple[str, ...]  # where it does apply
+    message: str
+
+
+def refusals(entity: Entity) -> list[Refusal]:
+    """What the taxonomy refuses on ``entity`` (of a known category): a tag whose subtype does
+    not apply to the entity's category, a whole-entity use (``usable_as``) that does not."""
+    tax = taxonomy()
+    found = []
+    for key, values in entity.subtype_tags().items():
+        spec = tax.subtypes[key]
+        if not spec.applies_to(entity.category):
+            found.append(Refusal(("tag_dict", spec.group, key), key, values, _where(spec),
+                                 f"subtype {key} does not apply to category {entity.category!r} "
+                                 f"(it applies to {', '.join(_where(spec))})"))
+    for use in entity.usable_as:
+        spec = tax.special[use]
+        if not spec.applies_to(entity.category):
+            found.append(Refusal(("usable_as",), "usable_as", (use,), _where(spec),
+                                 f"{use!r} does not apply to category {entity.category!r} "
+                                 f"(it applies to {', '.join(_where(spec))})"))
+    return found
+
+
+def _where(spec) -> tuple[str, ...]:
+    """The categories a subtype applies to, in the order of taxonomy/categories.toml."""
+    return tuple(c for c in taxonomy().categories if spec.applies_to(c))
+
+
+def image_size(root: Path, relative: str) -> tuple[tuple[int, int] | None, str | None]:
+    """The size of the image at ``relative`` under ``root``, or why it cannot be used."""
+    problem = _path_problem(root, relative)
+    if problem:
+        return None, problem
+    try:
+        with Image.open(root / relative) as handle:
+            size = handle.size
+            handle.verify()
+    except (UnidentifiedImageError, OSError, SyntaxError) as exc:
+        return None, f"cannot read image: {relative} ({exc.__class__.__name__})"
+    return size, None
 
 
 def _path_problem(root: Path, relative: str) -> str | None:
@@ -57,55 +144,41 @@ def _path_problem(root: Path, relative: str) -> str | None:
     except FileNotFoundError:
         return f"image not found: {relative}"
     except OSError as exc:
-        return f"cannot read {relative}: {exc.strerror}"
+        return f"cannot read image: {relative} ({exc.strerror})"
     if not resolved.is_relative_to(root.resolve()):
         return "a link that leaves the library folder"
     return None
 
 
-def check_records(root: Path, records: list[tuple[int, TaggedImage]], label: str) -> list[str]:
+def check_records(root: Path, records: list[tuple[Place, TaggedImage]]) -> list[str]:
     """Everything beyond the schema: taxonomy, paths, images, ids."""
     tax = taxonomy()
     errors: list[str] = []
-    first_line: dict[str, int] = {}
-    for lineno, image in records:
-        where = f"{label}:{lineno}"
-        if image.id in first_line:
-            errors.append(f"{where}: id: duplicate id {image.id!r} (first on line {first_line[image.id]})")
+    first: dict[str, Place] = {}
+    for place, image in records:
+        if image.id in first:
+            where = first[image.id]
+            errors.append(place.problem(("id",), f"duplicate id {image.id!r} (first on line {where.line}{where.name()})"))
         else:
-            first_line[image.id] = lineno
+            first[image.id] = place
         for i, entity in enumerate(image.ent_list):
             if entity.category not in tax.categories:
-                errors.append(f"{where}: ent_list.{i}.category: unknown category {entity.category!r} "
-                              f"(known: {', '.join(tax.categories)})")
+                errors.append(place.problem(("ent_list", i, "category"), f"unknown category {entity.category!r} "
+                                            f"(known: {', '.join(tax.categories)})"))
                 continue
-            for key in entity.subtype_tags():
-                spec = tax.subtypes[key]
-                if not spec.applies_to(entity.category):
-                    errors.append(f"{where}: ent_list.{i}.tag_dict.{spec.group}.{key}: "
-                                  f"does not apply to category {entity.category!r}")
-            for use in entity.usable_as:
-                if not tax.special[use].applies_to(entity.category):
-                    errors.append(f"{where}: ent_list.{i}.usable_as: {use!r} does not apply to "
-                                  f"category {entity.category!r}")
+            for refusal in refusals(entity):
+                errors.append(place.problem(("ent_list", i, *refusal.loc), refusal.message))
             if entity.bbox is not None:
                 left, top, right, bottom = entity.bbox
                 if not (0 <= left < right <= image.width and 0 <= top < bottom <= image.height):
-                    errors.append(f"{where}: ent_list.{i}.bbox: {list(entity.bbox)} is not inside the "
-                                  f"{image.width}x{image.height} image")
-        problem = _path_problem(root, image.path)
+                    errors.append(place.problem(("ent_list", i, "bbox"), f"{list(entity.bbox)} is not inside the "
+                                                f"{image.width}x{image.height} image"))
+        size, problem = image_size(root, image.path)
         if problem:
-            errors.append(f"{where}: path: {problem}")
-            continue
-        try:
-            with Image.open(root / image.path) as handle:
-                size = handle.size
-                handle.verify()
-        except (UnidentifiedImageError, OSError, SyntaxError) as exc:
-            errors.append(f"{where}: path: not a readable image: {image.path} ({exc.__class__.__name__})")
-            continue
-        if size != (image.width, image.height):
-            errors.append(f"{where}: width: recorded {image.width}x{image.height}, image is {size[0]}x{size[1]}")
+            errors.append(place.problem(("path",), problem))
+        elif size != (image.width, image.height):
+            errors.append(place.problem(("width",), f"recorded {image.width}x{image.height}, "
+                                        f"image is {size[0]}x{size[1]}"))
     return errors
 
 
@@ -124,7 +197,7 @@ def validate_library(root: Path) -> list[str]:
     if lines and lines[-1] == "":
         lines.pop()  # the final newline
     records, errors = read_records(lines, TAGS_FILE)
-    errors += check_records(root, records, TAGS_FILE)
+    errors += check_records(root, records)
     info_path = root / INFO_FILE
     if not info_path.is_file():
         errors.append(f"{INFO_FILE}: missing")
@@ -132,7 +205,7 @@ def validate_library(root: Path) -> list[str]:
         try:
             info = LibraryInfo.model_validate_json(info_path.read_text(encoding="utf-8"))
         except ValidationError as exc:
-            errors += [f"{INFO_FILE}: {_loc(e['loc']) or 'record'}: {e['msg']}" for e in exc.errors()]
+            errors += [f"{INFO_FILE}: {message}" for _, message in problems_of(exc, LibraryInfo)]
         else:
             if info.images != len(lines):
                 errors.append(f"{INFO_FILE}: images: says {info.images}, {TAGS_FILE} has {len(lines)} lines")

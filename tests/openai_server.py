@@ -2,7 +2,8 @@
 
 Tests drive the real ``openai`` client against it, so retries, timeouts, headers and
 response parsing are the ones used against real models. It implements
-``POST /v1/chat/completions`` and ``GET /v1/models``; what a chat request gets back is
+``POST /v1/chat/completions``, ``POST /v1/images/edits`` (multipart; answered with
+``stub.image``, a small PNG) and ``GET /v1/models``; what a chat request gets back is
 decided by ``stub.handler(request_json)``, which returns one of:
 
 - ``"text"``: a 200 chat completion whose message content is the text;
@@ -19,6 +20,8 @@ the ``with`` block ends, so a broken test handler cannot pass as a server error.
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import threading
 import time
@@ -45,6 +48,7 @@ class Received:
     path: str
     headers: dict[str, str]  # lower-case names
     body: dict[str, Any] | None
+    raw: bytes = b""  # the body as sent, when it is not JSON (multipart image requests)
 
 
 def completion(content: str | None, *, model: str = "stub-model", finish_reason: str = "stop",
@@ -90,6 +94,14 @@ def text_of(request: dict[str, Any], role: str = "user") -> list[str]:
     return texts
 
 
+def _small_png() -> bytes:
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (8, 8), (200, 40, 40)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
 class OpenAIStub:
     """An OpenAI-compatible server on 127.0.0.1 and an ephemeral port, in a background thread.
 
@@ -101,6 +113,7 @@ class OpenAIStub:
     def __init__(self, handler: Handler | None = None, *, models: tuple[str, ...] = ("stub-model",),
                  retry_after_ms: int | None = 1) -> None:
         self.handler: Handler = handler or (lambda request: "{}")
+        self.image = _small_png()
         self.models = models
         self.retry_after_ms = retry_after_ms
         self.received: list[Received] = []
@@ -189,10 +202,15 @@ def _handler_class(stub: OpenAIStub) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             raw = self.rfile.read(int(self.headers.get("content-length") or 0))
+            if self.path == "/v1/images/edits":
+                stub._record(Received("POST", self.path, self._headers(), None, raw))
+                self._send(200, {"created": int(time.time()),
+                                 "data": [{"b64_json": base64.b64encode(stub.image).decode()}]})
+                return
             try:
                 body = json.loads(raw)
             except ValueError:
-                stub._record(Received("POST", self.path, self._headers(), None))
+                stub._record(Received("POST", self.path, self._headers(), None, raw))
                 self._send(400, error(400, "the body is not JSON"))
                 return
             stub._record(Received("POST", self.path, self._headers(), body))

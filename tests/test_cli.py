@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -122,3 +123,27 @@ def test_the_python_api_gives_what_the_commands_print():
     dry = run_trace("diagnose", "--formula", formula, "--dry-run", "--json")
     assert dry.returncode == 0, dry.stderr
     assert json.loads(dry.stdout) == tree_json(build_tree(parse(formula)))
+
+
+def test_files_and_folders_follow_the_umask(tmp_path):
+    """What tracebench writes can be shared or served: the permissions a plain write gives under
+    the user's umask (here 002: group-writable), not the temporary files' 0600 and 0700."""
+    import stat
+
+    def trace(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*_trace_executable(), *args], capture_output=True, text=True, timeout=300,
+                              preexec_fn=lambda: os.umask(0o002))
+
+    bench, run, diag = tmp_path / "bench", tmp_path / "run", tmp_path / "diag"
+    steps = [("sample", "--slots", "1-2", "--per-slot", "2", "--out", str(bench)),
+             ("run", str(bench), "--generator", "synthetic:global-interference", "--judge", "oracle", "--out", str(run)),
+             ("diagnose", str(run), "--out", str(diag)),
+             ("report", str(run), "--diagnosis", str(diag), "--out", str(tmp_path / "report.html"))]
+    for step in steps:
+        result = trace(*step)
+        assert result.returncode == 0, (step[0], result.stderr)
+    made = [p for p in tmp_path.rglob("*")]
+    assert len(made) > 20
+    wrong = {str(p.relative_to(tmp_path)): oct(stat.S_IMODE(p.stat().st_mode)) for p in made
+             if stat.S_IMODE(p.stat().st_mode) != (0o775 if p.is_dir() else 0o664)}
+    assert not wrong, wrong

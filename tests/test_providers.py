@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -387,6 +388,45 @@ def test_reference_images_are_read_hashed_and_encoded_once(bench):
     raw = (bench / case.references[0].path).read_bytes()
     assert first == raw and first.sha256 == sha256(raw)
     assert first.data_url.startswith("data:image/png;base64,") and first.data_url is first.data_url
+
+
+def test_reference_images_are_sent_with_their_real_media_type(bench, tmp_path):
+    """A JPEG reference goes to the generator as a JPEG file and to judges as a JPEG data URL."""
+    import email.parser
+    import email.policy
+    import io
+
+    from PIL import Image
+
+    from openai_server import image_urls
+
+    copy = tmp_path / "bench"
+    shutil.copytree(bench, copy)
+    case = next(c for c in read_cases(copy) if c.references)
+    for ref in case.references:  # the same path, JPEG bytes: the type is read from the bytes
+        with Image.open(copy / ref.path) as image:
+            buffer = io.BytesIO()
+            image.convert("RGB").save(buffer, format="JPEG")
+        (copy / ref.path).write_bytes(buffer.getvalue())
+    with OpenAIStub(answering("yes")) as stub:
+        run_benchmark(copy, tmp_path / "run", generator=f"openai:stub-image@{stub.base_url}",
+                      judges=[f"openai:stub-model@{stub.base_url}"], settings=SETTINGS, concurrency=2)
+        edits = [r for r in stub.received if r.path == "/v1/images/edits"]
+        chats = stub.requests
+    prompt_of = {}
+    for request in edits:
+        message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+            f"Content-Type: {request.headers['content-type']}\r\n\r\n".encode() + request.raw)
+        parts = list(message.iter_parts())
+        prompt = next(p.get_content() for p in parts if p.get_param("name", header="content-disposition") == "prompt")
+        prompt_of[prompt.strip()] = [(p.get_filename(), p.get_content_type()) for p in parts if p.get_filename()]
+    assert prompt_of[case.prompt] == [(f"image_{k + 1}.jpg", "image/jpeg") for k in range(len(case.references))]
+    assert all(types and all(t == "image/png" for _, t in types) for prompt, types in prompt_of.items()
+               if prompt != case.prompt)
+    judged = next(r for r in chats if any(case.prompt in t for t in text_of(r)))
+    urls = image_urls(judged)
+    assert all(u.startswith("data:image/jpeg;base64,") for u in urls[:len(case.references)])
+    assert urls[-1].startswith("data:image/png;base64,")  # the generated image, a PNG
 
 
 def test_verdict_records_carry_the_graded_value(bench, tmp_path):

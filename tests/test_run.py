@@ -6,6 +6,7 @@ import base64
 import itertools
 import json
 import os
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from openai_server import OpenAIStub
-from test_cli import run_trace
+from test_cli import _trace_executable, run_trace
 from tracebench.records import RunManifest, Verdict
 from tracebench.providers import ModelSettings
 from tracebench.run import run_benchmark
@@ -285,6 +286,28 @@ def test_the_command_output_placeholder(tmp_path):
                       f"shutil.copyfile('{first / 'images'}/' + case['id'] + '.png', sys.argv[1])\n")
     _run(bench, tmp_path / "second", f"command:{sys.executable} {script} {{output}}")
     assert _scores(tmp_path / "second")["operators"] == _scores(first)["operators"]
+
+
+def test_a_command_reads_absolute_reference_paths_from_anywhere(tmp_path):
+    """The example command generator, run from another working directory: the references it
+    opens are absolute paths to the case's own images."""
+    from PIL import Image
+
+    bench = tmp_path / "bench"
+    sample_benchmark(bench, slots=(2, 3), per_slot=2, seed=0, applications=False)
+    script = Path(__file__).resolve().parent.parent / "examples" / "commands" / "first_reference.py"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    result = subprocess.run([*_trace_executable(), "run", str(bench), "--generator",
+                             f"command:{sys.executable} {script} {{output}}", "--judge", "oracle",
+                             "--out", str(tmp_path / "run")], capture_output=True, text=True, cwd=elsewhere,
+                            timeout=300)
+    assert result.returncode in (0, 3), result.stderr  # the oracle finds no zoo record in a copy
+    for case in read_cases(bench):
+        with Image.open(tmp_path / "run" / "images" / f"{case.id}.png") as made, \
+                Image.open(bench / case.references[0].path) as first:
+            assert made.size == (512, 512)
+            assert made.convert("RGB").tobytes() == first.convert("RGB").resize((512, 512)).tobytes()
 
 
 def test_a_run_folder_is_only_resumed_by_the_same_run(tmp_path, monkeypatch):

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
-__all__ = ["Cache", "cache_key", "sha256", "write_atomic"]
+__all__ = ["Cache", "cache_key", "make_stage", "sha256", "write_atomic"]
 
 
 def sha256(data: bytes) -> str:
@@ -47,6 +47,15 @@ def write_atomic(path: Path, data: bytes | Iterable[bytes]) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def make_stage(parent: Path, prefix: str) -> Path:
+    """A new, uniquely named folder in ``parent`` for output that is renamed into place when
+    complete, with the permissions a plain mkdir would give (not mkdtemp's 0700), so the
+    folder it becomes can be shared or served."""
+    stage = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    os.chmod(stage, 0o777 & ~_UMASK)
+    return stage
 
 
 class Cache:

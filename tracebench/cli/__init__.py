@@ -1,13 +1,17 @@
 """The ``trace`` command: a thin shell over library functions, one module per subcommand.
 
-Every user error is a :class:`tracebench.errors.TraceError`; it is printed as one line on
-stderr and the command exits with status 2, without a traceback.
+Exit statuses: 0 done; 2 bad input (every user error is a :class:`tracebench.errors.TraceError`,
+printed as one line on stderr, without a traceback); 3 done, but some model calls gave no usable
+answer (the count, the main reasons and the command that asks again on one stderr line);
+130 interrupted (Ctrl-C: nothing half-written, the same command resumes).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 from typing import Sequence
 
 from .. import __version__
@@ -44,7 +48,30 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_OneLineParser)
     for module in _SUBCOMMANDS:
         module.register(sub)
+    _remember_parsers(parser)
     return parser
+
+
+def _remember_parsers(parser: argparse.ArgumentParser) -> None:
+    """Each (sub)command's parser as the default ``_parser``: an unknown option is reported by the
+    subcommand it was given to (``trace score: unrecognized arguments``)."""
+    parser.set_defaults(_parser=parser)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _remember_parsers(child)
+
+
+def _check_out(option: str, path: Path) -> None:
+    """An output path whose nearest existing ancestor is a file, or a folder that cannot be
+    written, is a one-line error before anything runs."""
+    parent = path.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise TraceError(f"{option} {path}: {parent} is a file, not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise TraceError(f"{option} {path}: cannot write in {parent} (permission denied)")
 
 
 def _command_name(args) -> str:
@@ -54,9 +81,17 @@ def _command_name(args) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        args._parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
+        for option in ("out", "export_nodes"):
+            if isinstance(getattr(args, option, None), Path):
+                _check_out(f"--{option.replace('_', '-')}", getattr(args, option))
         return int(args.run(args) or 0)
+    except KeyboardInterrupt:
+        print(f"{_command_name(args)}: interrupted; run the same command to resume", file=sys.stderr)
+        return 130
     except ValidationFailed as err:
         for problem in err.problems:
             print(problem, file=sys.stderr)

@@ -11,12 +11,12 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator
 
 from .. import __version__
+from ..cache import make_stage
 from ..errors import TraceError
 from ..jsonfiles import read_json, read_jsonl, write_json
 from ._models import LibraryInfo, TaggedImage
@@ -50,7 +50,7 @@ def staged_output(out: Path, *, overwrite: bool = False) -> Iterator[Path]:
     if occupied and not overwrite:
         raise TraceError(f"{out}: already exists and is not empty; choose another --out")
     out.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    stage = make_stage(out.parent, f".{out.name}.")
     try:
         yield stage
     except BaseException:

@@ -13,9 +13,11 @@ from pathlib import Path
 
 from ..errors import TraceError
 from ._base import CallFailed, Generator, Judge
-from ._images import digest
+from ._images import digest, image_suffix
 
 __all__ = ["CommandGenerator", "FolderGenerator", "OracleJudge", "SyntheticGenerator"]
+
+_IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
 
 
 class FolderGenerator(Generator):
@@ -28,8 +30,13 @@ class FolderGenerator(Generator):
     def key(self, case, references):
         return None  # reading a file is not a model call
 
+    def check(self) -> None:
+        if not any(p.suffix.lower() in _IMAGE_SUFFIXES for p in self.folder.iterdir()):
+            raise TraceError(f"--generator {self.spec}: {self.folder} holds no image "
+                             f"({', '.join(_IMAGE_SUFFIXES)}, named by case id)")
+
     async def generate(self, case, references):  # a file read: not worth a worker thread
-        for suffix in (".png", ".jpg", ".jpeg", ".webp"):
+        for suffix in _IMAGE_SUFFIXES:
             path = self.folder / f"{case.id}{suffix}"
             if path.is_file():
                 return path.read_bytes()
@@ -38,7 +45,12 @@ class FolderGenerator(Generator):
 
 class CommandGenerator(Generator):
     """``command:'...'``: a shell command that reads the case as JSON on stdin and writes the image
-    to the path given as ``{output}`` in the command (also in $TRACEBENCH_OUTPUT)."""
+    to the path given as ``{output}`` in the command (also in $TRACEBENCH_OUTPUT).
+
+    The JSON is the case record (``cases.jsonl``'s line) with each reference's ``path`` made
+    absolute: a copy of the reference image in a temporary folder that lives while the command
+    runs (the command needs to know no benchmark folder). Example: examples/commands/.
+    """
 
     def __init__(self, command: str, timeout: float = 600.0) -> None:
         self.command = command
@@ -52,12 +64,19 @@ class CommandGenerator(Generator):
     async def generate(self, case, references):
         with tempfile.TemporaryDirectory() as tmp:
             output = Path(tmp) / "output.png"
+            given = []
+            for k, (ref, data) in enumerate(zip(case.references, references), start=1):
+                copy = Path(tmp) / "references" / f"{k}-{Path(ref.path).stem}{image_suffix(data)}"
+                copy.parent.mkdir(exist_ok=True)
+                copy.write_bytes(data)
+                given.append(ref.model_copy(update={"path": str(copy)}))
+            stdin = case.model_copy(update={"references": tuple(given)}).model_dump_json().encode()
             command = self.command.replace("{output}", shlex.quote(str(output)))
             env = {**os.environ, "TRACEBENCH_OUTPUT": str(output)}
             proc = await asyncio.create_subprocess_shell(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                                          stderr=subprocess.PIPE, env=env)
             try:
-                _, stderr = await asyncio.wait_for(proc.communicate(case.model_dump_json().encode()), self.timeout)
+                _, stderr = await asyncio.wait_for(proc.communicate(stdin), self.timeout)
             except asyncio.TimeoutError:
                 proc.kill()
                 raise CallFailed(f"the command took longer than {self.timeout:.0f} s") from None

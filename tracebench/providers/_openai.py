@@ -21,7 +21,7 @@ from ..templating import render, template_hash
 from ._base import CallFailed, EndpointRefused, Generator, Judge, Provider, RateLimited, Reply, Transient, \
     current_replica
 from ._config import ModelConfig
-from ._images import data_url, digest
+from ._images import data_url, digest, image_suffix, mime_type
 
 __all__ = ["JUDGE_TEMPLATES", "OpenAIClients", "OpenAIImages", "OpenAIJudge", "translate_openai_error"]
 
@@ -123,7 +123,8 @@ class OpenAIImages(OpenAIClients, Generator):
 
     async def generate(self, case, references):
         if references:
-            files = [(f"image_{k + 1}.png", bytes(data), "image/png") for k, data in enumerate(references)]
+            files = [(f"image_{k + 1}{image_suffix(data)}", bytes(data), mime_type(data))  # JPEG sent as JPEG
+                     for k, data in enumerate(references)]
             response = await self.client().images.edit(model=self.model, image=files, prompt=case.prompt)
         else:
             response = await self.client().images.generate(model=self.model, prompt=case.prompt)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 from PIL import Image
 
 from ... import __version__
+from ...cache import make_stage
 from ...errors import TraceError
 from .._io import INFO_FILE, TAGS_FILE, staged_output, write_library
 from .._models import LibraryInfo, TaggedImage
@@ -86,7 +86,7 @@ def default_library() -> Path:
     if _complete(dest):
         return dest
     root.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=root))
+    work = make_stage(root, f".{dest.name}.")
     try:
         synthesize_library(work / "library", n=DEFAULT_N, seed=DEFAULT_SEED)
         try:

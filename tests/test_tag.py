@@ -19,6 +19,7 @@ from tracebench.library import TaggedImage, content_hash, load_library
 from tracebench.apikeys import is_loopback
 from tracebench.library._tag import ModelTags, tag_images, tag_schema
 from tracebench.resources import read_toml
+from tracebench.sample import LibraryIndex
 
 KEY = "sk-test-Zq8XvL2mN0-distinctive-key"
 MODEL = "vlm-test"
@@ -162,6 +163,29 @@ def test_requests_carry_the_image_as_a_data_url_and_the_schema(images, tmp_path,
     assert set(schema["required"]) == {"ent_list", "background", "global_tag"}
     assert schema["$defs"]["Entity"]["properties"]["category"]["enum"] == list(
         read_toml("taxonomy", "categories.toml")["categories"])
+
+
+def test_entity_names_are_asked_for_and_optional(images, tmp_path, stub, key):
+    named = good_reply("red.png")
+    named["ent_list"][0]["name"] = "tiles"  # a name: the entity's noun and handle
+    old = good_reply("blue.png")
+    del old["ent_list"][0]["name"]  # a reply of a model that gives none, as before the field
+    blank = good_reply("sub/green.jpg")
+    blank["ent_list"][0]["name"] = " "  # no name either
+    stub.handler = Script(images, red_png=[json.dumps(named)], blue_png=[json.dumps(old)],
+                          sub__green_jpg=[json.dumps(blank)])
+    out = tmp_path / "lib"
+    report = run(images, out, stub)
+
+    assert (report.tagged, report.skipped, report.calls) == (3, (), 3)
+    system = "\n".join(text_of(stub.requests[0], "system"))
+    assert '"name"' in system and "short noun phrase" in system
+    entity = tag_schema()["$defs"]["Entity"]
+    assert "name" in entity["properties"] and "name" not in entity.get("required", [])
+    info, records = load_library(out)
+    assert [r.ent_list[0].name for r in records] == [None, "tiles", None]  # blue, red, green
+    index = LibraryIndex.build(out, info, records)
+    assert [e.noun for e in index.entities] == ["square", "tiles", "square"]  # "the blue square in the center"
 
 
 def test_fenced_json_is_accepted(images, tmp_path, stub, key):

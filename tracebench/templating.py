@@ -3,6 +3,11 @@
 A missing variable is an error, never an empty string: a prompt with a hole in it is
 worse than no prompt. Prompts are plain text (no escaping); HTML pages (``*.html.j2``)
 render through :func:`html_environment`, which escapes every value.
+
+Prompt templates have one filter of their own, ``agree`` (:func:`tracebench.nouns.agree`):
+words written for a singular subject, made to agree in number with a noun,
+``{{ "takes" | agree(noun) }}`` ("take" after "towers"), ``{{ "this" | agree(name) }}``
+("these" before "wear marks").
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from typing import Any
 
 import jinja2
 
+from .nouns import agree
 from .resources import data_dir, data_hash
 
 __all__ = ["compile_string", "environment", "html_environment", "render", "render_html", "template_hash"]
@@ -19,7 +25,7 @@ __all__ = ["compile_string", "environment", "html_environment", "render", "rende
 
 @cache
 def environment() -> jinja2.Environment:
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
         undefined=jinja2.StrictUndefined,
         autoescape=False,  # prompts are plain text, not HTML
@@ -27,6 +33,8 @@ def environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    env.filters["agree"] = agree
+    return env
 
 
 @cache
@@ -60,39 +68,55 @@ def template_hash(*names: str) -> str:
 def compile_string(text: str):
     """A Jinja2 string template as a function ``f(context: dict) -> str``.
 
-    Templates that are only text and ``{{ name }}`` substitutions (all prompt lines and
-    checklist questions today) render by joining strings, about ten times faster than a
-    Jinja2 render call: ``trace sample`` renders some thirty of them per case. Anything
-    else (filters, tags, attribute access) goes through Jinja2. Both raise
+    Templates that are only text, ``{{ name }}`` substitutions and filters of constants and
+    names without keywords (``{{ "takes" | agree(noun) }}``; all prompt lines and checklist
+    questions today) render by joining strings, about ten times faster than a Jinja2
+    render call: ``trace sample`` renders some thirty of them per case. Anything else
+    (tags, attribute access, expressions) goes through Jinja2. Both raise
     ``jinja2.UndefinedError`` for a missing variable.
     """
     env = environment()
     body = env.parse(text).body
-    parts: list[tuple[bool, str]] = []  # (is a variable, text or name)
-    simple = all(isinstance(node, jinja2.nodes.Output) for node in body)
+    nodes = jinja2.nodes
+
+    def value_of(node) -> tuple | None:  # a constant, a name, or a filter of those
+        if isinstance(node, nodes.Const):
+            return ("const", node.value)
+        if isinstance(node, nodes.Name) and node.ctx == "load":
+            return ("name", node.name)
+        if (isinstance(node, nodes.Filter) and node.name in env.filters and node.node is not None
+                and not node.kwargs and node.dyn_args is None and node.dyn_kwargs is None):
+            operands = [value_of(n) for n in (node.node, *node.args)]
+            if all(operands):
+                return ("filter", env.filters[node.name], tuple(operands))
+        return None
+
+    parts: list[tuple] = []
+    simple = all(isinstance(node, nodes.Output) for node in body)
     if simple:
         for node in body:
             for child in node.nodes:
-                if isinstance(child, jinja2.nodes.TemplateData):
-                    parts.append((False, child.data))
-                elif isinstance(child, jinja2.nodes.Name) and child.ctx == "load":
-                    parts.append((True, child.name))
-                else:
+                part = ("text", child.data) if isinstance(child, nodes.TemplateData) else value_of(child)
+                if part is None:
                     simple = False
+                    break
+                parts.append(part)
     if not simple:
         template = env.from_string(text)
         return lambda context: template.render(context)
 
-    def render_simple(context: dict) -> str:
-        out = []
-        for is_name, value in parts:
-            if not is_name:
-                out.append(value)
-                continue
+    def evaluate(part: tuple, context: dict):
+        kind = part[0]
+        if kind == "name":
             try:
-                out.append(str(context[value]))
+                return context[part[1]]
             except KeyError:
-                raise jinja2.UndefinedError(f"{value!r} is undefined") from None
-        return "".join(out)
+                raise jinja2.UndefinedError(f"{part[1]!r} is undefined") from None
+        if kind == "filter":
+            return part[1](*(evaluate(operand, context) for operand in part[2]))
+        return part[1]
+
+    def render_simple(context: dict) -> str:
+        return "".join(part[1] if part[0] == "text" else str(evaluate(part, context)) for part in parts)
 
     return render_simple

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from ..taxonomy import SubtypeSpec, taxonomy
 
@@ -69,6 +69,10 @@ class Entity(_Record):
 
     category: str = Field(description="one of the categories of taxonomy/categories.toml")
     ent_desc: str = Field(min_length=1, description="grounding phrase that locates the entity in the image")
+    name: str | None = Field(
+        default=None, description='optional short noun phrase naming the entity ("cat", "towers"): its handle and noun '
+        "in prompts and questions; without it, the head noun of ent_desc"
+    )
     tag_dict: TagDict = Field(default_factory=TagDict, description="attribute tags by group")
     bbox: tuple[int, int, int, int] | None = Field(
         default=None, description="optional bounding box in pixels: left, top, right, bottom"
@@ -76,6 +80,14 @@ class Entity(_Record):
     usable_as: tuple[_Use, ...] = Field(
         default=(), description="whole-entity uses: an attachable component (g_attach), a design (g_ip)"
     )
+
+    @field_validator("name", mode="before")
+    @classmethod
+    def _blank_name_is_none(cls, value: Any) -> Any:
+        """A blank name is no name (a model may send "" for "I don't know")."""
+        if isinstance(value, str):
+            return " ".join(value.split()) or None
+        return value
 
     def subtype_tags(self) -> dict[str, Tags]:
         """Non-empty tags by subtype key (``"1.1_pattern_texture"`` ...), across the groups."""

@@ -10,9 +10,11 @@ no-reference baseline.
 from __future__ import annotations
 
 import random
+import string
 from dataclasses import dataclass
 from functools import cache
 
+from ..nouns import NOUNS_FILE, agree
 from ..records import TermBinding
 from ..resources import read_toml
 from ..taxonomy import taxonomy
@@ -20,7 +22,8 @@ from ..templating import compile_string, render
 
 __all__ = ["PROMPT_FILES", "Prompts", "in_words", "phrase_name", "realize"]
 
-PROMPT_FILES = ("prompts/prompt.j2", "prompts/lines.toml", "prompts/phrases.toml")
+# what a prompt's words depend on (hashed into the sample manifest); the noun lists name the entities
+PROMPT_FILES = ("prompts/prompt.j2", "prompts/lines.toml", "prompts/phrases.toml", NOUNS_FILE)
 _ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth")
 
 
@@ -63,6 +66,14 @@ def _quoted(handle: str) -> str:
     return f"('{handle}')"
 
 
+def _agreed(pattern: str, noun: str | None) -> str:
+    """A scene pattern with its verbs, ``{is}``, ``{stands}``, agreeing with the lone member's
+    noun; ``{member}`` and ``{members}`` stay where the entities go."""
+    fields = {field for _, field, _, _ in string.Formatter().parse(pattern) if field}
+    places = {"member": "{member}", "members": "{members}"}
+    return pattern.format(**places, **{f: agree(f, noun) for f in fields - set(places)})
+
+
 def realize(terms: tuple[TermBinding, ...], has_scene: bool, rng: random.Random | None = None, *,
             scene: str | None = None) -> Prompts:
     """The prompt and its text-only counterpart for a case's bound terms.
@@ -81,7 +92,7 @@ def realize(terms: tuple[TermBinding, ...], has_scene: bool, rng: random.Random 
         takes_background = any(t.op == "g" and t.role == "global" and t.subtype in backgrounds for t in terms)
         frame = rng.choice(frames["neutral"] if takes_background else frames["settings"])
         pattern = rng.choice(frames["together"] if has_scene and len(carriers) > 1 else frames["alone"])
-        scene = f"{frame} {pattern}"
+        scene = f"{frame} {_agreed(pattern, carriers[0].noun if carriers else None)}"
 
     noun_counts: dict[str, int] = {}
     for t in carriers:

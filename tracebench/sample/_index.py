@@ -7,24 +7,12 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-from ..library import LibraryInfo, TaggedImage
+from ..library import Entity, LibraryInfo, TaggedImage
+from ..nouns import indefinite, noun_phrase
 from ..resources import read_toml
 from ..taxonomy import taxonomy
 
 __all__ = ["EntityRef", "GlobalRef", "LibraryIndex", "RelationRef", "TextCarrier", "text_carriers"]
-
-_LOCATORS = re.compile(
-    r"\s+(?:on|in|at|near|by|with|behind|beside|under|over|above|below|next|held|worn|who|that|which|"
-    r"holding|wearing|facing|chasing|to|of|from|left|right)\b.*$"
-)
-_ARTICLE = re.compile(r"^(?:the|a|an)\s+", re.IGNORECASE)
-
-
-def noun_of(ent_desc: str) -> str:
-    """A short name for an entity from its grounding phrase: "the striped cat on the left" -> "cat"."""
-    head = _LOCATORS.sub("", _ARTICLE.sub("", ent_desc.strip()))
-    words = head.split()
-    return words[-1] if words else "thing"
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +21,7 @@ class EntityRef:
     entity: int  # index in ent_list
     category: str
     desc: str  # grounding phrase
-    noun: str
+    noun: str  # what it is, in a word or two: its `name`, else the head noun of its grounding phrase
     description: str  # the entity in words, for text-only prompts
     tags: tuple[tuple[str, str], ...]  # (subtype, first value) of every tagged subtype
 
@@ -84,11 +72,17 @@ _PLACE = re.compile(r"\s+(?:on|in|at|to) the (?:far )?(?:left|right|middle|cente
 
 def describe(ent_desc: str) -> str:
     """The entity in words without its place in the source image, for text-only prompts:
-    "the child with a hair bun in the middle" -> "a child with a hair bun"."""
-    text = _PLACE.sub("", ent_desc.strip())
-    text = _ARTICLE.sub("", text)
-    article = "an" if text[:1].lower() in "aeiou" else "a"
-    return f"{article} {text}"
+    "the child with a hair bun in the middle" -> "a child with a hair bun", "the lightning
+    towers around the pad" -> "lightning towers around the pad"."""
+    return indefinite(_PLACE.sub("", ent_desc.strip()))
+
+
+def noun_of_entity(entity: Entity, render: dict | None = None) -> str:
+    """What an entity is called: its ``name``; for a synthetic image, the noun it was drawn as;
+    else the head noun of its grounding phrase (:func:`tracebench.nouns.noun_phrase`)."""
+    if entity.name:
+        return entity.name
+    return (render or {}).get("noun") or noun_phrase(entity.ent_desc).noun
 
 
 @dataclass
@@ -116,8 +110,7 @@ class LibraryIndex:
             refs = []
             for j, entity in enumerate(image.ent_list):
                 tags = entity.subtype_tags()
-                noun = render_entities[j].get("noun") if j < len(render_entities) else None
-                noun = noun or noun_of(entity.ent_desc)
+                noun = noun_of_entity(entity, render_entities[j] if j < len(render_entities) else None)
                 ref = EntityRef(i, j, entity.category, entity.ent_desc, noun, describe(entity.ent_desc),
                                 tuple((key, values[0]) for key, values in tags.items()))
                 refs.append(ref)

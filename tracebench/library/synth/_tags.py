@@ -2,30 +2,20 @@
 
 from __future__ import annotations
 
+from ...nouns import plural, with_article
 from ...taxonomy import taxonomy
 from .._models import Entity, GlobalTag, TagDict, TaggedImage, tag_dict_of
 from ._plan import _DISTINCT, FINE_MIN_PX
 from ._world import World
 
 
-def _article(noun: str) -> str:
-    return ("an " if noun[0].lower() in "aeiou" else "a ") + noun
-
-
-_PLURALS = {"person": "people", "child": "children", "fish": "fish", "bus": "buses"}
-
-
-def _plural(noun: str) -> str:
-    return _PLURALS.get(noun, noun + "s")
-
-
 def relation_tag(world: World, rel: dict, entities: list[dict]) -> str:
     a, b = entities[rel["subject"]]["noun"], entities[rel["object"]]["noun"]
     if a == b:
         if rel["type"] == "facing":
-            return f"two {_plural(a)} facing each other"
-        return world.relations[rel["type"]]["tag"].format(a=_article(a), b="another " + b)
-    return world.relations[rel["type"]]["tag"].format(a=_article(a), b=_article(b))
+            return f"two {plural(a)} facing each other"
+        return world.relations[rel["type"]]["tag"].format(a=with_article(a), b="another " + b)
+    return world.relations[rel["type"]]["tag"].format(a=with_article(a), b=with_article(b))
 
 
 def _join_post(parts: list[str]) -> str:
@@ -115,7 +105,7 @@ def _core(world: World, e: dict, must: set[str], colors_ok: bool, limit: int) ->
         if "pattern" in chosen and e.get("pattern"):
             shirt.append(world.patterns[e["pattern"]]["adj"])
         if shirt:
-            post["shirt"] = f"in {_article(' '.join(shirt + ['shirt']))}"
+            post["shirt"] = f"in {with_article(' '.join(shirt + ['shirt']))}"
     order_pre = ("damage", "shape", "effect", "expression", "pose", "color", "fill")
     order_post = ("hairstyle", "features", "shirt", "motif", "word", "font", "effect", "orientation")
     words = [pre[k] for k in order_pre if k in pre] + [e["noun"]]
@@ -191,7 +181,7 @@ def _record(world: World, render: dict, image_id: str, path: str) -> TaggedImage
     ents = []
     for e, desc in zip(render["entities"], descs):
         e["desc"] = desc
-        ents.append(Entity(category=e["category"], ent_desc=desc,
+        ents.append(Entity(category=e["category"], ent_desc=desc, name=e["noun"],
                            tag_dict=_tag_dict(world, e, render["colors_visible"]),
                            bbox=tuple(e["bbox"]), usable_as=tuple(e["usable_as"])))
     bg = world.backgrounds[render["background"]["kind"]].get("tag")

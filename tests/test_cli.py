@@ -147,3 +147,71 @@ def test_files_and_folders_follow_the_umask(tmp_path):
     wrong = {str(p.relative_to(tmp_path)): oct(stat.S_IMODE(p.stat().st_mode)) for p in made
              if stat.S_IMODE(p.stat().st_mode) != (0o775 if p.is_dir() else 0o664)}
     assert not wrong, wrong
+
+
+def test_an_unknown_option_names_its_subcommand(tmp_path):
+    for args, prog in ((("score", str(tmp_path), "--bogus"), "trace score"),
+                       (("library", "validate", str(tmp_path), "--bogus"), "trace library validate")):
+        result = run_trace(*args)
+        assert result.returncode == 2
+        assert result.stderr.startswith(f"{prog}: unrecognized arguments: --bogus"), result.stderr
+
+
+@pytest.mark.parametrize("command", [
+    ("sample", "--slots", "1", "--per-slot", "1"),
+    ("run", "BENCH", "--generator", "synthetic:perfect", "--judge", "oracle"),
+    ("report", "BENCH"),
+    ("diagnose", "BENCH"),
+    ("library", "synth", "--n", "2"),
+])
+def test_an_out_under_a_file_is_one_line_and_exit_2(tmp_path, command):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    args = [str(tmp_path) if a == "BENCH" else a for a in command]
+    result = run_trace(*args, "--out", str(blocker / "sub" / "out"))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and f"{blocker} is a file, not a folder" in result.stderr
+    assert "Traceback" not in result.stderr and blocker.read_text() == "not a folder"
+
+
+def test_an_empty_benchmark_is_an_error_not_a_run(tmp_path):
+    bench = tmp_path / "bench"
+    assert run_trace("sample", "--slots", "1", "--per-slot", "1", "--out", str(bench)).returncode == 0
+    (bench / "cases.jsonl").write_text("")
+    result = run_trace("run", str(bench), "--generator", "synthetic:perfect", "--judge", "oracle",
+                       "--out", str(tmp_path / "run"))
+    assert result.returncode == 2 and "holds no case" in result.stderr and not (tmp_path / "run").exists()
+    empty = tmp_path / "made-elsewhere"
+    empty.mkdir()
+    bench2 = tmp_path / "bench2"
+    assert run_trace("sample", "--slots", "1", "--per-slot", "1", "--out", str(bench2)).returncode == 0
+    result = run_trace("run", str(bench2), "--generator", f"folder:{empty}", "--judge", "oracle",
+                       "--out", str(tmp_path / "run2"))
+    assert result.returncode == 2 and "holds no image" in result.stderr and not (tmp_path / "run2").exists()
+
+
+def test_ctrl_c_stops_a_run_with_one_line_and_exit_130_and_the_same_command_resumes(tmp_path):
+    import signal
+    import time
+
+    from tracebench.serve import ZooServer
+
+    bench = tmp_path / "bench"
+    assert run_trace("sample", "--slots", "1-3", "--per-slot", "4", "--out", str(bench)).returncode == 0
+    with ZooServer([bench], latency=0.3).start() as zoo:  # a slow judge: the run is mid-way when interrupted
+        args = [*_trace_executable(), "run", str(bench), "--generator", "synthetic:perfect",
+                "--judge", f"openai:oracle@{zoo.base_url}", "--concurrency", "1", "--out", str(tmp_path / "run")]
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        verdicts = tmp_path / "run" / "verdicts.jsonl"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (verdicts.is_file() and verdicts.stat().st_size):
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+        assert proc.returncode == 130, stderr
+        assert stderr.strip() == "trace run: interrupted; run the same command to resume"
+        done = len(verdicts.read_text().splitlines())
+        again = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    total = len(verdicts.read_text().splitlines())
+    assert 0 < done < total

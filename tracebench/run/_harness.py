@@ -265,6 +265,8 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
     if CASES.path(out).exists():
         raise TraceError(f"--out {out}: is a benchmark folder; write the run elsewhere")
     all_cases = list(read_cases(cases_dir))
+    if not all_cases:
+        raise TraceError(f"{CASES.path(cases_dir)}: holds no case; sample a benchmark with trace sample")
     if shard is not None:
         i, n = shard
         all_cases = [c for c in all_cases if shard_of(c.id, n) == i]

@@ -291,6 +291,50 @@ def test_a_refused_key_or_model_stops_the_run(images, tmp_path, stub, key, statu
     assert len(stub.requests) == 1 and not out.exists()
 
 
+def test_an_unknown_model_stops_the_run_whatever_the_status(tmp_path, stub, key):
+    """LiteLLM's proxy answers an unknown model with a 400: after five alike, nothing more is sent."""
+    photos = tmp_path / "many"
+    photos.mkdir()
+    for k in range(12):
+        Image.new("RGB", (16, 16), (20 * k, 0, 0)).save(photos / f"p{k:02d}.png")
+    stub.handler = lambda request: (400, "Invalid model name passed in model=vlm. Call `/v1/models` to view "
+                                         "available models for your key.")
+    with pytest.raises(TraceError, match="stopped early, the first 5 calls to openai:.* all failed the same way: "
+                                         "API error 400: .*Invalid model name"):
+        run(photos, tmp_path / "lib", stub, concurrency=1)
+    assert len(stub.requests) == 5 and not (tmp_path / "lib").exists()
+
+
+def test_a_folder_tagged_from_the_cache_says_the_server_was_not_asked(images, tmp_path, stub, key):
+    from test_cli import run_trace
+
+    stub.handler = Script(images)
+    out = tmp_path / "lib"
+    assert run_trace("tag", str(images), "--model", MODEL, "--base-url", stub.base_url, "--out", str(out)).returncode == 0
+    stub.handler = lambda request: (401, "invalid key")
+    again = run_trace("tag", str(images), "--model", MODEL, "--base-url", stub.base_url, "--out", str(out))
+    assert again.returncode == 0, again.stderr  # the library it wrote is replaced by the same library
+    assert "every image came from the cache: the server was not contacted" in again.stderr
+    assert (out / "tags.jsonl").is_file()
+
+
+def test_a_partly_tagged_folder_exits_3_and_the_same_command_completes_it(images, tmp_path, stub, key):
+    from test_cli import run_trace
+
+    stub.handler = Script(images, red_png=[(500, "overloaded")])
+    out = tmp_path / "lib"
+    args = ("tag", str(images), "--model", MODEL, "--base-url", stub.base_url, "--out", str(out), "--max-retries", "0")
+    first = run_trace(*args)
+    assert first.returncode == 3, first.stderr
+    (line,) = first.stderr.strip().splitlines()
+    assert line.startswith("trace tag: 1 of 3 images could not be tagged") and "1x API error 500" in line
+    assert line.endswith("Ask again with: " + " ".join(["trace", *args[:2], *args[2:]]).replace(str(images), str(images)))
+    stub.handler = Script(images)
+    again = run_trace(*args)
+    assert again.returncode == 0, again.stderr
+    assert len((out / "tags.jsonl").read_text().splitlines()) == 3
+
+
 # -- the key ------------------------------------------------------------------------------------------
 
 

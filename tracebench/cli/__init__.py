@@ -16,6 +16,7 @@ from typing import Sequence
 
 from .. import __version__
 from ..errors import TraceError, ValidationFailed
+from ._args import EXIT_STATUSES
 from . import agree as agree_cmd
 from . import diagnose as diagnose_cmd
 from . import library as library_cmd
@@ -43,7 +44,9 @@ class _OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _OneLineParser(prog="trace", description="Build, run and diagnose TRACE-Bench-style benchmarks.")
+    parser = _OneLineParser(
+        prog="trace", description="Build, run and diagnose TRACE-Bench-style benchmarks.",
+        epilog=EXIT_STATUSES)
     parser.add_argument("--version", action="version", version=f"tracebench {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_OneLineParser)
     for module in _SUBCOMMANDS:

@@ -11,8 +11,11 @@ from typing import Iterable
 
 from ..formula import space_bounds
 
-__all__ = ["INCOMPLETE", "add_model_options", "model_settings", "report_incomplete", "shard", "slot_levels"]
+__all__ = ["EXIT_STATUSES", "INCOMPLETE", "add_model_options", "model_settings", "report_incomplete", "shard", "slot_levels"]
 
+EXIT_STATUSES = ("exit status: 0 done; 2 bad input (one line on stderr naming the place, nothing written); "
+                 "3 done, but some model calls gave no usable answer (run, diagnose, tag: one line on stderr with the "
+                 "count, the main reasons and the command that asks again); 130 interrupted (the same command resumes)")
 INCOMPLETE = 3  # the exit status of a finished command some of whose calls gave no usable answer
 
 

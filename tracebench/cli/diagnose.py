@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from ..errors import TraceError
-from ._args import add_model_options, model_settings, report_incomplete
+from ._args import EXIT_STATUSES, add_model_options, model_settings, report_incomplete
 
 
 def register(sub) -> None:
@@ -14,7 +14,8 @@ def register(sub) -> None:
                        description="Build the diagnostic tree of each case of a run (METHOD.md §9), generate and "
                                    "judge its nodes through the run harness, and attribute every operator "
                                    "instance to a failure source. With --formula F --dry-run, print the tree of "
-                                   "one formula without any model call.")
+                                   "one formula without any model call.",
+                       epilog=EXIT_STATUSES)
     p.add_argument("run_dir", type=Path, nargs="?", help="a run folder (trace run's output)")
     p.add_argument("--formula", help="a formula (bound or a bare template) to draw the tree of")
     p.add_argument("--dry-run", action="store_true", help="with --formula: print the tree, call no model")

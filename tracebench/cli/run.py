@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ._args import add_model_options, model_settings, report_incomplete
+from ._args import EXIT_STATUSES, add_model_options, model_settings, report_incomplete
 
 
 def register(sub) -> None:
     p = sub.add_parser("run", help="generate an image per case and judge it",
-                       description="Send every case to a generator and its image to one or more judges.")
+                       description="Send every case to a generator and its image to one or more judges.", epilog=EXIT_STATUSES)
     p.add_argument("cases_dir", type=Path, help="a benchmark folder (trace sample's output)")
     p.add_argument("--generator", required=True, metavar="SPEC",
                    help="openai:MODEL[@URL], folder:PATH, command:'...' (reads the case on stdin, writes {output}), "

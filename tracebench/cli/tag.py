@@ -6,12 +6,12 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from ._args import report_incomplete
+from ._args import EXIT_STATUSES, report_incomplete
 
 
 def register(sub) -> None:
     p = sub.add_parser("tag", help="tag images with a vision-language model (any OpenAI-compatible server)",
-                       description="Tag images in the paper's format with a VLM; writes a library.")
+                       description="Tag images in the paper's format with a VLM; writes a library.", epilog=EXIT_STATUSES)
     p.add_argument("images_dir", type=Path)
     p.add_argument("--model", required=True, help="model name on the server")
     p.add_argument("--out", type=Path, required=True, help="folder of the new library")

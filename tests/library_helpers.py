@@ -68,3 +68,29 @@ def keyed_tags(records: list[dict]) -> dict:
             rest["background"] = rest["background"][0]
         tags[rec["path"]] = rest
     return tags
+
+
+def derived_library(root: Path, edit, name: str = "derived-lib") -> Path:
+    """The shipped synthetic library with every tag record passed through ``edit(record) -> record``
+    (a real library on disk, its images copies of the shipped files)."""
+    import shutil
+
+    from tracebench.library import default_library, load_library
+
+    source = default_library()
+    _, images = load_library(source)
+    shutil.copytree(source / "images", root / "images")
+    records = [edit(image.model_dump(mode="json")) for image in images]
+    write_library(root, name, [TaggedImage.model_validate(r) for r in records])
+    return root
+
+
+def without_usable_as(rec: dict) -> dict:
+    """A record as the paper's tagging format has it: no entity marked usable whole."""
+    return {**rec, "ent_list": [{**e, "usable_as": []} for e in rec["ent_list"]]}
+
+
+def without_relations(rec: dict) -> dict:
+    """A record without inter-instance relation tags."""
+    tags = {k: v for k, v in rec.get("global_tag", {}).items() if k != "4.6_inter_instance_relation"}
+    return {**rec, "global_tag": tags}

@@ -72,7 +72,10 @@ def _apply(carrier, modifiers):
     return Apply(carrier, tuple(modifiers)) if modifiers else carrier
 
 
-local_mods = st.lists(g_terms(LOCAL_KINDS, bound=False, index=st.none()), max_size=3)
+DESIGN_KINDS = {k for k in KINDS if "ip" in LANG.kinds[k].roles and not LANG.kinds[k].roles & {"local", "attach"}}
+# a carrier takes one design: two g_ip on one entity are refused by validation
+local_mods = st.lists(g_terms(LOCAL_KINDS, bound=False, index=st.none()), max_size=3).filter(
+    lambda mods: sum(m.kind in DESIGN_KINDS for m in mods) <= 1)
 entities = st.one_of(
     st.builds(_apply, anchors(bound=False, index=st.none()), local_mods),
     st.builds(_apply, texts(TEXT_ENTITY_NAMES, index=st.none()), local_mods.filter(bool)),

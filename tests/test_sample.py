@@ -12,7 +12,7 @@ import networkx as nx
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from library_helpers import entity, make_library, record
+from library_helpers import derived_library, entity, make_library, record, without_relations, without_usable_as
 from test_cli import run_trace
 from tracebench.errors import TraceError
 from tracebench.formula import FormulaError, analyze, language, parse, slot_count, template_of, to_text
@@ -20,9 +20,11 @@ from tracebench.formula._space import space_by_slot
 from tracebench.library import default_library, load_library
 from tracebench.records import Case, SampleManifest
 from tracebench.realize._prompt import _phrases
-from tracebench.sample import BindingError, LibraryIndex, bind, draw_templates, read_cases, sample_benchmark
+from tracebench.sample import (BindingError, LibraryIndex, bind, draw_templates, plan_cases, quotas, read_cases,
+                               read_sample_manifest, sample_benchmark)
 from tracebench.sample._bind import _kind_for
-from tracebench.sample._quotas import Quotas
+from tracebench.sample._capabilities import library_gaps, space_needs
+from tracebench.sample._quotas import Quotas, largest_remainder
 from tracebench.taxonomy import SubtypeSpec, taxonomy
 
 GOLDEN = Path(__file__).parent / "golden" / "sample_cases.json"
@@ -174,20 +176,140 @@ def test_unsatisfiable_quota_is_reported():
         draw_templates(2, 10, random.Random(0), quotas)
 
 
-def test_a_library_without_relations_is_reported_not_relaxed(tmp_path):
+def _cats(tmp_path) -> Path:
+    """Six striped cats with a style tag: no relation, no usable_as, one attribute subtype."""
     records = [record(f"im{i}", [entity("Animal", f"the cat number {i}", _1__1_pattern_texture=["stripes"])],
                       global_tag={"4.1_style": ["flat"]}) for i in range(6)]
-    library = make_library(tmp_path / "lib", records)
+    return make_library(tmp_path / "lib", records)
+
+
+def test_strict_refuses_a_library_without_relations_in_one_line(tmp_path):
+    library = _cats(tmp_path)
     out = tmp_path / "bench"
-    result = run_trace("sample", "--slots", "3", "--per-slot", "20", "--no-applications",
+    result = run_trace("sample", "--slots", "3", "--per-slot", "20", "--no-applications", "--strict",
                        "--library", str(library), "--out", str(out))
     assert result.returncode == 2
-    assert "cannot bind" in result.stderr and "the library has no" in result.stderr
-    assert len(result.stderr.splitlines()) == 1
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    assert "--strict" in result.stderr and "Traceback" not in result.stderr
+    assert 'g_rel terms: the library has no image tagged 4.6_inter_instance_relation ' \
+           '(tag field: global_tag."4.6_inter_instance_relation")' in result.stderr
+    assert 'g_attach terms: the library has no entity with usable_as "attach" (tag field: ent_list[].usable_as)' \
+        in result.stderr
     assert not out.exists()
     info, images = load_library(library)
-    with pytest.raises(BindingError, match="relation"):
+    with pytest.raises(BindingError, match=r'relation .* \(tag field: global_tag."4.6_inter_instance_relation"\)'):
         bind(parse("C(f, f) ⊕ g_rel"), LibraryIndex.build(library, info, images), random.Random(0))
+
+
+def test_a_case_that_cannot_be_bound_takes_another_template_of_its_level(tmp_path):
+    """One attribute subtype only: f ⊕ g ⊕ g and the like cannot be bound; other slot-3
+    templates are, in the same order for the same seed."""
+    library = _cats(tmp_path)
+    runs = []
+    for name in ("a", "b"):
+        result = run_trace("sample", "--slots", "3", "--per-slot", "20", "--no-applications",
+                           "--library", str(library), "--out", str(tmp_path / name))
+        assert result.returncode == 0, result.stderr
+        runs.append((tmp_path / name / "cases.jsonl").read_bytes())
+    assert runs[0] == runs[1]
+    cases = list(read_cases(tmp_path / "a"))
+    assert [c.slot for c in cases] == [3] * 20
+    index = LibraryIndex.build(library, *load_library(library))
+    without = frozenset(library_gaps(index, space_needs()))
+    planned = plan_cases((3,), 20, 0, False, without)
+    assert [p.case_id for p in planned] == [c.id for c in cases]
+    swapped = [c for p, c in zip(planned, cases) if to_text(template_of(p.template)) != c.template]
+    assert swapped, "every planned template bound: the test library no longer needs the fallback"
+    for case in cases:
+        for term in case.terms:
+            assert term.role not in ("relation", "attach", "ip"), (case.id, term.symbol)
+
+
+def test_when_no_template_of_the_level_binds_the_error_names_what_is_missing(tmp_path):
+    library = make_library(tmp_path / "lib", [record("one", [entity("Animal", "the lone cat")])])
+    out = tmp_path / "bench"
+    result = run_trace("sample", "--slots", "2", "--per-slot", "3", "--no-applications",
+                       "--library", str(library), "--out", str(out))
+    assert result.returncode == 2
+    last = result.stderr.splitlines()[-1]
+    assert "cannot bind C(f, f)" in last and "other templates of slot 2" in last
+    assert "the library has no unused entity to anchor" in last and "(tag field: ent_list)" in last
+    assert not out.exists()
+
+
+def _left_out_run(tmp_path, edit, *extra):
+    library = derived_library(tmp_path / "lib", edit)
+    out = tmp_path / "bench"
+    result = run_trace("sample", "--slots", "1-4", "--per-slot", "40", *extra, "--library", str(library),
+                       "--out", str(out))
+    return library, out, result
+
+
+def test_a_library_without_usable_as_samples_without_attach_and_ip(tmp_path):
+    library, out, result = _left_out_run(tmp_path, without_usable_as)
+    assert result.returncode == 0, result.stderr
+    manifest = read_sample_manifest(out)
+    assert [e.family for e in manifest.left_out] == ["g_attach", "g_ip"]
+    attach, ip = manifest.left_out
+    assert attach.applications == ("try_on",) and ip.applications == ("ip_transfer",)
+    assert attach.reason == 'the library has no entity with usable_as "attach" (tag field: ent_list[].usable_as)'
+    assert attach.templates == {"1": 1, "2": 9, "3": 51, "4": 245}  # f ⊕ g_attach ... of the space
+    assert result.stderr.splitlines() == [
+        f"left out: g_attach templates (306) and application 'try_on': {attach.reason}",
+        f"left out: g_ip templates ({sum(ip.templates.values())}) and application 'ip_transfer': {ip.reason}"]
+    assert manifest.counts_per_slot == {str(s): 40 for s in range(1, 5)}  # the same total per level
+    assert set(manifest.counts_per_application) == {"stylization", "group_photo", "background_swap",
+                                                    "novel_view", "object_composition", "relation_transfer"}
+    cases = list(read_cases(out))
+    assert not [c.id for c in cases for t in c.terms if t.role in ("attach", "ip")]
+    assert set(manifest.whole_share.values()) == {0.0}
+    strict = run_trace("sample", "--slots", "1-4", "--strict", "--library", str(library),
+                       "--out", str(tmp_path / "strict"))
+    assert strict.returncode == 2 and len(strict.stderr.splitlines()) == 1
+    assert 'usable_as "attach"' in strict.stderr and "tag field: ent_list[].usable_as" in strict.stderr
+    assert not (tmp_path / "strict").exists()
+
+
+def test_a_library_without_relations_samples_and_refits_the_quotas(tmp_path):
+    _, out, result = _left_out_run(tmp_path, without_relations, "--no-applications")
+    assert result.returncode == 0, result.stderr
+    manifest = read_sample_manifest(out)
+    assert [(e.family, e.applications) for e in manifest.left_out] == [("g_rel", ())]  # applications not asked
+    assert result.stderr.splitlines() == [f"left out: g_rel templates ({sum(manifest.left_out[0].templates.values())}): "
+                                          f"{manifest.left_out[0].reason}"]
+    cases = list(read_cases(out))
+    assert manifest.counts_per_slot == {str(s): 40 for s in range(1, 5)}
+    assert not [c.id for c in cases if "g_rel" in c.template]
+    q = quotas()
+    for slot in (3, 4):  # the global margin is met as before; the relation one re-fitted to none
+        level = [c for c in cases if c.slot == slot]
+        globals_ = [sum(1 for t in c.terms if t.role == "global") for c in level]
+        assert [globals_.count(k) for k in range(3)] == largest_remainder(40, q.globals[slot])
+    assert 0.1 <= manifest.whole_share["4"] <= 0.35
+
+
+def test_a_manifest_without_left_out_still_reads(small):
+    raw = json.loads((small / "manifest.json").read_text())
+    assert raw["left_out"] == []  # the shipped library lacks nothing
+    del raw["left_out"]
+    assert SampleManifest.model_validate(raw).left_out == ()
+
+
+def test_a_case_with_two_designs_on_one_carrier_is_refused_by_the_reader(small, tmp_path):
+    text = (small / "cases.jsonl").read_text(encoding="utf-8").splitlines()
+    line = next(k for k, t in enumerate(text) if '"role":"ip"' in t)
+    case = Case.model_validate_json(text[line])
+    design = next(t for t in case.terms if t.role == "ip")
+    second = design.model_copy(update={"symbol": design.symbol + "9"})
+    broken = case.model_copy(update={"terms": (*case.terms, second)})
+    folder = tmp_path / "broken"
+    folder.mkdir()
+    text[line] = broken.model_dump_json()
+    (folder / "cases.jsonl").write_text("\n".join(text) + "\n", encoding="utf-8")
+    with pytest.raises(TraceError) as refused:
+        list(read_cases(folder))
+    assert str(refused.value) == (f"{folder / 'cases.jsonl'}:{line + 1}: terms: two g_ip designs applied to one "
+                                  f"carrier {design.carrier!r}: a carrier takes one design")
 
 
 def test_the_default_benchmark(tmp_path):
@@ -197,6 +319,10 @@ def test_the_default_benchmark(tmp_path):
     assert 1500 <= manifest.cases <= 1700
     assert manifest.distinct_templates >= 631
     assert all(0.1 <= share <= 0.35 for share in manifest.whole_share.values())
+    assert manifest.left_out == ()
+    for case in read_cases(out):  # the reader refuses a carrier with two designs; count anyway
+        carriers = [t.carrier for t in case.terms if t.role == "ip"]
+        assert len(carriers) == len(set(carriers)), case.id
 
 
 def _golden_view(case: Case) -> dict:

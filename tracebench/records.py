@@ -22,10 +22,10 @@ from .outcomes import Outcome, Status
 
 __all__ = ["Attribution", "CASES", "CASES_FILE", "Case", "DIAGNOSIS_FILE", "DIAGNOSIS_MANIFEST", "DiagnosisManifest",
            "DiagnosisSummary", "DiagnosticEdge", "DiagnosticNode", "DiagnosticTree", "Endpoint", "GenerationRecord",
-           "MANIFEST_FILE", "NODES", "NODES_FILE", "NodeOccurrence", "Question", "REFERENCES_DIR", "RUN_FILE",
+           "LeftOut", "MANIFEST_FILE", "NODES", "NODES_FILE", "NodeOccurrence", "Question", "REFERENCES_DIR", "RUN_FILE",
            "RUN_MANIFEST", "Reference", "RunManifest", "SAMPLE_MANIFEST", "SUMMARY", "SUMMARY_FILE",
            "SampleManifest", "TREES", "TREES_FILE", "TermBinding", "VERDICTS", "VERDICTS_FILE", "Verdict", "Vote",
-           "checklist_problem", "read_cases", "read_sample_manifest", "read_verdicts"]
+           "case_problem", "checklist_problem", "read_cases", "read_sample_manifest", "read_verdicts"]
 
 
 class _Record(BaseModel):
@@ -93,6 +93,18 @@ class Case(_Record):
     checklist: tuple[Question, ...] = Field(description="binary questions per operator instance")
 
 
+class LeftOut(_Record):
+    """A family of terms the library cannot supply, left out of a benchmark by ``trace sample``."""
+
+    family: str = Field(description='the terms that need it: "g_attach", "g_rel", "g_style", "g" (a plain attribute)')
+    reason: str = Field(description="what the library lacks, and the tag field that would supply it")
+    templates: dict[str, int] = Field(default_factory=dict, description="per slot level sampled: templates of the "
+                                      "template space left out for it")
+    applications: tuple[str, ...] = Field(default=(), description="applications left out whole for it")
+    formulas: tuple[str, ...] = Field(default=(), description='formulas left out of applications that keep others, '
+                                      '"<application>: <formula>"')
+
+
 class SampleManifest(_Record):
     """``manifest.json`` of a benchmark folder: what produced it."""
 
@@ -106,6 +118,8 @@ class SampleManifest(_Record):
     counts_per_application: dict[str, int]
     distinct_templates: int
     whole_share: dict[str, float] = Field(description="per slot: achieved share of cases with a g_attach or g_ip term")
+    left_out: tuple[LeftOut, ...] = Field(default=(), description="what the library could not supply and was left "
+                                          "out (templates, applications); empty when nothing was")
 
 
 class GenerationRecord(_Record):
@@ -323,6 +337,21 @@ SUMMARY_FILE = "summary.json"
 NODES_FILE = "nodes.jsonl"
 
 
+def case_problem(case: Case) -> str | None:
+    """What makes a case unusable, or None: two g_ip designs on one carrier (formula validation
+    refuses them; a case file written by other means may hold them), then
+    :func:`checklist_problem`."""
+    designed: set[str | None] = set()
+    for term in case.terms:
+        if term.role == Role.IP:
+            if term.carrier in designed:
+                from .formula import design_conflict  # only on the failure path: the reader stays light
+
+                return f"terms: {design_conflict(term.carrier)}"
+            designed.add(term.carrier)
+    return checklist_problem(case)
+
+
 def checklist_problem(case: Case) -> str | None:
     """What makes a case's checklist unusable, or None: a question id twice, a dependency on a
     question the case does not ask, a dependency cycle (scoring follows ``depends_on``)."""
@@ -349,7 +378,7 @@ def checklist_problem(case: Case) -> str | None:
 
 
 CASES = JsonLinesFile(CASES_FILE, Case, f"not a benchmark folder (no {CASES_FILE}); make one with `trace sample`",
-                      check=checklist_problem)
+                      check=case_problem)
 SAMPLE_MANIFEST = JsonFile(MANIFEST_FILE, SampleManifest,
                            f"not a benchmark folder of `trace sample` (no {MANIFEST_FILE})")
 VERDICTS = JsonLinesFile(VERDICTS_FILE, Verdict, f"no {VERDICTS_FILE}; the run has not written any verdict yet")
@@ -363,7 +392,7 @@ NODES = JsonLinesFile(NODES_FILE, NodeOccurrence, f"not a folder of exported nod
 
 
 def read_cases(folder: Path) -> Iterator[Case]:
-    """The cases of a benchmark folder, one at a time, each checklist checked (:func:`checklist_problem`)."""
+    """The cases of a benchmark folder, one at a time, each checked (:func:`case_problem`)."""
     return CASES.read(folder)
 
 

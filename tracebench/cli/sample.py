@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from ._args import slot_levels
@@ -20,6 +21,9 @@ def register(sub) -> None:
     apps.add_argument("--applications", dest="applications", action="store_true", default=True,
                       help="add the application cases of templates/applications.toml (default)")
     apps.add_argument("--no-applications", dest="applications", action="store_false")
+    p.add_argument("--strict", action="store_true",
+                   help="refuse a library that cannot supply every template and application (default: leave "
+                        "those out, one line each on stderr, and record them in the manifest)")
     p.add_argument("--out", type=Path, required=True, help="the benchmark folder to write (must not exist, or be empty)")
     p.set_defaults(run=run)
 
@@ -28,7 +32,8 @@ def run(args) -> int:
     from ..sample import sample_benchmark
 
     manifest = sample_benchmark(args.out, slots=args.slots, per_slot=args.per_slot, seed=args.seed,
-                                library=args.library, applications=args.applications)
+                                library=args.library, applications=args.applications, strict=args.strict,
+                                report=lambda line: print(line, file=sys.stderr))
     slots = ", ".join(f"{s}: {n}" for s, n in manifest.counts_per_slot.items())
     print(f"{args.out}: {manifest.cases} cases ({slots}; applications: "
           f"{sum(manifest.counts_per_application.values())}), {manifest.distinct_templates} distinct templates")

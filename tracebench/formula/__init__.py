@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from ._analysis import Term, analyze, compose_depth, slot_count
+from ._analysis import Term, analyze, compose_depth, design_conflict, slot_count
 from ._ast import (
     Anchor,
     AnchorBinding,
@@ -51,6 +51,7 @@ __all__ = [
     "canonical",
     "compose_depth",
     "count_by_generating_function",
+    "design_conflict",
     "describe_formula",
     "enumerate_templates",
     "language",

@@ -16,7 +16,12 @@ from ._errors import FormulaConstraintError
 from ._language import Language, language
 from ._printer import symbol
 
-__all__ = ["Term", "analyze", "slot_count", "compose_depth"]
+__all__ = ["Term", "analyze", "design_conflict", "slot_count", "compose_depth"]
+
+
+def design_conflict(carrier: str) -> str:
+    """Why a carrier may not take two g_ip terms (formula validation and the case reader)."""
+    return f"two g_ip designs applied to one carrier {carrier!r}: a carrier takes one design"
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,8 +115,14 @@ class _Walker:
                 self.visit(arg, depth=depth + 1, at_top=False)
         elif isinstance(node, Apply):
             self.visit(node.carrier, depth=depth, at_top=at_top)
+            design = None
             for modifier in node.modifiers:
-                self.terms.append(self._modifier(modifier, node.carrier, at_top))
+                term = self._modifier(modifier, node.carrier, at_top)
+                if term.role is Role.IP:
+                    if design is not None:
+                        raise _fail(modifier, design_conflict(symbol(node.carrier)))
+                    design = term
+                self.terms.append(term)
         else:  # pragma: no cover - the AST types exclude it
             raise TypeError(f"not a formula node: {type(node).__name__}")
 

@@ -40,6 +40,7 @@ class SpaceBounds:
     max_global_terms: int
     max_relation_terms: int
     attribute_kinds: tuple[str, ...]
+    once_per_carrier: tuple[str, ...] = ()  # of attribute_kinds: at most one per carrier
 
 
 @cache
@@ -53,6 +54,7 @@ def space_bounds() -> SpaceBounds:
         max_global_terms=int(raw["max_global_terms"]),
         max_relation_terms=int(raw["max_relation_terms"]),
         attribute_kinds=tuple(raw["attribute_kinds"]),
+        once_per_carrier=tuple(raw.get("once_per_carrier", ())),
     )
 
 
@@ -109,13 +111,14 @@ def enumerate_templates(max_slot: int | None = None, bounds: SpaceBounds | None 
     """Every canonical template with slot ``min_slot..max_slot``, by slot level.
 
     Each level lists its templates once, in construction order: deterministic for a given
-    space.toml, and cheaper than sorting 155,520 printed forms.
+    space.toml, and cheaper than sorting 119,572 printed forms.
     """
     b = bounds or space_bounds()
     top = b.max_slot if max_slot is None else min(max_slot, b.max_slot)
     kinds = sorted((_attribute_term(k) for k in b.attribute_kinds), key=modifier_sort_key)
+    once = [_attribute_term(k) for k in b.once_per_carrier if k in b.attribute_kinds]
     attribute_sets = [tuple(c) for k in range(b.max_attributes_per_carrier + 1)
-                      for c in combinations_with_replacement(kinds, k)]
+                      for c in combinations_with_replacement(kinds, k) if all(c.count(t) <= 1 for t in once)]
     entities: list[_Item] = []
     for attrs in attribute_sets:
         entities.append(_item(1 + len(attrs), 0, _apply(Anchor(), attrs) if attrs else Anchor()))
@@ -173,9 +176,14 @@ def count_by_generating_function(bounds: SpaceBounds | None = None) -> dict[int,
             h.append(trunc(sum(powers[k] * h[n - k] for k in range(1, n + 1)) / n))
         return trunc(sum(h[n] for n in sizes))
 
-    n_kinds = len(b.attribute_kinds)
-    # multisets of k attribute kinds: C(k + n_kinds - 1, k)
-    attributes = sum(sympy.binomial(k + n_kinds - 1, k) * x**k for k in range(b.max_attributes_per_carrier + 1))
+    # attribute multisets of at most max_attributes terms: the product over the kinds of the
+    # choices of how many of each (0..max, or 0..1 for a kind of once_per_carrier)
+    top = b.max_attributes_per_carrier
+    attributes = sympy.Integer(1)
+    for kind in dict.fromkeys(b.attribute_kinds):
+        most = 1 if kind in b.once_per_carrier else top
+        attributes = sympy.expand(attributes * sum(x**j for j in range(most + 1)))
+    attributes = sum(sympy.Poly(attributes, x).coeff_monomial(x**k) * x**k for k in range(top + 1))
     entity = trunc(x * attributes + (attributes - 1))  # f ⊕ a*, Te ⊕ a+
     args = range(2, b.max_args_per_composition + 1)
     subscene = trunc(x * r * multisets(entity, args)) if b.max_relation_terms else sympy.Integer(0)

@@ -34,7 +34,7 @@ from ..records import TermBinding
 from ..taxonomy import SubtypeSpec, taxonomy
 from ._index import EntityRef, GlobalRef, LibraryIndex, RelationRef, TextCarrier, text_carriers
 
-__all__ = ["BindingError", "BoundCase", "bind"]
+__all__ = ["BindingError", "BoundCase", "bind", "supplied_by"]
 
 _LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
@@ -125,17 +125,18 @@ class _Binder:
         self.handles[slug] += 1
         return f"{slug}_{_LETTERS[n % 26]}" + ("" if n < 26 else str(n // 26))
 
-    def pick(self, items, what: str, accept=lambda item: True):
-        """A uniformly random acceptable item; tries a few draws, then scans."""
+    def pick(self, items, what: str, accept=lambda item: True, field: str = "ent_list"):
+        """A uniformly random acceptable item; tries a few draws, then scans. ``field``: the tag
+        field of a library that supplies such items (named when there are none)."""
         if not items:
-            raise BindingError(f"the library has no {what}")
+            raise BindingError(f"the library has no {what} (tag field: {field})")
         for _ in range(8):
             item = items[self.rng.randrange(len(items))]
             if accept(item):
                 return item
         usable = [item for item in items if accept(item)]
         if not usable:
-            raise BindingError(f"the library has no unused {what} left for this case")
+            raise BindingError(f"the library has no unused {what} left for this case (tag field: {field})")
         return usable[self.rng.randrange(len(usable))]
 
     # -- the walk, in the order analyze() lists terms --------------------------------------
@@ -217,9 +218,10 @@ class _Binder:
         tax = taxonomy()
         whole = _whole(role)
         if whole is not None:  # attach, ip: an entity used whole
-            source = self.pick(self.index.by_use.get(whole.key, []), f"entity usable as {whole.key}",
+            source = self.pick(self.index.by_use.get(whole.key, []), f'entity with usable_as "{whole.key}"',
                                lambda e: (e.image, e.entity) != carrier_entity
-                               and (e.image, e.entity) not in self.used_entities)
+                               and (e.image, e.entity) not in self.used_entities,
+                               field=supplied_by(modifier.kind, role)[1])
             self.used_entities.add((source.image, source.entity))
             kind = _kind_for(whole, modifier.kind, role, on_composition=False)
             self.drafts.append(_Draft(self.number(f"g_{kind}"), "g", role, kind, source.description,
@@ -230,12 +232,13 @@ class _Binder:
         options = [s.key for s in specs if s.applies_to(category)
                    and s.key not in taken and self.index.by_subtype.get(s.key)]
         if not options:
-            raise BindingError(f"no attribute subtype left for {to_text(modifier)} that applies to a {category} carrier")
+            raise BindingError(f"no attribute subtype left for {to_text(modifier)} that applies to a {category} carrier "
+                               f"(tag field: {supplied_by(modifier.kind, 'local')[1]})")
         key = options[self.rng.randrange(len(options))]
         taken.add(key)
         source = self.pick(self.index.by_subtype[key], f"entity tagged {key}",
                            lambda e: (e.image, e.entity) != carrier_entity
-                           and (e.image, e.entity, key) not in self.used_sources)
+                           and (e.image, e.entity, key) not in self.used_sources, field=_field(tax.subtypes[key]))
         self.used_sources.add((source.image, source.entity, key))
         spec = tax.subtypes[key]
         kind = _kind_for(spec, modifier.kind, "local", on_composition=False)
@@ -248,7 +251,8 @@ class _Binder:
         keys = [s.key for s in _candidates(modifier.kind, "global")]
         keys = [k for k in keys if k in self.index.globals_by_subtype and k not in self.used_globals]
         if not keys:
-            raise BindingError(f"the library has no image-level tag left for {to_text(modifier)}")
+            raise BindingError(f"the library has no image-level tag left for {to_text(modifier)} "
+                               f"(tag field: {supplied_by(modifier.kind, 'global')[1]})")
         if language().is_unspecified(modifier.kind):  # in the order the library holds them
             keys.sort(key=list(self.index.globals_by_subtype).index)
         key = keys[self.rng.randrange(len(keys))]
@@ -266,7 +270,8 @@ class _Binder:
             return
         keys = ", ".join(s.key for s in taxonomy().of_role("relation"))
         ref: RelationRef = self.pick(self.index.relations, f"relation ({keys}) to transfer",
-                                     lambda r: (r.image, r.value) not in self.used_relations)
+                                     lambda r: (r.image, r.value) not in self.used_relations,
+                                     field=supplied_by("rel", "relation")[1])
         self.used_relations.add((ref.image, ref.value))
         self.drafts.append(_Draft(self.number("g_rel"), "g", "relation", "rel", ref.value, carrier=c_symbol,
                                   library_image=ref.image, subtype=ref.subtype,
@@ -277,6 +282,37 @@ class _Binder:
 def _whole(role: str) -> SubtypeSpec | None:
     """The special a term of ``role`` takes whole from an entity (attach, ip), if any."""
     return next((s for s in taxonomy().of_role(role) if s.record == "usable_as"), None)
+
+
+@cache
+def supplied_by(kind: str | None, role: str) -> tuple[tuple[SubtypeSpec, ...], str]:
+    """What a library must hold for a g term of ``kind`` in ``role``: the subtypes (or the
+    special) it may be bound to, and the tag field that holds them, in words."""
+    whole = _whole(role)
+    if whole is not None:
+        specs = [whole]
+    elif role == "relation":
+        specs = taxonomy().of_role("relation")
+    else:
+        specs = _candidates(kind, role)
+    by_record: dict[str, list[str]] = {}
+    for spec in specs:
+        by_record.setdefault(spec.record, []).append(_field(spec))
+    generic = {"tag_dict": "ent_list[].tag_dict", "global_tag": "global_tag"}
+    fields = [generic[record] if len(found) > 2 and record in generic else " or ".join(found)
+              for record, found in by_record.items()]
+    return tuple(specs), " or ".join(fields)
+
+
+def _field(spec: SubtypeSpec) -> str:
+    """Where a tagged image holds ``spec``'s tags (the names of taxonomy/tagged_image.schema.json)."""
+    if spec.record == "usable_as":
+        return "ent_list[].usable_as"
+    if spec.record == "background":
+        return "background"
+    if spec.record == "global_tag":
+        return f'global_tag."{spec.key}"'
+    return f'ent_list[].tag_dict."{spec.group}"."{spec.key}"'
 
 
 def _candidates(kind: str | None, role: str) -> list[SubtypeSpec]:

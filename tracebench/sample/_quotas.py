@@ -11,8 +11,9 @@ import networkx as nx
 from ..errors import TraceError
 from ..formula import Apply, Compose, Disentangle, Expr, space_by_slot
 from ..resources import read_toml
+from ._capabilities import Need, needs_of
 
-__all__ = ["Quotas", "quotas", "draw_templates", "largest_remainder"]
+__all__ = ["Quotas", "quotas", "draw_templates", "largest_remainder", "left_out_counts", "other_templates"]
 
 QUOTA_FILE = "quotas.toml"
 
@@ -79,22 +80,84 @@ def _cell(node: Expr | Disentangle, memo: dict[int, tuple[int, int, bool]]) -> t
 
 
 @cache
-def _cells(slot: int) -> dict[tuple[int, int, bool], list[Expr]]:
+def _cells(slot: int, without: frozenset[Need] = frozenset()) -> dict[tuple[int, int, bool], list[Expr]]:
+    """The templates of slot level ``slot`` by quota cell, less those with a need in ``without``."""
     cells: dict[tuple[int, int, bool], list[Expr]] = {}
     memo: dict[int, tuple[int, int, bool]] = {}
-    for template in space_by_slot([slot])[slot]:
-        cells.setdefault(_cell(template, memo), []).append(template)
+    templates = space_by_slot([slot])[slot]
+    needs = _slot_needs(slot) if without else (frozenset(),) * len(templates)
+    for template, need in zip(templates, needs):
+        if not need & without:
+            cells.setdefault(_cell(template, memo), []).append(template)
     return cells
 
 
-def draw_templates(slot: int, n: int, rng: random.Random, q: Quotas | None = None) -> list[Expr]:
-    """``n`` templates of slot level ``slot`` meeting the quotas; distinct while the cell allows."""
+@cache
+def _slot_needs(slot: int) -> tuple[frozenset[Need], ...]:
+    """The needs of each template of slot level ``slot``, in the space's order."""
+    memo: dict = {}
+    return tuple(needs_of(t, memo) for t in space_by_slot([slot])[slot])
+
+
+def left_out_counts(slot: int, gaps: tuple[Need, ...]) -> dict[Need, int]:
+    """Per need of ``gaps``: the templates of slot level ``slot`` left out for it (a template
+    with several is counted under the first of ``gaps`` it has)."""
+    counts = dict.fromkeys(gaps, 0)
+    if gaps:
+        without = frozenset(gaps)
+        for needs in _slot_needs(slot):
+            if needs & without:
+                counts[next(n for n in gaps if n in needs)] += 1
+    return counts
+
+
+def _refit(shares: tuple[float, ...], present: set[int]) -> tuple[float, ...]:
+    """``shares`` with the rows no template holds set to 0, the rest scaled back to a sum of 1
+    (evenly when the rows left had no share at all)."""
+    kept = [v if i in present else 0.0 for i, v in enumerate(shares)]
+    total = sum(kept)
+    if total <= 0:
+        return tuple(1 / len(present) if i in present else 0.0 for i in range(len(shares)))
+    return tuple(v / total for v in kept)
+
+
+def other_templates(slot: int, template: Expr, rng: random.Random, n: int,
+                    without: frozenset[Need] = frozenset()) -> list[Expr]:
+    """Up to ``n`` other templates of slot level ``slot`` to try when ``template`` cannot be
+    bound: first from its own quota cell, then from the whole level, in an order drawn from ``rng``."""
+    cells = _cells(slot, without)
+    own = [t for t in cells.get(_cell(template, {}), []) if t is not template]
+    pool = [t for ts in cells.values() for t in ts]
+    picked = rng.sample(own, min(n // 2, len(own)))
+    seen = {id(t) for t in picked} | {id(template)}
+    for t in rng.sample(pool, min(n, len(pool))):
+        if len(picked) >= n:
+            break
+        if id(t) not in seen:
+            seen.add(id(t))
+            picked.append(t)
+    return picked
+
+
+def draw_templates(slot: int, n: int, rng: random.Random, q: Quotas | None = None,
+                   without: frozenset[Need] = frozenset()) -> list[Expr]:
+    """``n`` templates of slot level ``slot`` meeting the quotas; distinct while the cell allows.
+
+    ``without``: needs the library cannot supply; templates with one are left out and the
+    quota shares re-fitted over the relation and global counts that templates still hold.
+    """
     q = q or quotas()
     if slot not in q.relations or slot not in q.globals:
         raise TraceError(f"templates/{QUOTA_FILE}: no quota for slot {slot}")
-    cells = _cells(slot)
-    rel_counts = largest_remainder(n, q.relations[slot])
-    glob_counts = largest_remainder(n, q.globals[slot])
+    cells = _cells(slot, without)
+    if not cells:
+        raise TraceError(f"no template of slot {slot} is left once those the library cannot supply are left out")
+    rel_shares, glob_shares = q.relations[slot], q.globals[slot]
+    if without:
+        rel_shares = _refit(rel_shares, {r for r, _, _ in cells})
+        glob_shares = _refit(glob_shares, {g for _, g, _ in cells})
+    rel_counts = largest_remainder(n, rel_shares)
+    glob_counts = largest_remainder(n, glob_shares)
     feasible = {(r, g) for r in range(len(rel_counts)) for g in range(len(glob_counts))
                 if (r, g, False) in cells or (r, g, True) in cells}
     counts = _joint_counts(rel_counts, glob_counts, feasible)

@@ -1,8 +1,11 @@
 """``trace sample``: a whole benchmark folder, streamed to disk.
 
-Order of work: validate the library, draw every case's template (quotas per slot level,
-then the application mappings), then for each case bind, realize and compile its
-checklist, writing ``cases.jsonl`` line by line (memory does not grow with the count).
+Order of work: validate the library, find what it cannot supply (no entity usable as
+``attach``, no relation tag ...: the templates and application formulas that need it are
+left out, ``--strict`` refuses), draw every case's template (quotas per slot level, re-fitted
+over what is left, then the application mappings), then for each case bind, realize and
+compile its checklist, writing ``cases.jsonl`` line by line (memory does not grow with the
+count). A case whose template cannot be bound tries other templates of its slot level.
 Each case has its own random stream, derived from the seed and the case id, so a case does
 not depend on the cases before it. The folder is assembled beside ``--out`` and renamed into
 place at the end: a failure leaves nothing.
@@ -27,16 +30,19 @@ from ..errors import TraceError
 from ..formula import Expr, parse, slot_count, space_bounds, template_of, to_text
 from ..library import read_valid_library, staged_output
 from ..realize import PROMPT_FILES, realize
-from ..records import CASES, REFERENCES_DIR, SAMPLE_MANIFEST, Case, Reference, SampleManifest
+from ..records import CASES, REFERENCES_DIR, SAMPLE_MANIFEST, Case, LeftOut, Reference, SampleManifest
 from ..resources import data_hash, read_toml
-from ._bind import BindingError, bind
+from ._bind import BindingError, BoundCase, bind
+from ._capabilities import Gap, Need, library_gaps, needs_of, space_needs
 from ._index import LibraryIndex
-from ._quotas import QUOTA_FILE, draw_templates, quotas
+from ._quotas import QUOTA_FILE, draw_templates, left_out_counts, other_templates, quotas
 
-__all__ = ["Plan", "plan_cases", "sample_benchmark", "write_benchmark"]
+__all__ = ["Plan", "left_out", "left_out_line", "plan_cases", "sample_benchmark", "write_benchmark"]
 
 APPLICATIONS_FILE = "applications.toml"
 BIND_ATTEMPTS = 25
+OTHER_TEMPLATES = 40  # other templates of the slot level a case tries when its own cannot be bound
+OTHER_ATTEMPTS = 5  # attempts at each
 
 
 @dataclass(frozen=True)
@@ -62,15 +68,28 @@ def _applications() -> dict[str, dict]:
     return raw
 
 
-def plan_cases(slots: tuple[int, ...], per_slot: int, seed: int, applications: bool) -> list[Plan]:
-    """Every case's template, in output order: slot levels, then applications."""
+@cache
+def _application_needs() -> dict[str, tuple[tuple[str, Expr, frozenset[Need]], ...]]:
+    """Per application: each formula as written, parsed, and its needs."""
+    out = {}
+    for name, spec in _applications().items():
+        out[name] = tuple((text, parse(text), needs_of(parse(text))) for text in spec["formulas"])
+    return out
+
+
+def plan_cases(slots: tuple[int, ...], per_slot: int, seed: int, applications: bool,
+               without: frozenset[Need] = frozenset()) -> list[Plan]:
+    """Every case's template, in output order: slot levels, then applications. ``without``:
+    needs the library cannot supply; templates and application formulas with one are left out."""
     plans: list[Plan] = []
     for slot in slots:
-        drawn = draw_templates(slot, per_slot, random.Random(f"{seed}:templates:{slot}"))
+        drawn = draw_templates(slot, per_slot, random.Random(f"{seed}:templates:{slot}"), without=without)
         plans += [Plan(f"s{slot}-{k:05d}", slot, t) for k, t in enumerate(drawn)]
     if applications:
         for name, spec in _applications().items():
-            formulas = [parse(f) for f in spec["formulas"]]
+            formulas = [f for _, f, needs in _application_needs()[name] if not needs & without]
+            if not formulas:
+                continue
             categories = frozenset(spec["carrier_categories"]) if "carrier_categories" in spec else None
             for k in range(int(spec["cases"])):
                 template = formulas[k % len(formulas)]
@@ -78,23 +97,96 @@ def plan_cases(slots: tuple[int, ...], per_slot: int, seed: int, applications: b
     return plans
 
 
-def _make_case(plan: Plan, index: LibraryIndex, seed: int) -> Case:
-    rng = random.Random(f"{seed}:case:{plan.case_id}")
+def left_out(slots: tuple[int, ...], applications: bool, gaps: dict[Need, Gap]) -> tuple[LeftOut, ...]:
+    """Per gap of the library, what it leaves out: templates per slot level, applications
+    whole, and the formulas of applications that keep others. What several gaps leave out is
+    listed under the first of them."""
+    order = tuple(gaps)
+    without = frozenset(order)
+    counts = {s: left_out_counts(s, order) for s in slots}
+    whole: dict[Need, list[str]] = {need: [] for need in order}
+    formulas: dict[Need, list[str]] = {need: [] for need in order}
+    for name, rows in (_application_needs().items() if applications else ()):
+        dropped = [(text, next(n for n in order if n in needs)) for text, _, needs in rows if needs & without]
+        if len(dropped) == len(rows):
+            whole[dropped[0][1]].append(name)
+        else:
+            for text, need in dropped:
+                formulas[need].append(f"{name}: {text}")
+    entries = []
+    for need, gap in gaps.items():
+        templates = {str(s): counts[s][need] for s in slots}
+        if any(templates.values()) or whole[need] or formulas[need]:
+            entries.append(LeftOut(family=gap.family, reason=gap.reason, templates=templates,
+                                   applications=tuple(whole[need]), formulas=tuple(formulas[need])))
+    return tuple(entries)
+
+
+def left_out_line(entry: LeftOut) -> str:
+    """One line for stderr: ``left out: g_attach templates (14) and application 'try_on': the
+    library has no entity with usable_as "attach" (tag field: ent_list[].usable_as)``."""
+    parts = []
+    total = sum(entry.templates.values())
+    if total:
+        parts.append(f"{entry.family} templates ({total})")
+    if entry.applications:
+        names = ", ".join(repr(a) for a in entry.applications)
+        parts.append(f"application{'s' if len(entry.applications) > 1 else ''} {names}")
+    if entry.formulas:
+        parts.append(f"application formula{'s' if len(entry.formulas) > 1 else ''} "
+                     + ", ".join(repr(f) for f in entry.formulas))
+    listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    return f"left out: {listed}: {entry.reason}"
+
+
+def _bind_within(template: Expr, index: LibraryIndex, rng: random.Random, categories, attempts: int):
+    """The template bound within ``attempts`` tries, else None; and the last problem."""
     problem = None
-    for _ in range(BIND_ATTEMPTS):
+    for _ in range(attempts):
         try:
-            bound = bind(plan.template, index, rng, carrier_categories=plan.carrier_categories)
-            break
+            return bind(template, index, rng, carrier_categories=categories), None
         except BindingError as err:
             problem = err
-    else:
+    return None, problem
+
+
+def _others(plan: Plan, rng: random.Random, without: frozenset[Need]) -> list[Expr]:
+    """What a case tries when its template cannot be bound: other templates of its slot level
+    (an application case: the application's other formulas), in an order drawn from ``rng``."""
+    if plan.application is None:
+        return other_templates(plan.slot, plan.template, rng, OTHER_TEMPLATES, without)
+    formulas = [f for _, f, needs in _application_needs()[plan.application]
+                if not needs & without and f != plan.template]
+    rng.shuffle(formulas)
+    return formulas
+
+
+def _make_case(plan: Plan, index: LibraryIndex, seed: int, without: frozenset[Need] = frozenset(),
+               others: bool = False) -> Case:
+    """The case of ``plan``; ``others``: when its template cannot be bound, try others."""
+    rng = random.Random(f"{seed}:case:{plan.case_id}")
+    bound, problem = _bind_within(plan.template, index, rng, plan.carrier_categories, BIND_ATTEMPTS)
+    tried = ""
+    if bound is None and others:
+        alternatives = _others(plan, rng, without)
+        tried = (f", then {len(alternatives)} other templates of slot {plan.slot}" if plan.application is None
+                 else f", then {len(alternatives)} other formulas of application {plan.application!r}")
+        for template in alternatives:
+            bound, _ = _bind_within(template, index, rng, plan.carrier_categories, OTHER_ATTEMPTS)
+            if bound is not None:
+                break
+    if bound is None:
         raise TraceError(f"case {plan.case_id}: cannot bind {to_text(plan.template)} from library "
-                         f"{index.info.name!r} ({BIND_ATTEMPTS} attempts): {problem}")
+                         f"{index.info.name!r} ({BIND_ATTEMPTS} attempts{tried}): {problem}")
+    return _case(plan, bound, index, rng)
+
+
+def _case(plan: Plan, bound: BoundCase, index: LibraryIndex, rng: random.Random) -> Case:
     prompts = realize(bound.terms, bool(bound.compositions), rng)
     references = tuple(
         Reference(image=f"Image {k + 1}", path=_reference_path(index, lib), source_id=index.images[lib].id)
         for k, lib in enumerate(bound.images))
-    return Case(id=plan.case_id, slot=slot_count(bound.formula), template=to_text(template_of(plan.template)),
+    return Case(id=plan.case_id, slot=slot_count(bound.formula), template=to_text(template_of(bound.template)),
                 formula=to_text(bound.formula), application=plan.application, prompt=prompts.prompt,
                 text_only_prompt=prompts.text_only, scene=prompts.scene, references=references, terms=bound.terms,
                 checklist=compile_checklist(bound.terms, bound.compositions))
@@ -107,7 +199,7 @@ def _reference_path(index: LibraryIndex, lib: int) -> str:
 
 def write_benchmark(out: Path, cases: Iterable[Case], *, source: Callable[[Reference], Path], seed: int,
                     arguments: dict, library: dict, hashes: dict[str, str], overwrite: bool = False,
-                    extra: Callable[[Path], None] | None = None) -> SampleManifest:
+                    extra: Callable[[Path], None] | None = None, left_out: tuple[LeftOut, ...] = ()) -> SampleManifest:
     """Write a benchmark folder: ``cases.jsonl`` (streamed: ``cases`` may be a generator), each
     reference image copied from ``source(reference)`` to its path in the folder, and
     ``manifest.json`` counting what was written. The folder is assembled beside ``out`` and
@@ -143,7 +235,7 @@ def write_benchmark(out: Path, cases: Iterable[Case], *, source: Callable[[Refer
             tool=f"tracebench {__version__}", seed=seed, arguments=arguments, library=library, hashes=hashes,
             cases=sum(per_slot.values()) + sum(per_app.values()), counts_per_slot={s: per_slot[s] for s in slots},
             counts_per_application=dict(sorted(per_app.items())), distinct_templates=len(templates),
-            whole_share={s: round(whole[s] / per_slot[s], 4) for s in slots})
+            whole_share={s: round(whole[s] / per_slot[s], 4) for s in slots}, left_out=left_out)
         SAMPLE_MANIFEST.write(root, manifest)
         if extra is not None:
             extra(root)
@@ -152,8 +244,14 @@ def write_benchmark(out: Path, cases: Iterable[Case], *, source: Callable[[Refer
 
 def sample_benchmark(out: Path, *, slots: tuple[int, ...], per_slot: int | None = None, seed: int = 0,
                      library: Path | None = None, applications: bool = True,
-                     progress: bool | None = None) -> SampleManifest:
-    """Build a benchmark folder at ``out``; returns its manifest."""
+                     progress: bool | None = None, strict: bool = False,
+                     report: Callable[[str], None] | None = None) -> SampleManifest:
+    """Build a benchmark folder at ``out``; returns its manifest.
+
+    What the library cannot supply is left out (the manifest's ``left_out``; ``report`` gets
+    one line per family) and a case that cannot be bound tries other templates; ``strict``
+    refuses both: a library gap is an error, and so is a case that cannot be bound.
+    """
     q = quotas()
     per_slot = q.per_slot if per_slot is None else per_slot
     if per_slot < 1:
@@ -170,13 +268,25 @@ def sample_benchmark(out: Path, *, slots: tuple[int, ...], per_slot: int | None 
     library = Path(library)
     info, images = read_valid_library(library)
     index = LibraryIndex.build(library, info, images)
-    plans = plan_cases(tuple(slots), per_slot, seed, applications)
+    needs = list(space_needs()) if slots else []
+    if applications:
+        needs += [need for rows in _application_needs().values() for _, _, row in rows for need in sorted(row, key=str)]
+    gaps = library_gaps(index, needs)
+    if gaps and strict:
+        raise TraceError(f"library {info.name!r} cannot supply every template (--strict): " + "; ".join(
+            f"{gap.family} terms: {gap.reason}" for gap in gaps.values()))
+    without = frozenset(gaps)
+    entries = left_out(tuple(slots), applications, gaps)
+    for entry in entries:
+        if report is not None:
+            report(left_out_line(entry))
+    plans = plan_cases(tuple(slots), per_slot, seed, applications, without)
     by_id = {image.id: image for image in images}
     if progress is None:
         progress = sys.stderr.isatty()
     bar = tqdm(plans, desc="sampling", unit="case", disable=not progress, file=sys.stderr)
     return write_benchmark(
-        out, (_make_case(plan, index, seed) for plan in bar),
+        out, (_make_case(plan, index, seed, without, others=not strict) for plan in bar), left_out=entries,
         source=lambda ref: library / by_id[ref.source_id].path, seed=seed,
         arguments={"slots": list(slots), "per_slot": per_slot, "applications": applications,
                    "library": library_argument},

@@ -215,3 +215,16 @@ def test_ctrl_c_stops_a_run_with_one_line_and_exit_130_and_the_same_command_resu
     assert again.returncode == 0, again.stderr
     total = len(verdicts.read_text().splitlines())
     assert 0 < done < total
+
+
+def test_an_empty_library_is_an_error_not_a_benchmark(tmp_path):
+    from tracebench.library import write_library
+
+    library = tmp_path / "empty"
+    library.mkdir()
+    write_library(library, "empty", [])
+    assert run_trace("library", "validate", str(library)).returncode == 0  # valid, just empty
+    result = run_trace("sample", "--library", str(library), "--slots", "1", "--out", str(tmp_path / "bench"))
+    assert result.returncode == 2 and result.stderr.strip().endswith("holds no image; add tagged images "
+                                                                     "(trace library import)"), result.stderr
+    assert result.stderr.count("\n") == 1 and not (tmp_path / "bench").exists()

@@ -383,7 +383,10 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
     elif out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise TraceError(f"--out {out}: exists and holds no diagnosis; choose another --out")
     if not roots:
-        raise TraceError(f"{run.root}: no case to diagnose ({cases})")
+        unanswered = sum(1 for v in run.verdicts.values() if not any(o.answered for o in v.values()))
+        why = (f"; {unanswered} of {len(run.verdicts)} cases have only abstained verdicts: ask again with "
+               f"trace run ... --retry-abstained" if unanswered else "")
+        raise TraceError(f"{run.root}: no case to diagnose ({cases}){why}")
     plan = plan_trees(roots)
     sample = read_sample_manifest(run.cases_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -104,6 +104,13 @@ class SyntheticGenerator(Generator):
         return {"adapter": "synthetic", "profile": str(self.profile), "case": case.model_dump(mode="json"),
                 "seed": self.seed}
 
+    def check(self) -> None:
+        index = self._library_index()
+        if index is not None and not any(image.render for image in index.images):
+            raise TraceError(f"--generator {self.spec}: the benchmark's library ({self.library}) has no render plans: "
+                             "the synthetic zoo draws only from a synthetic library (trace library synth, or the "
+                             "shipped one); for real photos use openai:MODEL, folder:, command: or python:")
+
     async def generate(self, case, references):
         from ..zoo import generate
 

@@ -260,7 +260,8 @@ def sample_benchmark(out: Path, *, slots: tuple[int, ...], per_slot: int | None 
     bad = [s for s in slots if not bounds.min_slot <= s <= bounds.max_slot]
     if bad:
         raise TraceError(f"--slots: {bad} outside the slot levels {bounds.min_slot}-{bounds.max_slot}")
-    library_argument = None if library is None else str(library)
+    # absolute: trace run and diagnose find the library (the synthetic zoo's render plans) from anywhere
+    library_argument = None if library is None else str(Path(library).resolve())
     if library is None:
         from ..library import default_library
 

@@ -452,3 +452,19 @@ def test_a_run_whose_calls_abstained_exits_3_with_the_reasons_and_the_retry_comm
                       "--judge", f"openai:stub-model@{stub.base_url}", "--out", str(out), "--retry-abstained")
     assert again.returncode == 0, again.stderr
     assert all(v.outcome.answered for v in read_verdicts(out))
+
+
+def test_the_synthetic_zoo_on_a_real_library_is_refused_before_the_run(tmp_path):
+    """Real photos have no render plans: the zoo cannot draw them, which is one line up front,
+    not a run of abstentions. The sample manifest's library path works from any directory."""
+    from library_helpers import derived_library
+
+    library = derived_library(tmp_path / "photos", lambda rec: {**rec, "render": None})
+    bench = tmp_path / "bench"
+    made = trace("sample", "--library", "photos", "--slots", "1-2", "--per-slot", "2", "--out", "bench", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr  # a relative --library, the run started elsewhere
+    result = trace("run", str(bench), "--generator", "synthetic:perfect", "--judge", "oracle",
+                   "--out", str(tmp_path / "run"), cwd=Path("/"))
+    assert result.returncode == 2, result.stderr
+    assert "has no render plans: the synthetic zoo draws only from a synthetic library" in result.stderr
+    assert str(library.resolve()) in result.stderr and not (tmp_path / "run").exists()

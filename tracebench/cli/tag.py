@@ -42,8 +42,8 @@ def run(args) -> int:
         for skipped in report.skipped:
             print(f"  skipped {skipped.path}: {skipped.reason}")
     if report.calls == 0 and report.cache_hits:
-        print(f"trace tag: every image came from the cache: the server was not contacted, so the model name and "
-              f"the key were not checked", file=sys.stderr)
+        print("trace tag: every image came from the cache: the server was not contacted, so the model name and "
+              "the key were not checked", file=sys.stderr)
     if not report.skipped:
         return 0
     reasons = Counter(s.reason for s in report.skipped).most_common(3)

@@ -299,15 +299,20 @@ def test_import_makes_safe_ids_from_file_names(tmp_path):
     assert sorted(ids) == ["dots.", "my-cat-2"]
 
 
-def test_sample_never_writes_a_library_image_linking_out(tmp_path):
-    work = tmp_path / "work"
-    library = make_library(work / "lib", sample_records())
-    target = library / "images" / "cat.png"
-    size = Image.open(target).size
-    target.unlink()
-    Image.new("RGB", size).save(work / "outside.png")
-    os.symlink(work / "outside.png", target)
-    result = run_trace("sample", "--library", str(library), "--slots", "1", "--per-slot", "1",
-                       "--out", str(work / "bench"))
-    _problems(result, "tags.jsonl:1: path: a link that leaves the library folder")
-    assert not (work / "bench").exists()
+
+def test_tag_never_sends_an_image_linking_out_and_names_images_by_safe_ids(tmp_path, monkeypatch):
+    from test_tag import good_reply
+    from tracebench.library._tag import tag_images
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-hostile-paths")
+    canary = _canary(tmp_path / "canary.png")
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    Image.new("RGB", (12, 9), "green").save(photos / "my photo (1).png")
+    os.symlink(tmp_path / "canary.png", photos / "leak.png")
+    with OpenAIStub(lambda request: json.dumps(good_reply("x"))) as stub:
+        report = tag_images(photos, tmp_path / "lib", model="stub-model", base_url=stub.base_url, max_retries=0)
+        assert not _leaked(canary, stub.received)
+    assert [(s.path, s.reason) for s in report.skipped] == [("leak.png", "a link that leaves the images folder")]
+    ids = [json.loads(line)["id"] for line in (tmp_path / "lib" / "tags.jsonl").read_text().splitlines()]
+    assert ids == ["my-photo-1"]

@@ -19,7 +19,7 @@ import re
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Annotated
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, Field
 
 from .errors import TraceError
 
@@ -27,7 +27,8 @@ __all__ = ["MAX_ID", "RelativePath", "SafeId", "id_from_name", "inside", "path_p
            "safe_id_problem"]
 
 MAX_ID = 128
-_SAFE_ID = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{MAX_ID - 1}}}")
+_ID_PATTERN = rf"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._-]{{0,{MAX_ID - 1}}}$"  # as JSON Schema writes it
+_SAFE_ID = re.compile(_ID_PATTERN)
 _MAX_PATH = 1024  # characters of a relative path; each part at most _MAX_PART bytes (the file systems' limit)
 _MAX_PART = 255
 
@@ -36,7 +37,7 @@ def safe_id_problem(value: str) -> str | None:
     """Why ``value`` cannot be an id (it would not be a safe file name), or None."""
     if len(value) > MAX_ID:
         return f"expected an id of at most {MAX_ID} characters (this one has {len(value)})"
-    if not _SAFE_ID.fullmatch(value) or ".." in value:
+    if not _SAFE_ID.fullmatch(value):
         return ("expected an id of letters, digits, '.', '_' and '-' that starts with a letter or digit "
                 "and holds no '..'")
     return None
@@ -71,10 +72,11 @@ def _check(problem_of):
     return check
 
 
-SafeId = Annotated[str, AfterValidator(_check(safe_id_problem))]
+SafeId = Annotated[str, AfterValidator(_check(safe_id_problem)), Field(json_schema_extra={"pattern": _ID_PATTERN})]
 """A record's id that names files: ``s3-00012``, ``app-stylization-001``, ``s3-00012.N2a``."""
 
-RelativePath = Annotated[str, AfterValidator(_check(relative_path_problem))]
+RelativePath = Annotated[str, AfterValidator(_check(relative_path_problem)),
+                         Field(json_schema_extra={"minLength": 1, "maxLength": _MAX_PATH})]
 """A record's path relative to its folder, that cannot leave it by its words (``..``, ``/``)."""
 
 

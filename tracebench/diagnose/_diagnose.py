@@ -115,11 +115,9 @@ def _write_node_folder(target: Path, cases: list[Case], source_dir: Path, sample
     if replace and CASES.path(target).is_file() and CASES.path(target).read_text(encoding="utf-8") == "".join(
             map(record_line, cases)):
         return  # the same round, written before a resume
-    def source(case: Case, ref) -> Path:
-        return inside(source_dir, ref.path, f"{source_dir}: case {case.id}: reference",
-                      "benchmark folder")
-
-    write_benchmark(target, cases, source=source, seed=sample.seed if sample else 0,
+    write_benchmark(target, cases, seed=sample.seed if sample else 0,
+                    source=lambda case, ref: inside(source_dir, ref.path, f"{source_dir}: case {case.id}: reference",
+                                                    "benchmark folder"),
                     arguments=arguments, library=sample.library if sample else {},
                     hashes={**(sample.hashes if sample else {}),
                             "diagnose": data_hash(("diagnose", RULES_FILE), ("diagnose", SOURCES_FILE))},

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .jsonfiles import JsonFile, JsonLinesFile
 from .operators import Family, Operator, Role
 from .outcomes import Outcome, Status
+from .safepaths import RelativePath, SafeId
 
 __all__ = ["Attribution", "CASES", "CASES_FILE", "Case", "DIAGNOSIS_FILE", "DIAGNOSIS_MANIFEST", "DiagnosisManifest",
            "DiagnosisSummary", "DiagnosticEdge", "DiagnosticNode", "DiagnosticTree", "Endpoint", "GenerationRecord",
@@ -36,7 +37,7 @@ class Reference(_Record):
     """One reference image of a case."""
 
     image: str = Field(description='how prompts and questions name it: "Image 1", "Image 2" ... in order of first mention')
-    path: str = Field(description="the image file, relative to the benchmark folder")
+    path: RelativePath = Field(description="the image file, relative to the benchmark folder (inside it)")
     source_id: str = Field(description="the image id in the library it came from")
 
 
@@ -79,7 +80,7 @@ class Question(_Record):
 class Case(_Record):
     """One benchmark case: a bound formula, its prompts, its references and its checklist."""
 
-    id: str = Field(description="stable case id")
+    id: SafeId = Field(description="stable case id (it names files: letters, digits, '.', '_', '-')")
     slot: int = Field(ge=0, description="slot level: the number of f and g terms")
     template: str = Field(description="the canonical unbound template")
     formula: str = Field(description="the bound formula, parseable by `trace parse`")
@@ -163,7 +164,7 @@ class Verdict(_Record):
     def outcome(self) -> Outcome:
         return Outcome.of(self.verdict, self.value)
 
-    case_id: str
+    case_id: SafeId
     question_id: str
     op: Operator = Field(description="the question's operator")
     verdict: Status = Field(description="the judges' majority; abstain on no answer or a tie")
@@ -207,7 +208,7 @@ class RunManifest(_Record):
 class DiagnosticNode(_Record):
     """One node of a diagnostic tree: a simplified sub-case of the root, and what it gave."""
 
-    id: str = Field(description='named as in the paper: "N0" (the root), "N1", "N2a", "N3b1" ...')
+    id: SafeId = Field(description='named as in the paper: "N0" (the root), "N1", "N2a", "N3b1" ...')
     parent: str | None = Field(description="the node it was simplified from; none for the root")
     rule: str | None = Field(description="the rule applied to the parent (diagnose/rules.toml); none for the root")
     depth: int
@@ -216,7 +217,7 @@ class DiagnosticNode(_Record):
     targets: tuple[str, ...] = Field(description="the operator instances it keeps (question targets)")
     same_as: str | None = Field(default=None, description="an earlier node of the tree with the same sub-case; "
                                                          "generated once, not expanded again")
-    case_id: str | None = Field(default=None, description="the sub-case generated for it (identical nodes share one); "
+    case_id: SafeId | None = Field(default=None, description="the sub-case generated for it (identical nodes share one); "
                                                          "the root's own case id when the run's verdicts are reused")
     evaluated: bool = Field(default=False, description="whether it was generated and judged (adaptive skips some)")
     prompt: str | None = None
@@ -258,7 +259,7 @@ class Attribution(_Record):
 class DiagnosticTree(_Record):
     """One line of ``trees.jsonl``: the tree of one case, its nodes' results and the attributions."""
 
-    case_id: str
+    case_id: SafeId
     formula: str
     slot: int
     strategy: Literal["full", "adaptive"]
@@ -271,9 +272,9 @@ class DiagnosticTree(_Record):
 class NodeOccurrence(_Record):
     """One line of ``nodes.jsonl`` beside an exported node folder: where a sub-case sits in the trees."""
 
-    case_id: str = Field(description="the sub-case in cases.jsonl")
-    root: str = Field(description="the diagnosed case")
-    node: str = Field(description="the node id in that case's tree")
+    case_id: SafeId = Field(description="the sub-case in cases.jsonl")
+    root: SafeId = Field(description="the diagnosed case")
+    node: SafeId = Field(description="the node id in that case's tree")
 
 
 class DiagnosisManifest(_Record):

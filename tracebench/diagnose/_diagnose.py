@@ -32,6 +32,7 @@ from ..library import staged_output
 from ..records import (CASES, DIAGNOSIS_MANIFEST, NODES, SUMMARY, TREES, Case, DiagnosisManifest, DiagnosisSummary,
                        DiagnosticEdge, DiagnosticNode, DiagnosticTree, NodeOccurrence, SampleManifest, read_verdicts)
 from ..resources import data_hash
+from ..safepaths import inside, safe_id_problem
 from ..outcomes import Outcome
 from ..providers import ModelSettings, synthetic_profile, with_endpoints
 from ..run import abstention_reason, generated_image, library_of, load_run, make_providers, run_benchmark, shard_of
@@ -90,8 +91,12 @@ def plan_trees(roots: Sequence[Case]) -> TreePlan:
             if node.same_as is not None:
                 tree.keys[node.id] = tree.keys[node.same_as]
             else:
-                sub = (root.model_copy(update={"id": f"{root.id}.N0"}) if node.parent is None
-                       else node_case(root, node, downgrades, f"{root.id}.{node.id}"))
+                sub_id = f"{root.id}.{node.id}"
+                problem = safe_id_problem(sub_id)
+                if problem:  # a root id near the length limit
+                    raise TraceError(f"case {root.id}: its sub-case id {sub_id}: {problem}")
+                sub = (root.model_copy(update={"id": sub_id}) if node.parent is None
+                       else node_case(root, node, downgrades, sub_id))
                 tree.keys[node.id] = _key(sub)
                 cases.setdefault(tree.keys[node.id], sub)
             occurrences.append(NodeOccurrence(case_id=cases[tree.keys[node.id]].id, root=root.id, node=node.id))
@@ -110,7 +115,9 @@ def _write_node_folder(target: Path, cases: list[Case], source_dir: Path, sample
     if replace and CASES.path(target).is_file() and CASES.path(target).read_text(encoding="utf-8") == "".join(
             map(record_line, cases)):
         return  # the same round, written before a resume
-    write_benchmark(target, cases, source=lambda ref: source_dir / ref.path, seed=sample.seed if sample else 0,
+    write_benchmark(target, cases, seed=sample.seed if sample else 0,
+                    source=lambda case, ref: inside(source_dir, ref.path, f"{source_dir}: case {case.id}: reference",
+                                                    "benchmark folder"),
                     arguments=arguments, library=sample.library if sample else {},
                     hashes={**(sample.hashes if sample else {}),
                             "diagnose": data_hash(("diagnose", RULES_FILE), ("diagnose", SOURCES_FILE))},

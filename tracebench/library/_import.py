@@ -2,10 +2,10 @@
 
 A tags file is JSONL (one record a line), a JSON list of records, or a JSON object keyed by
 image file name (``{"cat.jpg": {...}}``; the key is the record's ``path`` when it has none).
-What a researcher leaves out is filled in: ``id`` (the file name without its extension),
-``width`` and ``height`` (read from the image); a ``background`` may be one string. Every
-problem is one line ``FILE:LINE: field: message`` (in a JSON file also the record's key or
-index), and nothing is written when there is one.
+What a researcher leaves out is filled in: ``id`` (the file name without its extension, made a
+safe id: ``my cat.jpg`` -> ``my-cat``), ``width`` and ``height`` (read from the image); a
+``background`` may be one string. Every problem is one line ``FILE:LINE: field: message`` (in
+a JSON file also the record's key or index), and nothing is written when there is one.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from PIL import Image
 from ..errors import TraceError, ValidationFailed
 from ..jsonfiles import json_members
 from ..resources import read_toml
+from ..safepaths import id_from_name
 from ..taxonomy import taxonomy
 from ._io import staged_output, write_library
 from ._models import TaggedImage, tag_dict_of
@@ -184,7 +185,7 @@ def _complete(place: Place, data: Any, images_dir: Path, placeholders: list[str]
     problems: list[str] = []
     path = data.get("path")
     if isinstance(path, str) and path:
-        data.setdefault("id", PurePosixPath(path.replace("\\", "/")).stem)
+        data.setdefault("id", id_from_name(PurePosixPath(path.replace("\\", "/")).stem))
         if "width" not in data or "height" not in data:
             size, problem = image_size(images_dir, path)
             if problem:

@@ -15,6 +15,7 @@ from typing import Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
+from ..safepaths import RelativePath, SafeId
 from ..taxonomy import SubtypeSpec, taxonomy
 
 __all__ = [
@@ -100,8 +101,8 @@ class Entity(_Record):
 class TaggedImage(_Record):
     """One line of ``tags.jsonl``: a reference image and its tags."""
 
-    id: str = Field(min_length=1, description="stable image id, unique in the library")
-    path: str = Field(min_length=1, description="image path relative to the library root")
+    id: SafeId = Field(description="stable image id, unique in the library (it names files: letters, digits, '.', '_', '-')")
+    path: RelativePath = Field(description="image path relative to the library root (inside it)")
     width: int = Field(gt=0, description="image width in pixels")
     height: int = Field(gt=0, description="image height in pixels")
     source: str = Field(default="unknown", description="where the image comes from (photo, illustration, synthetic ...)")

@@ -45,6 +45,7 @@ from ..cache import Cache, cache_key, sha256
 from ..providers import (DEFAULT_BASE_URL, CallFailed, ModelAccess, ModelConfig, NotSent, OpenAIClients,
                          one_line)
 from ..resources import read_toml
+from ..safepaths import MAX_ID, id_from_name, path_problem
 from ..templating import render
 from ._io import INFO_FILE, TAGS_FILE, staged_output, write_library
 from ._models import Entity, GlobalTag, LibraryInfo, TaggedImage, Tags
@@ -341,8 +342,12 @@ def _find_images(images_dir: Path) -> tuple[list[_Job], list[SkippedImage]]:
     if not files:
         raise TraceError(f"{images_dir}: no images ({', '.join(s[1:] for s in IMAGE_SUFFIXES)}) found")
     jobs, unreadable = [], []
-    for file, image_id in zip(files, _unique_ids(f.stem for f in files)):
+    for file, image_id in zip(files, _unique_ids(id_from_name(f.stem) for f in files)):
         rel = file.relative_to(images_dir).as_posix()
+        problem = path_problem(images_dir, rel, "images folder")
+        if problem:  # a link pointing out: its bytes are never sent
+            unreadable.append(SkippedImage(path=rel, reason=problem))
+            continue
         try:
             with Image.open(file) as image:
                 width, height, found = image.width, image.height, image.format or "unknown"
@@ -367,7 +372,7 @@ def _unique_ids(stems: Iterable[str]) -> list[str]:
         candidate, n = stem, 1
         while candidate in taken or (candidate != stem and candidate in reserved):
             n += 1
-            candidate = f"{stem}-{n}"
+            candidate = f"{stem[:MAX_ID - len(str(n)) - 1]}-{n}"  # an id stays at most MAX_ID long
         taken.add(candidate)
         ids.append(candidate)
     return ids

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, Iterable, NamedTuple
 
 from PIL import Image, UnidentifiedImageError
@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from ..errors import ValidationFailed
 from ..jsonfiles import field_path, line_of, problems_of
+from ..safepaths import path_problem
 from ..taxonomy import taxonomy
 from ._io import INFO_FILE, TAGS_FILE, content_hash, load_library
 from ._models import Entity, LibraryInfo, TaggedImage
@@ -133,20 +134,15 @@ def image_size(root: Path, relative: str) -> tuple[tuple[int, int] | None, str |
 
 
 def _path_problem(root: Path, relative: str) -> str | None:
-    pure = PurePosixPath(relative)
-    if pure.is_absolute() or Path(relative).is_absolute() or relative.startswith("\\"):
-        return "absolute paths are not allowed; give the path relative to the library folder"
-    if ".." in pure.parts:
-        return "'..' is not allowed: the path must stay inside the library folder"
-    target = root / relative
+    problem = path_problem(root, relative, "library folder")
+    if problem:
+        return problem
     try:
-        resolved = target.resolve(strict=True)
+        (root / relative).resolve(strict=True)
     except FileNotFoundError:
         return f"image not found: {relative}"
     except OSError as exc:
         return f"cannot read image: {relative} ({exc.strerror})"
-    if not resolved.is_relative_to(root.resolve()):
-        return "a link that leaves the library folder"
     return None
 
 

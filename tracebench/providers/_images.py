@@ -14,6 +14,7 @@ from functools import cached_property
 from pathlib import Path
 
 from ..cache import sha256
+from ..safepaths import inside
 
 __all__ = ["ImageBytes", "ReferenceFiles", "data_url", "digest", "image_suffix", "mime_type"]
 
@@ -61,7 +62,8 @@ def data_url(data: bytes) -> str:
 
 
 class ReferenceFiles:
-    """The reference images of a benchmark folder, read once each (the most recent ``size`` kept)."""
+    """The reference images of a benchmark folder, read once each (the most recent ``size`` kept);
+    a path that leaves the folder (``..``, absolute, a link pointing out) is a TraceError, never read."""
 
     def __init__(self, root: Path, size: int = 512) -> None:
         self.root = Path(root)
@@ -71,7 +73,7 @@ class ReferenceFiles:
     def get(self, path: str) -> ImageBytes:
         image = self._kept.get(path)
         if image is None:
-            image = ImageBytes((self.root / path).read_bytes())
+            image = ImageBytes(inside(self.root, path, f"{self.root}: reference", "benchmark folder").read_bytes())
             self._kept[path] = image
             if len(self._kept) > self.size:
                 self._kept.popitem(last=False)

@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import TraceError
+from ..safepaths import path_problem
 from ._base import CallFailed, Generator, Judge
 from ._images import digest, image_suffix
 
@@ -21,7 +22,8 @@ _IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
 
 
 class FolderGenerator(Generator):
-    """``folder:PATH``: images made elsewhere, named by case id (``PATH/<case id>.png`` ...)."""
+    """``folder:PATH``: images made elsewhere, named by case id (``PATH/<case id>.png`` ...); an
+    image that is a link leaving the folder is not read (an abstention)."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = Path(folder)
@@ -37,8 +39,12 @@ class FolderGenerator(Generator):
 
     async def generate(self, case, references):  # a file read: not worth a worker thread
         for suffix in _IMAGE_SUFFIXES:
-            path = self.folder / f"{case.id}{suffix}"
+            name = f"{case.id}{suffix}"
+            path = self.folder / name
             if path.is_file():
+                problem = path_problem(self.folder, name, "generator's folder")
+                if problem:
+                    raise CallFailed(f"{name}: {problem}")
                 return path.read_bytes()
         raise CallFailed(f"no image for {case.id} in {self.folder}")
 

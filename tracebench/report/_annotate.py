@@ -20,7 +20,7 @@ from ..library import staged_output
 from ..records import CASES, Case, read_cases
 from ..run import generated_image, load_run
 from ..templating import render_html
-from ._report import _Images
+from ._report import _Images, reference_file
 
 __all__ = ["export_sample", "stratified"]
 
@@ -57,7 +57,8 @@ def export_sample(cases_dir: Path, out: Path, n: int, *, run_dir: Path | None = 
         generated = generated_image(Path(run_dir), case.id) if run_dir is not None else None
         views.append({
             "id": case.id, "slot": case.slot, "prompt": case.prompt,
-            "references": [{"label": r.image, "key": images.add(Path(cases_dir) / r.path)} for r in case.references],
+            "references": [{"label": r.image, "key": images.add(reference_file(Path(cases_dir), case, r.path))}
+                           for r in case.references],
             "image": images.add(generated),
             "questions": [{"id": q.id, "op": q.op, "text": q.question, "expected": q.expected} for q in case.checklist]})
     # answers kept while labelling belong to this sample of this benchmark (file:// pages share storage)

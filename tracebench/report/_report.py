@@ -22,8 +22,10 @@ from PIL import Image, UnidentifiedImageError
 
 from .. import __version__
 from ..errors import TraceError
-from ..records import DIAGNOSIS_MANIFEST, SUMMARY, TREES, Case, DiagnosticTree, RunManifest, Verdict, read_verdicts
-from ..run import generated_image, load_run
+from ..records import (DIAGNOSIS_MANIFEST, RUN_FILE, SUMMARY, TREES, Case, DiagnosticNode, DiagnosticTree, RunManifest,
+                       Verdict, read_verdicts)
+from ..run import IMAGES_DIR, generated_image, load_run
+from ..safepaths import inside
 from ..cache import write_atomic
 from ..operators import OPERATORS
 from ..outcomes import Status
@@ -155,23 +157,47 @@ def _case_view(case: Case, verdicts: list[Verdict], run_root: Path, cases_dir: P
     view: dict[str, Any] = {
         "id": case.id, "slot": case.slot, "application": case.application or "", "formula": case.formula,
         "template": case.template, "prompt": case.prompt, "failing_ops": failing_ops,
-        "references": [{"label": r.image, "src": images.add(cases_dir / r.path), "source": r.source_id}
-                       for r in case.references],
+        "references": [{"label": r.image, "src": images.add(reference_file(cases_dir, case, r.path)),
+                        "source": r.source_id} for r in case.references],
         "image": images.add(image), "questions": questions, "tree": None}
     if tree is not None and diag_dir is not None:
         failing = [a.target for a in tree.attributions if a.root is Status.FAIL]
         nodes = []
         for node in tree.nodes:
-            path = None
-            if node.image:
-                path = Path(node.image) if Path(node.image).is_absolute() else diag_dir / node.image
+            path = _node_image(diag_dir, tree, node)
             nodes.append({"id": node.id, "rule": node.rule or "root", "formula": node.formula, "prompt": node.prompt,
                           "evaluated": node.evaluated, "same_as": node.same_as,
-                          "image": images.add(path) if path and path.is_file() else None,
+                          "image": images.add(path),
                           "status": node.status})
         view["tree"] = {"svg": _tree_svg(tree, failing), "failing": failing, "nodes": nodes,
                         "attributions": [a.model_dump() for a in tree.attributions if a.root is not Status.PASS]}
     return view
+
+
+def reference_file(cases_dir: Path, case: Case, path: str) -> Path:
+    """A case's reference image, which a page embeds: inside the benchmark folder, else a TraceError."""
+    return inside(cases_dir, path, f"{cases_dir}: case {case.id}: reference", "benchmark folder")
+
+
+def _node_image(diag_dir: Path, tree: DiagnosticTree, node: DiagnosticNode) -> Path | None:
+    """The generated image a diagnosis node names (relative to the diagnosis folder, or absolute):
+    it must be a run folder's image of the node's sub-case (or of the root case), in the
+    diagnosis's rounds, the diagnosed run or a merged shard's; any other file is a TraceError."""
+    if not node.image:
+        return None
+    path = Path(node.image) if Path(node.image).is_absolute() else diag_dir / node.image
+    try:
+        resolved = path.resolve() if path.is_file() else None
+    except (OSError, RuntimeError):  # a name too long, a link loop: nothing to read
+        resolved = None
+    if resolved is None:
+        return None  # not there (any more): the page shows none
+    if not (resolved.parent.name == IMAGES_DIR and (resolved.parent.parent / RUN_FILE).is_file()
+            and resolved.stem in (node.case_id, tree.case_id)):
+        shown = node.image if len(node.image) <= 200 else node.image[:200] + "..."
+        raise TraceError(f"{diag_dir}: case {tree.case_id}: node {node.id}: image {shown}: not a generated "
+                         f"image of a run folder ({IMAGES_DIR}/<sub-case id> beside a {RUN_FILE})")
+    return resolved
 
 
 def _best(rows: list[dict], key: str) -> float | None:

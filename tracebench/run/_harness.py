@@ -37,6 +37,7 @@ from ..providers import (JUDGE_TEMPLATES, CallFailed, Generator, ImageBytes, Jud
                          ReferenceFiles, image_suffix, make_generator, make_judge)
 from ..sample import read_cases, read_sample_manifest
 from ..cache import Cache, sha256, write_atomic
+from ..safepaths import inside
 
 __all__ = ["IMAGES_DIR", "RunFolder", "abstention_reason", "abstention_reasons", "generated_image", "library_of", "load_run", "make_providers", "parse_reply",
            "run_benchmark", "shard_of"]
@@ -148,10 +149,13 @@ class _Runner:
 
 
 def generated_image(run_dir: Path, case_id: str) -> Path | None:
-    """The image a run folder holds for a case (whatever its format), or None."""
+    """The image a run folder holds for a case (whatever its format), or None; one that is a
+    link leaving the run folder is a TraceError, never read."""
     for suffix in (".png", ".jpg", ".webp"):
-        path = Path(run_dir) / IMAGES_DIR / f"{case_id}{suffix}"
+        relative = f"{IMAGES_DIR}/{case_id}{suffix}"
+        path = Path(run_dir) / relative
         if path.is_file():
+            inside(Path(run_dir), relative, f"{run_dir}: case {case_id}: generated image", "run folder")
             return path
     return None
 
@@ -273,7 +277,8 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
     checked: set[str] = set()
     for case in all_cases:  # before anything is written or any call is made
         for ref in case.references:
-            if ref.path not in checked and not (cases_dir / ref.path).is_file():
+            if ref.path not in checked and not inside(cases_dir, ref.path, f"{cases_dir}: case {case.id}: reference",
+                                                      "benchmark folder").is_file():
                 raise TraceError(f"{cases_dir}: case {case.id}: reference image {ref.path} is missing")
             checked.add(ref.path)
     settings = settings or ModelSettings()

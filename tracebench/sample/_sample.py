@@ -32,6 +32,7 @@ from ..library import read_valid_library, staged_output
 from ..realize import PROMPT_FILES, realize
 from ..records import CASES, REFERENCES_DIR, SAMPLE_MANIFEST, Case, LeftOut, Reference, SampleManifest
 from ..resources import data_hash, read_toml
+from ..safepaths import inside
 from ._bind import BindingError, BoundCase, bind
 from ._capabilities import Gap, Need, library_gaps, needs_of, space_needs
 from ._index import LibraryIndex
@@ -197,11 +198,12 @@ def _reference_path(index: LibraryIndex, lib: int) -> str:
     return f"{REFERENCES_DIR}/{image.id}{Path(image.path).suffix}"
 
 
-def write_benchmark(out: Path, cases: Iterable[Case], *, source: Callable[[Reference], Path], seed: int,
+def write_benchmark(out: Path, cases: Iterable[Case], *, source: Callable[[Case, Reference], Path], seed: int,
                     arguments: dict, library: dict, hashes: dict[str, str], overwrite: bool = False,
                     extra: Callable[[Path], None] | None = None, left_out: tuple[LeftOut, ...] = ()) -> SampleManifest:
     """Write a benchmark folder: ``cases.jsonl`` (streamed: ``cases`` may be a generator), each
-    reference image copied from ``source(reference)`` to its path in the folder, and
+    reference image copied from ``source(case, reference)`` (a path checked with
+    :func:`tracebench.safepaths.inside`) to its path in the folder, never outside it, and
     ``manifest.json`` counting what was written. The folder is assembled beside ``out`` and
     renamed into place at the end (``overwrite``: replacing what ``out`` held); ``extra(folder)``
     adds files before that. The one writer of benchmark folders (``trace sample``, and the
@@ -218,8 +220,9 @@ def write_benchmark(out: Path, cases: Iterable[Case], *, source: Callable[[Refer
             for case in cases:
                 for ref in case.references:
                     if ref.path not in copied:
-                        (root / ref.path).parent.mkdir(parents=True, exist_ok=True)
-                        shutil.copyfile(source(ref), root / ref.path)
+                        target = inside(root, ref.path, f"case {case.id}: reference", "benchmark folder")
+                        target.parent.mkdir(parents=True, exist_ok=True)
+                        shutil.copyfile(source(case, ref), target)
                         copied.add(ref.path)
                 templates.add(case.template)
                 if case.application:
@@ -290,7 +293,9 @@ def sample_benchmark(out: Path, *, slots: tuple[int, ...], per_slot: int | None 
     bar = tqdm(plans, desc="sampling", unit="case", disable=not progress, file=sys.stderr)
     return write_benchmark(
         out, (_make_case(plan, index, seed, without, others=not strict) for plan in bar), left_out=entries,
-        source=lambda ref: library / by_id[ref.source_id].path, seed=seed,
+        source=lambda case, ref: inside(library, by_id[ref.source_id].path,
+                                        f"{library}: image {ref.source_id} (case {case.id})", "library folder"),
+        seed=seed,
         arguments={"slots": list(slots), "per_slot": per_slot, "applications": applications,
                    "library": library_argument},
         library={"name": info.name, "version": info.version, "content_hash": info.content_hash},

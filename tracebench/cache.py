@@ -114,7 +114,7 @@ class Cache:
             return None
         try:
             entry = json.loads(meta.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
+        except (OSError, ValueError):  # not UTF-8, not JSON
             return None  # unreadable: treated as absent, rewritten by the next call
         blob = self._path(key, ".bin")
         data = blob.read_bytes() if entry.get("has_blob") and blob.is_file() else None

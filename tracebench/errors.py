@@ -29,11 +29,11 @@ class ValidationFailed(TraceError):
         super().__init__(f"{count} {what}{'s' if count != 1 else ''}; nothing was written")
 
 
-def disk_full(err: OSError, resume: str = "") -> TraceError | None:
+def disk_full(err: OSError, resume: str = "", where: object = None) -> TraceError | None:
     """The one-line error of a write that failed for want of space (``DISK_FULL``), or None;
-    ``resume`` says what to do next."""
+    ``resume`` says what to do next, ``where`` what was written when the error has no file name."""
     if err.errno not in DISK_FULL:
         return None
-    where = f"{err.filename}: " if err.filename else ""
+    where = f"{err.filename or where}: " if err.filename or where else ""
     return TraceError(f"{where}cannot write ({err.strerror or errno.errorcode.get(err.errno, err.errno)})"
                       + (f"; {resume}" if resume else ""))

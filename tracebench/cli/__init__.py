@@ -108,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.close()
         return 0
     except OSError as err:  # a full or read-only disk: outputs are staged or atomic, nothing is half-written
-        problem = disk_full(err, "free some space and run the same command again")
+        problem = disk_full(err, "free some space and run the same command again", where=getattr(args, "out", None))
         if problem is None:
             raise
         print(f"{_command_name(args)}: {problem}", file=sys.stderr)

@@ -379,7 +379,7 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
         asyncio.run(main())
     except OSError as err:  # a full disk: what was appended is whole cases, so the same command resumes
         problem = disk_full(err, f"{len(written)} of {len(all_cases)} cases kept; free some space and run the "
-                                 f"same command to resume")
+                                 f"same command to resume", where=out)
         if problem is None:
             raise
         raise problem from None

@@ -375,6 +375,25 @@ def test_record_readers_give_records_or_a_file_line_error(world, reader):
     fuzz()
 
 
+@pytest.mark.parametrize("reader", ["cases", "verdicts", "trees", "tags", "nodes", "labels", "source labels"])
+def test_a_torn_last_line_is_dropped_wherever_it_is_cut(world, reader):
+    """Resuming, a last line cut anywhere (inside a UTF-8 character too) is dropped: the records
+    before it are read."""
+    _, model, valid = _reader_files(world)[reader]
+    longer = valid[:-1] + ', "note": "caf\u00e9 \u2615 \u2028"}'.encode()
+
+    inside = [k for k in range(len(valid), len(longer)) if longer[k] & 0xC0 == 0x80]  # a character's later bytes
+
+    @given(st.one_of(st.sampled_from(inside), st.integers(1, len(longer) - 1)))
+    def fuzz(cut):
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "records.jsonl"
+            path.write_bytes(valid + b"\n" + longer[:cut])
+            assert [n for n, _ in numbered_jsonl(path, model, torn_tail=True)] == [1]
+
+    fuzz()
+
+
 @pytest.mark.parametrize("name", sorted(_JSON_FILES))
 def test_json_readers_give_a_record_or_a_file_line_error(world, name):
     source = {"run.json": world["run"], "manifest.json": world["bench"], "diagnosis.json": world["diag"],

@@ -24,37 +24,22 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import test_records
 from openai_server import OpenAIStub
 from test_cli import _trace_executable, run_trace
-from tracebench.diagnose import diagnose_run
 from tracebench.errors import TraceError
 from tracebench.jsonfiles import numbered_jsonl, read_json
 from tracebench.library import LibraryInfo, TaggedImage, default_library
-from tracebench.providers import ModelSettings
 from tracebench.records import (CASES, NODES, TREES, VERDICTS, DiagnosisManifest, DiagnosisSummary,
                                 NodeOccurrence, RunManifest, SampleManifest, read_cases, read_verdicts)
 from tracebench.report import Label, SourceLabel
 from tracebench.run import run_benchmark
-from tracebench.sample import sample_benchmark
 
-SETTINGS = ModelSettings(max_retries=0, timeout=30.0)
-GENERATOR = "synthetic:global-interference"
+SETTINGS = test_records.SETTINGS
+GENERATOR = test_records.GENERATOR
 SEPARATORS = "a\u2028b\u2029c\x1cd\x1de\x1ef\x85g"  # every character str.splitlines breaks a line at, but \n \r
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("hostile")
-    sample_benchmark(root / "bench", slots=(1, 2, 3), per_slot=3, seed=4, applications=False)
-    run_benchmark(root / "bench", root / "run", generator=GENERATOR, judges=["oracle"], settings=SETTINGS)
-    diagnose_run(root / "run", root / "diag", cases="all", settings=SETTINGS)
-    library = default_library()
-    return {"root": root, "bench": root / "bench", "run": root / "run", "diag": root / "diag", "library": library}
-
-
-def _copy(folder: Path, to: Path) -> Path:
-    shutil.copytree(folder, to)
-    return to
+world = test_records.world  # the benchmark, run and diagnosis of the record files' tests
+_copy = test_records._copy
 
 
 def _one_line_error(result: subprocess.CompletedProcess, fragment: str) -> str:
@@ -108,7 +93,7 @@ def test_torn_utf8_elsewhere_is_a_file_line_error(world, tmp_path, reader):
 @pytest.mark.parametrize("reader", ["cases", "verdicts", "trees", "tags", "labels"])
 def test_invalid_utf8_in_any_record_file_is_one_line(world, tmp_path, reader):
     bench, run, diag = (_copy(world[k], tmp_path / k) for k in ("bench", "run", "diag"))
-    library = _copy(world["library"], tmp_path / "library") if reader == "tags" else None
+    library = _copy(default_library(), tmp_path / "library") if reader == "tags" else None
     labels = tmp_path / "human.jsonl"
     case = next(read_cases(bench))
     labels.write_text(json.dumps({"case_id": case.id, "question_id": case.checklist[0].id, "pass": True}) + "\n")
@@ -315,7 +300,7 @@ def _reader_files(world) -> dict[str, tuple[Path, type, bytes]]:
         "cases": (CASES.path(world["bench"]), CASES.model, first(CASES.path(world["bench"]))),
         "verdicts": (VERDICTS.path(world["run"]), VERDICTS.model, first(VERDICTS.path(world["run"]))),
         "trees": (TREES.path(world["diag"]), TREES.model, first(TREES.path(world["diag"]))),
-        "tags": (world["library"] / "tags.jsonl", TaggedImage, first(world["library"] / "tags.jsonl")),
+        "tags": (default_library() / "tags.jsonl", TaggedImage, first(default_library() / "tags.jsonl")),
         "nodes": (Path("nodes.jsonl"), NODES.model,
                   NodeOccurrence(case_id="n1", root=case.id, node="N1").model_dump_json().encode()),
         "labels": (Path("human.jsonl"), Label, json.dumps({"case_id": case.id, "question_id": case.checklist[0].id,
@@ -397,7 +382,7 @@ def test_a_torn_last_line_is_dropped_wherever_it_is_cut(world, reader):
 @pytest.mark.parametrize("name", sorted(_JSON_FILES))
 def test_json_readers_give_a_record_or_a_file_line_error(world, name):
     source = {"run.json": world["run"], "manifest.json": world["bench"], "diagnosis.json": world["diag"],
-              "summary.json": world["diag"], "library.json": world["library"]}[name] / name
+              "summary.json": world["diag"], "library.json": default_library()}[name] / name
     valid = source.read_bytes()
 
     @given(st.one_of(st.binary(max_size=300), _mutated(valid)))

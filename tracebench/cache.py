@@ -11,11 +11,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import shutil
+import socket
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
-__all__ = ["Cache", "cache_key", "make_stage", "sha256", "write_atomic"]
+__all__ = ["Cache", "TEMPORARY_PREFIX", "cache_key", "make_stage", "sha256", "write_atomic"]
+
+TEMPORARY_PREFIX = ".tmp-"  # write_atomic's temporary files, beside the file they become
 
 
 def sha256(data: bytes) -> str:
@@ -31,13 +36,14 @@ _UMASK = os.umask(0o022)
 os.umask(_UMASK)  # read once: the permissions a plain open() would give
 
 
-def write_atomic(path: Path, data: bytes | Iterable[bytes]) -> None:
+def write_atomic(path: Path, data: bytes | Iterable[bytes], *, mode: int | None = None) -> None:
     """Write ``path`` whole or not at all: a unique temporary file beside it, renamed into place
-    (with the permissions a plain write would give, not the temporary file's 0600).
-    ``data`` is the bytes, or chunks of them written as they come (a file streamed to disk)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    (with ``mode``, by default the permissions a plain write would give, not the temporary
+    file's 0600). ``data`` is the bytes, or chunks of them written as they come (a file
+    streamed to disk)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TEMPORARY_PREFIX)
     try:
-        os.chmod(tmp, 0o666 & ~_UMASK)
+        os.chmod(tmp, 0o666 & ~_UMASK if mode is None else mode)
         with os.fdopen(fd, "wb") as handle:
             if isinstance(data, bytes):
                 handle.write(data)
@@ -52,10 +58,44 @@ def write_atomic(path: Path, data: bytes | Iterable[bytes]) -> None:
 def make_stage(parent: Path, prefix: str) -> Path:
     """A new, uniquely named folder in ``parent`` for output that is renamed into place when
     complete, with the permissions a plain mkdir would give (not mkdtemp's 0700), so the
-    folder it becomes can be shared or served."""
-    stage = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    folder it becomes can be shared or served.
+
+    Its name, ``{prefix}{pid}@{host}.{random}``, says which process assembles it: the stages of
+    ``prefix`` that a process of this host left when it was killed (``kill -9``, a crash) are
+    removed first. A stage whose process still runs, or of another host, is left alone."""
+    host = _host()
+    _remove_stale_stages(Path(parent), prefix, host)
+    stage = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}@{host}.", dir=parent))
     os.chmod(stage, 0o777 & ~_UMASK)
     return stage
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname()) or "host"
+
+
+def _remove_stale_stages(parent: Path, prefix: str, host: str) -> None:
+    pattern = re.compile(re.escape(prefix) + r"(\d+)@" + re.escape(host) + r"\.[a-z0-9_]+")
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return
+    for entry in entries:
+        found = pattern.fullmatch(entry.name)
+        if found and entry.is_dir(follow_symlinks=False) and not _running(int(found.group(1))):
+            shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):  # another user's process, or not a pid: left alone
+        return True
+    return True
 
 
 class Cache:
@@ -74,7 +114,7 @@ class Cache:
             return None
         try:
             entry = json.loads(meta.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
+        except (OSError, ValueError):  # not UTF-8, not JSON
             return None  # unreadable: treated as absent, rewritten by the next call
         blob = self._path(key, ".bin")
         data = blob.read_bytes() if entry.get("has_blob") and blob.is_file() else None

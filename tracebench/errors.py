@@ -7,7 +7,13 @@ else escaping is a bug in tracebench.
 
 from __future__ import annotations
 
-__all__ = ["TraceError", "ValidationFailed"]
+import errno
+
+__all__ = ["DISK_FULL", "TraceError", "ValidationFailed", "disk_full"]
+
+# Write errors of a full or read-only disk (EFBIG: a file past the size limit, RLIMIT_FSIZE): the
+# user's to fix, so one line and exit status 2, like bad input.
+DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
 
 
 class TraceError(ValueError):
@@ -21,3 +27,13 @@ class ValidationFailed(TraceError):
         self.problems = list(problems)
         count = len(self.problems)
         super().__init__(f"{count} {what}{'s' if count != 1 else ''}; nothing was written")
+
+
+def disk_full(err: OSError, resume: str = "", where: object = None) -> TraceError | None:
+    """The one-line error of a write that failed for want of space (``DISK_FULL``), or None;
+    ``resume`` says what to do next, ``where`` what was written when the error has no file name."""
+    if err.errno not in DISK_FULL:
+        return None
+    where = f"{err.filename or where}: " if err.filename or where else ""
+    return TraceError(f"{where}cannot write ({err.strerror or errno.errorcode.get(err.errno, err.errno)})"
+                      + (f"; {resume}" if resume else ""))

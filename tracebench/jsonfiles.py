@@ -26,15 +26,27 @@ from pydantic import BaseModel, ValidationError
 from .cache import write_atomic
 from .errors import TraceError
 
-__all__ = ["JsonFile", "JsonLinesFile", "explain", "field_path", "json_members", "line_of", "numbered_jsonl",
+__all__ = ["JsonFile", "JsonLinesFile", "explain", "field_path", "json_members", "json_text", "line_of", "numbered_jsonl",
            "problems_of", "read_json", "read_jsonl", "record_line", "write_json", "write_jsonl"]
 
 M = TypeVar("M", bound=BaseModel)
 
 
+# Characters JSON leaves raw in strings that some line readers take for line breaks (Python's
+# str.splitlines, JavaScript before ES2019): written escaped, so every line stays one line.
+_LINE_BREAKS = str.maketrans({"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"})
+
+
+def json_text(text: str) -> str:
+    """JSON text with the line breaks JSON allows raw inside strings (U+2028, U+2029, U+0085)
+    escaped: the same value, and a line of it is one line for any reader. (JSON escapes the
+    other control characters, ``\\x1c``-``\\x1e`` included, itself.)"""
+    return text.translate(_LINE_BREAKS)
+
+
 def record_line(record: BaseModel) -> str:
     """A record as one line of a JSONL file (with its newline): the only way lines are written."""
-    return record.model_dump_json(by_alias=True) + "\n"
+    return json_text(record.model_dump_json(by_alias=True)) + "\n"
 
 
 def write_jsonl(path: Path, records: Iterable[BaseModel]) -> None:
@@ -48,17 +60,21 @@ def write_json(path: Path, record: BaseModel) -> None:
 
 
 def read_jsonl(path: Path, model: type[M], *, check: Callable[[M], str | None] | None = None,
-               torn_tail: bool = False) -> Iterator[M]:
+               torn_tail: bool = False, unique: Callable[[M], tuple[str, str]] | None = None) -> Iterator[M]:
     """The records of a JSONL file, one at a time; blank lines are skipped.
 
-    ``check(record)`` returns a problem (``field: message``) or None. ``torn_tail``: a last
-    line that has no newline and does not parse (a write cut by a kill) is dropped instead
-    of being an error; anywhere else such a line is an error."""
-    return (record for _, record in numbered_jsonl(path, model, check=check, torn_tail=torn_tail))
+    ``check(record)`` returns a problem (``field: message``) or None. ``unique(record)`` is
+    (field, what) of what must not appear twice (``("id", "case 's1-00003'")``); a second one
+    is an error naming the line of the first. ``torn_tail``: a last line that has no newline
+    and does not decode or parse (a write cut by a kill or a full disk, maybe inside a UTF-8
+    character) is dropped instead of being an error; anywhere else such a line is an error.
+    Lines end at ``\\n`` only (never at U+2028 and the like) and each is decoded on its own."""
+    return (record for _, record in numbered_jsonl(path, model, check=check, torn_tail=torn_tail, unique=unique))
 
 
 def numbered_jsonl(path: Path, model: type[M], *, check: Callable[[M], str | None] | None = None,
-                   torn_tail: bool = False) -> Iterator[tuple[int, M]]:
+                   torn_tail: bool = False, unique: Callable[[M], tuple[str, str]] | None = None
+                   ) -> Iterator[tuple[int, M]]:
     """(line number, record) of each record of a JSONL file, for checks that name the line
     themselves; otherwise as :func:`read_jsonl`."""
     path = Path(path)
@@ -66,23 +82,32 @@ def numbered_jsonl(path: Path, model: type[M], *, check: Callable[[M], str | Non
         handle = open(path, "rb")
     except OSError as err:
         raise TraceError(f"{path}: cannot read ({err.strerror})") from None
+    first: dict[tuple[str, str], int] = {}
     with handle:
-        for lineno, raw in enumerate(handle, 1):
+        for lineno, raw in enumerate(handle, 1):  # a binary file splits on b"\n" alone
+            torn = torn_tail and not raw.endswith(b"\n")
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as err:
+                if torn:
+                    return
                 raise TraceError(f"{path}:{lineno}: not UTF-8 text (byte {err.start + 1} of the line)") from None
             if not line.strip():
                 continue
             try:
                 record = model.model_validate_json(line)
             except ValidationError as err:
-                if torn_tail and not raw.endswith(b"\n"):
+                if torn:
                     return
                 raise TraceError(f"{path}:{lineno}: {_problem(err, line, model)[1]}") from None
             problem = check(record) if check else None
             if problem:
                 raise TraceError(f"{path}:{lineno}: {problem}")
+            if unique is not None:
+                field, what = unique(record)
+                seen = first.setdefault((field, what), lineno)
+                if seen != lineno:
+                    raise TraceError(f"{path}:{lineno}: {field}: {what} appears twice (first on line {seen})")
             yield lineno, record
 
 
@@ -174,6 +199,7 @@ class JsonLinesFile(Generic[M]):
     model: type[M]
     missing: str  # the error for a folder without the file: "not a run folder (no run.json) ..."
     check: Callable[[M], str | None] | None = None
+    unique: Callable[[M], tuple[str, str]] | None = None  # (field, what) that must not appear twice
 
     def path(self, folder: Path) -> Path:
         return Path(folder) / self.name
@@ -187,7 +213,7 @@ class JsonLinesFile(Generic[M]):
         path = self.path(folder)
         if not path.is_file():
             raise TraceError(f"{folder}: {self.missing}")
-        return numbered_jsonl(path, self.model, check=self.check, torn_tail=torn_tail)
+        return numbered_jsonl(path, self.model, check=self.check, torn_tail=torn_tail, unique=self.unique)
 
     def write(self, folder: Path, records: Iterable[M]) -> None:
         write_jsonl(self.path(folder), records)

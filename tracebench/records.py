@@ -12,10 +12,11 @@ file once, with its one reader and writer (:mod:`tracebench.jsonfiles`): ``CASES
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator, Literal
+from typing import Iterator, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .errors import TraceError
 from .jsonfiles import JsonFile, JsonLinesFile
 from .operators import Family, Operator, Role
 from .outcomes import Outcome, Status
@@ -26,7 +27,7 @@ __all__ = ["Attribution", "CASES", "CASES_FILE", "Case", "DIAGNOSIS_FILE", "DIAG
            "LeftOut", "MANIFEST_FILE", "NODES", "NODES_FILE", "NodeOccurrence", "Question", "REFERENCES_DIR", "RUN_FILE",
            "RUN_MANIFEST", "Reference", "RunManifest", "SAMPLE_MANIFEST", "SUMMARY", "SUMMARY_FILE",
            "SampleManifest", "TREES", "TREES_FILE", "TermBinding", "VERDICTS", "VERDICTS_FILE", "Verdict", "Vote",
-           "case_problem", "checklist_problem", "read_cases", "read_sample_manifest", "read_verdicts"]
+           "case_problem", "checklist_problem", "read_cases", "read_run_verdicts", "read_sample_manifest", "read_verdicts"]
 
 
 class _Record(BaseModel):
@@ -379,14 +380,16 @@ def checklist_problem(case: Case) -> str | None:
 
 
 CASES = JsonLinesFile(CASES_FILE, Case, f"not a benchmark folder (no {CASES_FILE}); make one with `trace sample`",
-                      check=case_problem)
+                      check=case_problem, unique=lambda case: ("id", f"case {case.id!r}"))
 SAMPLE_MANIFEST = JsonFile(MANIFEST_FILE, SampleManifest,
                            f"not a benchmark folder of `trace sample` (no {MANIFEST_FILE})")
-VERDICTS = JsonLinesFile(VERDICTS_FILE, Verdict, f"no {VERDICTS_FILE}; the run has not written any verdict yet")
+VERDICTS = JsonLinesFile(VERDICTS_FILE, Verdict, f"no {VERDICTS_FILE}; the run has not written any verdict yet",
+                         unique=lambda v: ("question_id", f"case {v.case_id!r} question {v.question_id!r}"))
 RUN_MANIFEST = JsonFile(RUN_FILE, RunManifest, f"not a run folder (no {RUN_FILE}); make one with `trace run`")
 DIAGNOSIS_MANIFEST = JsonFile(DIAGNOSIS_FILE, DiagnosisManifest,
                               f"not a diagnosis folder (no {DIAGNOSIS_FILE}); make one with `trace diagnose`")
-TREES = JsonLinesFile(TREES_FILE, DiagnosticTree, f"not a finished diagnosis folder (no {TREES_FILE})")
+TREES = JsonLinesFile(TREES_FILE, DiagnosticTree, f"not a finished diagnosis folder (no {TREES_FILE})",
+                      unique=lambda tree: ("case_id", f"the tree of case {tree.case_id!r}"))
 SUMMARY = JsonFile(SUMMARY_FILE, DiagnosisSummary, f"not a finished diagnosis folder (no {SUMMARY_FILE})")
 NODES = JsonLinesFile(NODES_FILE, NodeOccurrence, f"not a folder of exported nodes (no {NODES_FILE}); "
                                                   f"make one with `trace diagnose --export-nodes`")
@@ -406,3 +409,20 @@ def read_sample_manifest(folder: Path) -> SampleManifest | None:
 def read_verdicts(run_dir: Path) -> Iterator[Verdict]:
     """The verdicts of a run folder, one at a time."""
     return VERDICTS.read(run_dir)
+
+
+def read_run_verdicts(run_dir: Path, cases: Mapping[str, Case], cases_dir: Path) -> Iterator[Verdict]:
+    """The verdicts of a run folder, each of a case of ``cases`` (read from ``cases_dir``) and
+    of a question that case asks: any other is an error ``FILE:LINE: field: message``, never
+    dropped."""
+    asked: dict[str, set[str]] = {}
+    path = VERDICTS.path(run_dir)
+    for lineno, v in VERDICTS.read_numbered(run_dir):
+        case = cases.get(v.case_id)
+        if case is None:
+            raise TraceError(f"{path}:{lineno}: case_id: case {v.case_id!r}, which {cases_dir} does not hold")
+        if v.case_id not in asked:
+            asked[v.case_id] = {q.id for q in case.checklist}
+        if v.question_id not in asked[v.case_id]:
+            raise TraceError(f"{path}:{lineno}: question_id: case {v.case_id!r} does not ask {v.question_id!r}")
+        yield v

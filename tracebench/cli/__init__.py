@@ -3,7 +3,8 @@
 Exit statuses: 0 done; 2 bad input (every user error is a :class:`tracebench.errors.TraceError`,
 printed as one line on stderr, without a traceback); 3 done, but some model calls gave no usable
 answer (the count, the main reasons and the command that asks again on one stderr line);
-130 interrupted (Ctrl-C: nothing half-written, the same command resumes).
+130 interrupted (Ctrl-C: nothing half-written, the same command resumes). A full or read-only
+disk is one line and status 2 as well (nothing half-written; ``trace run`` resumes).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .. import __version__
-from ..errors import TraceError, ValidationFailed
+from ..errors import TraceError, ValidationFailed, disk_full
 from ._args import EXIT_STATUSES
 from . import agree as agree_cmd
 from . import diagnose as diagnose_cmd
@@ -106,3 +107,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `trace templates | head`: the reader left, nothing is wrong
         sys.stderr.close()
         return 0
+    except OSError as err:  # a full or read-only disk: outputs are staged or atomic, nothing is half-written
+        problem = disk_full(err, "free some space and run the same command again", where=getattr(args, "out", None))
+        if problem is None:
+            raise
+        print(f"{_command_name(args)}: {problem}", file=sys.stderr)
+        return 2

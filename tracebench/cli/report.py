@@ -12,12 +12,15 @@ def register(sub) -> None:
                                    "the failure-source table and trees of a diagnosis, and a filterable case browser.")
     p.add_argument("run_dir", type=Path, help="a run folder (trace run's output)")
     p.add_argument("--diagnosis", type=Path, metavar="DIAG_DIR", help="a diagnosis folder of this run (trace diagnose)")
-    p.add_argument("--compare", type=Path, nargs="+", default=[], metavar="RUN_DIR",
-                   help="other runs of the same benchmark, one row each in the score table and one line in the plots")
+    p.add_argument("--compare", type=Path, nargs="+", action="extend", default=[], metavar="RUN_DIR",
+                   help="other runs of the same benchmark, one row each in the score table and one line in the plots "
+                        "(several after one --compare, or --compare repeated)")
     p.add_argument("--full-images", action="store_true",
                    help="embed images as they are (default: 320-pixel JPEG thumbnails, a smaller file)")
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap intervals")
-    p.add_argument("--out", type=Path, required=True, help="the HTML file to write")
+    p.add_argument("--out", type=Path, required=True, help="the HTML file to write (not an existing one, "
+                                                            "unless --force)")
+    p.add_argument("--force", action="store_true", help="replace an existing --out file (its permissions kept)")
     p.set_defaults(run=run)
 
 
@@ -25,6 +28,6 @@ def run(args) -> int:
     from ..report import build_report
 
     out = build_report(args.run_dir, args.out, diagnosis=args.diagnosis, compare=args.compare,
-                       full_images=args.full_images, seed=args.seed)
+                       full_images=args.full_images, seed=args.seed, force=args.force)
     print(f"{out}: {out.stat().st_size / 1e6:.1f} MB")
     return 0

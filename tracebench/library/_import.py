@@ -10,6 +10,7 @@ a JSON file also the record's key or index), and nothing is written when there i
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import re
@@ -105,9 +106,11 @@ def copy_selection(source: Path, images: list[TaggedImage], out: Path, *, name: 
 def _tag_items(tags_file: Path) -> tuple[list[tuple[Place, Any]], list[str]]:
     """(where, parsed JSON) of each record of a tags file, and the problems of its text."""
     try:
-        text = tags_file.read_text(encoding="utf-8-sig")
+        data = tags_file.read_bytes().removeprefix(codecs.BOM_UTF8)
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise TraceError(f"{tags_file}: not UTF-8 text (byte {exc.start + 1})") from None
+        line, line_start = data.count(b"\n", 0, exc.start) + 1, data.rfind(b"\n", 0, exc.start) + 1
+        raise TraceError(f"{tags_file}:{line}: not UTF-8 text (byte {exc.start - line_start + 1} of the line)") from None
     except OSError as exc:
         raise TraceError(f"{tags_file}: cannot read tags ({exc.strerror})") from None
     if not text.strip():

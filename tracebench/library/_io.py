@@ -18,7 +18,7 @@ from typing import Iterable, Iterator
 from .. import __version__
 from ..cache import make_stage
 from ..errors import TraceError
-from ..jsonfiles import read_json, read_jsonl, write_json
+from ..jsonfiles import json_text, read_json, read_jsonl, write_json
 from ._models import LibraryInfo, TaggedImage
 
 __all__ = ["TAGS_FILE", "INFO_FILE", "content_hash", "load_library", "write_library", "staged_output"]
@@ -29,7 +29,8 @@ INFO_FILE = "library.json"
 
 def tags_line(image: TaggedImage) -> str:
     """The canonical one-line JSON of a tagged image (sorted keys: byte-stable)."""
-    return json.dumps(image.model_dump(mode="json"), ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return json_text(json.dumps(image.model_dump(mode="json"), ensure_ascii=False, sort_keys=True,
+                                separators=(",", ":")))
 
 
 def content_hash(root: Path, images: Iterable[TaggedImage]) -> str:

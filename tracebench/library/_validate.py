@@ -186,12 +186,15 @@ def validate_library(root: Path) -> list[str]:
     tags_path = root / TAGS_FILE
     if not tags_path.is_file():
         return [f"{TAGS_FILE}: missing (a library holds {TAGS_FILE}, {INFO_FILE} and the images)"]
-    try:
-        lines = tags_path.read_text(encoding="utf-8").split("\n")
-    except UnicodeDecodeError as exc:
-        return [f"{TAGS_FILE}: not UTF-8 text (byte {exc.start})"]
-    if lines and lines[-1] == "":
-        lines.pop()  # the final newline
+    raw_lines = tags_path.read_bytes().split(b"\n")  # lines end at \n alone, each decoded on its own
+    if raw_lines and raw_lines[-1] == b"":
+        raw_lines.pop()  # the final newline
+    lines = []
+    for lineno, raw in enumerate(raw_lines, 1):
+        try:
+            lines.append(raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            return [f"{TAGS_FILE}:{lineno}: not UTF-8 text (byte {exc.start + 1} of the line)"]
     records, errors = read_records(lines, TAGS_FILE)
     errors += check_records(root, records)
     info_path = root / INFO_FILE

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -206,11 +207,14 @@ def _best(rows: list[dict], key: str) -> float | None:
 
 
 def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, compare: Sequence[Path] = (),
-                 full_images: bool = False, seed: int = 0) -> Path:
-    """Write the report of ``run_dir`` to ``out`` (one HTML file); returns ``out``."""
+                 full_images: bool = False, seed: int = 0, force: bool = False) -> Path:
+    """Write the report of ``run_dir`` to ``out`` (one HTML file); returns ``out``. An existing
+    ``out`` is refused unless ``force``: then it is replaced, keeping its permissions."""
     out = Path(out)
     if out.is_dir():
         raise TraceError(f"--out {out}: is a folder; give the HTML file to write")
+    if out.exists() and not force:
+        raise TraceError(f"--out {out}: already exists; choose another file or replace it with --force")
     if not out.parent.is_dir():
         raise TraceError(f"--out {out}: the folder {out.parent} does not exist")
     run = load_run(run_dir)
@@ -270,5 +274,5 @@ def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, com
                        plots=plots, cases=cases, summary=summary.model_dump(mode="json") if summary else None,
                        sources=sources, manifests=[r.manifest.model_dump(mode="json") for r in runs],
                        slots=sorted({c["slot"] for c in cases}), run_dir=str(run_dir), images=images.json())
-    write_atomic(out, html.encode("utf-8"))
+    write_atomic(out, html.encode("utf-8"), mode=stat.S_IMODE(out.stat().st_mode) if out.exists() else None)
     return out

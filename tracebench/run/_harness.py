@@ -27,16 +27,17 @@ from typing import Sequence
 from tqdm import tqdm
 
 from .. import __version__
-from ..errors import TraceError
+from ..errors import TraceError, disk_full
 from ..jsonfiles import record_line
-from ..records import CASES, RUN_FILE, RUN_MANIFEST, VERDICTS, Case, Question, RunManifest, Verdict, Vote, read_verdicts
+from ..records import (CASES, RUN_FILE, RUN_MANIFEST, VERDICTS, Case, Question, RunManifest, Verdict, Vote,
+                       read_run_verdicts, read_verdicts)
 from ..replies import unfence
 from ..templating import template_hash
 from ..outcomes import ABSTAINED, Outcome, Status, majority
 from ..providers import (JUDGE_TEMPLATES, CallFailed, Generator, ImageBytes, Judge, ModelAccess, ModelSettings,
                          ReferenceFiles, image_suffix, make_generator, make_judge)
 from ..sample import read_cases, read_sample_manifest
-from ..cache import Cache, sha256, write_atomic
+from ..cache import TEMPORARY_PREFIX, Cache, sha256, write_atomic
 from ..safepaths import inside
 
 __all__ = ["IMAGES_DIR", "RunFolder", "abstention_reason", "abstention_reasons", "generated_image", "library_of", "load_run", "make_providers", "parse_reply",
@@ -148,6 +149,28 @@ class _Runner:
         return verdicts
 
 
+def _append(handle, data: bytes) -> None:
+    """Append ``data`` to an unbuffered file whole or not at all: a write cut short (a full
+    disk) is truncated away, so the file ends with a whole case and resumes cleanly."""
+    start = handle.seek(0, 2)
+    try:
+        done = 0
+        while done < len(data):
+            done += handle.write(data[done:])
+    except OSError:
+        handle.truncate(start)
+        raise
+
+
+def _settle(finished: set[asyncio.Future]) -> None:
+    """Raise the first error of finished tasks, having retrieved every one's (asyncio prints
+    "Task exception was never retrieved" for any left)."""
+    errors = [task.exception() for task in finished if not task.cancelled()]
+    first = next((err for err in errors if err is not None), None)
+    if first is not None:
+        raise first
+
+
 def generated_image(run_dir: Path, case_id: str) -> Path | None:
     """The image a run folder holds for a case (whatever its format), or None; one that is a
     link leaving the run folder is a TraceError, never read."""
@@ -194,9 +217,7 @@ def load_run(run_dir: Path, *, cases_dir: Path | None = None) -> RunFolder:
         raise TraceError(f"{cases_dir}: not the benchmark this run was made from (its {CASES.name} differs)")
     verdicts: dict[str, dict[str, Outcome]] = {}
     reasons: dict[str, dict[str, str]] = {}
-    for v in read_verdicts(run_dir):
-        if v.case_id not in cases:
-            raise TraceError(f"{run_dir}: verdicts for case {v.case_id!r}, which {cases_dir} does not hold")
+    for v in read_run_verdicts(run_dir, cases, cases_dir):
         verdicts.setdefault(v.case_id, {})[v.question_id] = outcome = v.outcome
         if not outcome.answered:
             reasons.setdefault(v.case_id, {})[v.question_id] = abstention_reason(v)
@@ -302,11 +323,14 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
             raise TraceError(f"{out}: holds a run with another {', '.join(changed)}; choose another --out")
     elif VERDICTS.path(out).exists():
         raise TraceError(f"{out}: holds verdicts but no {RUN_FILE}; choose another --out")
+    elif out.is_dir() and any(not p.name.startswith(TEMPORARY_PREFIX) for p in out.iterdir()):
+        raise TraceError(f"--out {out}: is not empty and not a run folder (no {RUN_FILE}); choose another --out")
     by_id = {c.id: c for c in all_cases}
     previous = _existing(out, by_id, retry_abstained)
-    (out / IMAGES_DIR).mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
     # the identity first: a run killed before its end can only be resumed by the same run
     RUN_MANIFEST.write(out, identity)
+    (out / IMAGES_DIR).mkdir(exist_ok=True)
     access = ModelAccess(Cache(cache_dir or out / CACHE_DIR), concurrency=concurrency, max_retries=settings.max_retries)
     runner = _Runner(out, cases_dir, gen, judge_list, access, judge_batch)
     todo = [c for c in all_cases if c.id not in previous]
@@ -320,15 +344,14 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
         bar = tqdm(total=len(all_cases), initial=len(previous), desc="running", unit="case", disable=not progress,
                    file=sys.stderr)
         pending = set()
-        with open(verdict_path, "a", encoding="utf-8") as handle:
+        with open(verdict_path, "ab", buffering=0) as handle:
             async def one(case: Case) -> None:
                 verdicts = await runner.case(case)
                 unanswered = sum(not v.outcome.answered for v in verdicts)
                 if unanswered:
                     abstained_new[case.id] = unanswered
                 lines = "".join(map(record_line, verdicts))
-                handle.write(lines)
-                handle.flush()
+                _append(handle, lines.encode())
                 written[case.id] = lines
                 bar.update(1)
                 bar.set_postfix(calls=sum(access.stats.calls.values()), errors=access.stats.failures,
@@ -340,12 +363,11 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
                         break
                     if len(pending) >= 2 * concurrency:
                         finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                        for task in finished:
-                            task.result()
+                        _settle(finished)
                     pending.add(asyncio.ensure_future(one(case)))
                 if pending:
-                    for task in (await asyncio.wait(pending))[0]:
-                        task.result()
+                    finished, pending = await asyncio.wait(pending)
+                    _settle(finished)
             finally:  # on an error, stop the other cases quietly and close the clients
                 for task in pending:
                     task.cancel()
@@ -360,6 +382,12 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
     gc.freeze()  # the cases read are long-lived: the run's garbage collections need not walk them
     try:
         asyncio.run(main())
+    except OSError as err:  # a full disk: what was appended is whole cases, so the same command resumes
+        problem = disk_full(err, f"{len(written)} of {len(all_cases)} cases kept; free some space and run the "
+                                 f"same command to resume", where=out)
+        if problem is None:
+            raise
+        raise problem from None
     finally:
         gc.unfreeze()
     if access.stopped is not None:  # what failed is not kept: the same command asks again once the endpoint is fixed

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..errors import TraceError
 from ..library import staged_output
-from ..records import RUN_MANIFEST, VERDICTS, RunManifest, Verdict, read_cases, read_verdicts
+from ..records import RUN_MANIFEST, VERDICTS, RunManifest, Verdict, read_cases, read_run_verdicts
 from ._harness import IMAGES_DIR
 
 __all__ = ["merge_runs"]
@@ -23,12 +23,13 @@ def merge_runs(runs: list[Path], out: Path) -> RunManifest:
         if (m.cases_hash, m.generator, m.judges, m.judge_batch) != (first.cases_hash, first.generator, first.judges,
                                                                    first.judge_batch):
             raise TraceError(f"{run}: a run of other cases, generator or judges than {runs[0]}; cannot merge")
-    order = [c.id for c in read_cases(Path(first.cases_dir))]
+    cases_dir = Path(first.cases_dir)
+    cases = {c.id: c for c in read_cases(cases_dir)}
     verdicts: dict[tuple[str, str], Verdict] = {}
     for run in runs:
         if not VERDICTS.path(run).is_file():
             continue  # a shard that holds no case
-        for v in read_verdicts(run):
+        for v in read_run_verdicts(run, cases, cases_dir):  # a verdict of no case of the benchmark: an error
             known = verdicts.get((v.case_id, v.question_id))
             if known is not None and known != v:
                 raise TraceError(f"{run}: case {v.case_id} question {v.question_id} differs between runs")
@@ -45,7 +46,7 @@ def merge_runs(runs: list[Path], out: Path) -> RunManifest:
             images = Path(run) / IMAGES_DIR
             for image in sorted(images.iterdir()) if images.is_dir() else ():
                 shutil.copyfile(image, root / IMAGES_DIR / image.name)
-        ordered = [v for case_id in order for v in by_case.get(case_id, [])]
+        ordered = [v for case_id in cases for v in by_case.get(case_id, [])]
         VERDICTS.write(root, ordered)
         manifest = first.model_copy(update={
             "shard": None, "cases": len(by_case), "verdicts": len(ordered), "calls": dict(calls),

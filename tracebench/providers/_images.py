@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..cache import sha256
 
-__all__ = ["ImageBytes", "ReferenceFiles", "data_url", "digest", "image_suffix", "mime_type"]
+__all__ = ["ImageBytes", "ReferenceFiles", "data_url", "digest", "image_kind", "image_suffix", "mime_type"]
 
 
 class ImageBytes(bytes):
@@ -38,6 +38,11 @@ def _kind(data: bytes) -> str:
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
         return "webp"
     return "png"
+
+
+def image_kind(data: bytes) -> str | None:
+    """``png``, ``jpeg`` or ``webp`` by the bytes' signature; None for anything else."""
+    return "png" if data.startswith(b"\x89PNG\r\n\x1a\n") else _kind(data) if _kind(data) != "png" else None
 
 
 def mime_type(data: bytes) -> str:

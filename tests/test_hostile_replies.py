@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from PIL import Image
 
+import test_tag
 from test_cli import run_trace
 from tracebench.errors import TraceError
 from tracebench.library import load_library
@@ -31,7 +32,8 @@ from tracebench.records import Verdict
 from tracebench.run import parse_reply, run_benchmark
 from tracebench.sample import read_cases, sample_benchmark
 
-KEY = "sk-hostile-Qw3rTy-9081-echo"
+KEY = test_tag.KEY
+key = test_tag.key  # the fixture: KEY in $OPENAI_API_KEY, no $OPENAI_BASE_URL
 
 
 @dataclass(frozen=True)
@@ -195,12 +197,6 @@ def bench(tmp_path_factory) -> Path:
     sample_benchmark(out, slots=(1, 2), per_slot=2, seed=3, applications=False)
     return out
 
-
-@pytest.fixture
-def key(monkeypatch):
-    monkeypatch.setenv("OPENAI_API_KEY", KEY)
-    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    return KEY
 
 
 def judged(script: Callable[[dict, int], Any]) -> Script:

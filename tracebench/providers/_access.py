@@ -11,6 +11,9 @@ class, the zoo), a call goes through :class:`ModelAccess`:
 - **retry**: transient failures (timeouts, dropped connections, 5xx) and rate limits are
   retried with exponential backoff and jitter (tenacity), a server's ``Retry-After``
   honoured; the limit is released while waiting; other failures are not retried;
+- **timeout**: an attempt is bounded as a whole by the provider's ``call_timeout`` (an
+  OpenAI-compatible server's ``--timeout``), however slowly its reply trickles in; a
+  timeout is transient;
 - **failures**: whatever a call raises becomes :class:`CallFailed` (an abstention with a
   one-line reason, never a fail), with every secret of the provider scrubbed out;
 - **counters**: calls per spec, retries, cache hits, tokens, failures;

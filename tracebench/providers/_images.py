@@ -42,7 +42,10 @@ def _kind(data: bytes) -> str:
 
 def image_kind(data: bytes) -> str | None:
     """``png``, ``jpeg`` or ``webp`` by the bytes' signature; None for anything else."""
-    return "png" if data.startswith(b"\x89PNG\r\n\x1a\n") else _kind(data) if _kind(data) != "png" else None
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "png"
+    kind = _kind(data)  # png for anything it does not know
+    return kind if kind != "png" else None
 
 
 def mime_type(data: bytes) -> str:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["unfence"]
+__all__ = ["DEFAULT_MAX_REPLY_BYTES", "unfence"]
+
+DEFAULT_MAX_REPLY_BYTES = 16_000_000  # a reply body past this is cut off (an abstention): room for a large base64 image
 
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..formula import space_bounds
+from ..replies import DEFAULT_MAX_REPLY_BYTES
 
 __all__ = ["EXIT_STATUSES", "INCOMPLETE", "add_model_options", "model_settings", "report_incomplete", "shard", "slot_levels"]
 
@@ -43,7 +44,10 @@ def add_model_options(p: argparse.ArgumentParser, *, cache_default: str, default
                    help="calls in flight per model and replica, where the models file says none (default 8)")
     p.add_argument("--max-retries", type=int, default=4,
                    help="retries of a transient failure or a rate limit, with backoff (default 4)")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds per call")
+    p.add_argument("--timeout", type=float, default=300.0,
+                   help="seconds a call may take in all, however slowly the server sends (default 300)")
+    p.add_argument("--max-reply-bytes", type=int, default=DEFAULT_MAX_REPLY_BYTES, metavar="N",
+                   help=f"a longer reply body is cut off, an abstention (default {DEFAULT_MAX_REPLY_BYTES})")
     p.add_argument("--judge-batch", choices=("case", "op"), default=None if defaults_from else "case",
                    help="one judge call per case or one per operator" + (inherit or " (default case)"))
     p.add_argument("--shard", type=shard, metavar="i/n", help="only shard i of n (split by case id)")
@@ -60,7 +64,8 @@ def model_settings(args, *, seed: int = 0):
     models = read_models_file(args.models) if args.models else {}
     return ModelSettings(base_url=args.base_url, api_key_env=args.api_key_env, judge_base_url=args.judge_base_url,
                          judge_api_key_env=args.judge_api_key_env, max_retries=args.max_retries,
-                         timeout=args.timeout, seed=seed if args.seed is None else args.seed, models=models)
+                         timeout=args.timeout, max_reply_bytes=args.max_reply_bytes,
+                         seed=seed if args.seed is None else args.seed, models=models)
 
 
 def slot_levels(spec: str) -> tuple[int, ...]:

@@ -6,6 +6,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from ..replies import DEFAULT_MAX_REPLY_BYTES
 from ._args import EXIT_STATUSES, report_incomplete
 
 
@@ -20,7 +21,10 @@ def register(sub) -> None:
                    help="environment variable holding the API key (default OPENAI_API_KEY; loopback servers need none)")
     p.add_argument("--concurrency", type=int, default=4, help="requests in flight (default 4)")
     p.add_argument("--max-retries", type=int, default=2, help="client retries of a failed request (default 2)")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds per request (default 120)")
+    p.add_argument("--timeout", type=float, default=120.0,
+                   help="seconds a request may take in all, however slowly the server sends (default 120)")
+    p.add_argument("--max-reply-bytes", type=int, default=DEFAULT_MAX_REPLY_BYTES, metavar="N",
+                   help=f"a longer reply body is cut off: that image is left out (default {DEFAULT_MAX_REPLY_BYTES})")
     p.add_argument("--name", help="library name (default: the --out folder's name)")
     p.add_argument("--cache", type=Path, help="cache of replies (default: .tracebench-tag-cache beside --out); "
                                               "run the command again to resume")
@@ -33,7 +37,8 @@ def run(args) -> int:
 
     report = tag_images(args.images_dir, args.out, model=args.model, base_url=args.base_url,
                         api_key_env=args.api_key_env, concurrency=args.concurrency, name=args.name,
-                        max_retries=args.max_retries, timeout=args.timeout, cache_dir=args.cache)
+                        max_retries=args.max_retries, timeout=args.timeout, cache_dir=args.cache,
+                        max_reply_bytes=args.max_reply_bytes)
     if args.json:
         print(report.model_dump_json())
     else:

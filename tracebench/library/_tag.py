@@ -34,7 +34,6 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from openai.types.chat import ChatCompletionMessage
 from PIL import Image, UnidentifiedImageError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -42,8 +41,8 @@ from ..apikeys import api_key
 from ..errors import TraceError
 from ..replies import unfence
 from ..cache import Cache, cache_key, sha256
-from ..providers import (DEFAULT_BASE_URL, CallFailed, ModelAccess, ModelConfig, NotSent, OpenAIClients,
-                         one_line)
+from ..providers import (DEFAULT_BASE_URL, DEFAULT_MAX_REPLY_BYTES, CallFailed, ChatReply, ModelAccess, ModelConfig,
+                         NotSent, OpenAIClients, check_call_limits, one_line, scrub)
 from ..resources import read_toml
 from ..safepaths import MAX_ID, id_from_name, path_problem
 from ..templating import render
@@ -98,13 +97,15 @@ class TagReport(BaseModel):
 
 def tag_images(images_dir: Path, out: Path, *, model: str, base_url: str | None = None,
                api_key_env: str = "OPENAI_API_KEY", concurrency: int = 4, name: str | None = None,
-               max_retries: int = 2, timeout: float = 120.0, cache_dir: Path | None = None) -> TagReport:
+               max_retries: int = 2, timeout: float = 120.0, cache_dir: Path | None = None,
+               max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES) -> TagReport:
     """Tag every image under ``images_dir`` with ``model`` and write a library to ``out``.
 
     ``base_url`` defaults to ``$OPENAI_BASE_URL``, then to OpenAI's. The key is read from
     the variable ``api_key_env``; a loopback server needs none. ``concurrency`` bounds the
     requests in flight; ``max_retries`` (of rate limits and transient errors, with backoff)
-    and ``timeout`` (seconds per request) are the wrapper's.
+    and ``timeout`` (seconds a request may take in all) are the wrapper's; a reply body longer
+    than ``max_reply_bytes`` is cut off (that image is left out).
     Images are copied to ``out/images/`` (keeping their relative paths); the library name
     defaults to the name of ``out``. Replies are cached in ``cache_dir`` (default: the folder
     ``.tracebench-tag-cache`` beside ``out``). Raises :class:`TraceError` on bad arguments, when no
@@ -115,8 +116,7 @@ def tag_images(images_dir: Path, out: Path, *, model: str, base_url: str | None 
         raise TraceError("--model: empty model name")
     if concurrency < 1:
         raise TraceError(f"--concurrency: must be at least 1, got {concurrency}")
-    if max_retries < 0:
-        raise TraceError(f"--max-retries: must be 0 or more, got {max_retries}")
+    check_call_limits(timeout=timeout, max_retries=max_retries, max_reply_bytes=max_reply_bytes)
     base_url = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
     api_key(api_key_env, base_url)  # a missing key is an error before any image is read
     jobs, unreadable = _find_images(images_dir)
@@ -126,7 +126,8 @@ def tag_images(images_dir: Path, out: Path, *, model: str, base_url: str | None 
     # the images that failed: the others are in the cache)
     with staged_output(out, overwrite=(out / INFO_FILE).is_file() and (out / TAGS_FILE).is_file()) as root:
         provider = OpenAIClients(model, ModelConfig(base_urls=(base_url,), api_key_env=api_key_env,
-                                                    concurrency=concurrency, max_retries=max_retries, timeout=timeout))
+                                                    concurrency=concurrency, max_retries=max_retries, timeout=timeout,
+                                                    max_reply_bytes=max_reply_bytes))
         provider.spec = f"openai:{model}"
         tagger = _Tagger(provider=provider, access=ModelAccess(max_retries=max_retries),
                          cache=Cache(cache_dir if cache_dir is not None else out.parent / TAG_CACHE))
@@ -290,32 +291,34 @@ class _Tagger:
             except _InvalidReply as err:
                 problem = one_line(str(err), self.provider.secrets())
             messages += [
-                {"role": "assistant", "content": (reply.content if reply else None) or ""},
+                {"role": "assistant", "content": reply.content or ""},
                 {"role": "user", "content": f"That reply is not valid: {problem}. "
                                             "Reply again with the corrected JSON object only."},
             ]
         return _Outcome(job, reason=f"invalid reply after one retry: {problem}")
 
-    async def _ask(self, messages: list[dict[str, Any]]) -> ChatCompletionMessage | None:
-        response = await self.provider.client().chat.completions.create(
-            model=self.provider.model, messages=messages,  # type: ignore[arg-type]
-            response_format={"type": "json_schema",
-                             "json_schema": {"name": SCHEMA_NAME, "schema": _tag_schema(), "strict": False}},
-        )
-        return response.choices[0].message if response.choices else None
+    async def _ask(self, messages: list[dict[str, Any]]) -> ChatReply:
+        """The reply, the key scrubbed from it (its text becomes the library's tags and the cache's)."""
+        reply = await self.provider.chat(
+            messages=messages, response_format={"type": "json_schema", "json_schema": {
+                "name": SCHEMA_NAME, "schema": _tag_schema(), "strict": False}})
+        secrets = self.provider.secrets()
+        return ChatReply(scrub(reply.content, secrets) if reply.content else reply.content,
+                         scrub(reply.refusal, secrets) if reply.refusal else None, reply.tokens)
 
 
-def _parse_reply(reply: ChatCompletionMessage | None) -> ModelTags:
+def _parse_reply(reply: ChatReply) -> ModelTags:
     """A reply as :class:`ModelTags`, or :class:`_InvalidReply` saying what is wrong."""
-    content = reply.content if reply else None
+    content = reply.content
     if not content or not content.strip():
-        refusal = getattr(reply, "refusal", None)
-        raise _InvalidReply(f"the model refused: {refusal}" if refusal else "the reply is empty")
+        raise _InvalidReply(f"the model refused: {reply.refusal}" if reply.refusal else "the reply is empty")
     text = unfence(content)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
         raise _InvalidReply(f"the reply is not JSON ({err.msg} at line {err.lineno} column {err.colno})") from None
+    except RecursionError:
+        raise _InvalidReply("the reply is JSON nested too deeply") from None
     try:
         tags = ModelTags.model_validate(data)
     except ValidationError as err:

@@ -11,18 +11,18 @@ wrapper that owns cache, retry, concurrency, counters and key scrubbing for all 
 
 from __future__ import annotations
 
-from ._access import STOP_AFTER, AccessStats, ModelAccess, Stopped, one_line
+from ._access import STOP_AFTER, AccessStats, ModelAccess, Stopped, clip, one_line, scrub
 from ._base import CallFailed, EndpointRefused, Generator, Judge, NotSent, Provider, RateLimited, Reply, Transient
-from ._config import (DEFAULT_BASE_URL, ModelConfig, ModelEntry, ModelSettings, read_models_file, resolve_spec,
-                      synthetic_profile, with_endpoints)
+from ._config import (DEFAULT_BASE_URL, DEFAULT_MAX_REPLY_BYTES, ModelConfig, ModelEntry, ModelSettings, read_models_file, resolve_spec,
+                      check_call_limits, synthetic_profile, with_endpoints)
 from ._images import ImageBytes, ReferenceFiles, data_url, digest, image_suffix, mime_type
-from ._openai import JUDGE_TEMPLATES, OpenAIClients, OpenAIImages, OpenAIJudge, translate_openai_error
+from ._openai import JUDGE_TEMPLATES, ChatReply, OpenAIClients, OpenAIImages, OpenAIJudge, translate_openai_error
 from ._registry import ENTRY_POINT_GROUPS, make_generator, make_judge
 
 __all__ = [
-    "STOP_AFTER", "AccessStats", "CallFailed", "DEFAULT_BASE_URL", "ENTRY_POINT_GROUPS", "EndpointRefused", "Generator",
+    "STOP_AFTER", "AccessStats", "CallFailed", "ChatReply", "DEFAULT_BASE_URL", "DEFAULT_MAX_REPLY_BYTES", "ENTRY_POINT_GROUPS", "EndpointRefused", "Generator",
     "ImageBytes", "JUDGE_TEMPLATES", "Judge", "NotSent", "ModelAccess", "ModelConfig", "ModelEntry", "ModelSettings",
     "OpenAIClients", "OpenAIImages", "OpenAIJudge", "Provider", "RateLimited", "ReferenceFiles", "Reply", "Stopped",
-    "Transient", "data_url", "digest", "image_suffix", "mime_type", "make_generator", "make_judge", "one_line",
-    "read_models_file", "resolve_spec", "synthetic_profile", "translate_openai_error", "with_endpoints",
+    "Transient", "check_call_limits", "clip", "data_url", "digest", "image_suffix", "mime_type", "make_generator", "make_judge", "one_line",
+    "read_models_file", "resolve_spec", "scrub", "synthetic_profile", "translate_openai_error", "with_endpoints",
 ]

@@ -11,6 +11,9 @@ class, the zoo), a call goes through :class:`ModelAccess`:
 - **retry**: transient failures (timeouts, dropped connections, 5xx) and rate limits are
   retried with exponential backoff and jitter (tenacity), a server's ``Retry-After``
   honoured; the limit is released while waiting; other failures are not retried;
+- **timeout**: an attempt is bounded as a whole by the provider's ``call_timeout`` (an
+  OpenAI-compatible server's ``--timeout``), however slowly its reply trickles in; a
+  timeout is transient;
 - **failures**: whatever a call raises becomes :class:`CallFailed` (an abstention with a
   one-line reason, never a fail), with every secret of the provider scrubbed out;
 - **counters**: calls per spec, retries, cache hits, tokens, failures;
@@ -24,8 +27,10 @@ class, the zoo), a call goes through :class:`ModelAccess`:
 from __future__ import annotations
 
 import asyncio
+import base64
 import re
 from collections import Counter
+from functools import lru_cache
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Sequence, TypeVar
 
@@ -35,12 +40,13 @@ from ..cache import Cache, cache_key
 from ..records import Case, Question
 from ._base import CallFailed, EndpointRefused, Generator, Judge, NotSent, Provider, Reply, Transient, current_replica
 
-__all__ = ["STOP_AFTER", "AccessStats", "ModelAccess", "Stopped", "one_line"]
+__all__ = ["STOP_AFTER", "AccessStats", "ModelAccess", "Stopped", "clip", "one_line", "scrub"]
 
 T = TypeVar("T")
 _REASON_LIMIT = 240
 STOP_AFTER = 5  # identical failures before any success that stop the calls to a provider
 _NUMBERS = re.compile(r"\d+")
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")  # a repr's memory address: identical runs would differ
 
 
 @dataclass(frozen=True)
@@ -74,13 +80,48 @@ class AccessStats:
     failures: int = 0
 
 
+def scrub(text: str, secrets: Sequence[str] = ()) -> str:
+    """``text`` with every secret replaced by ``***``: in any letter case, and in base64 (standard
+    or URL-safe, at any alignment: the key alone, ``Bearer KEY``, ``user:KEY`` ...). Every text a
+    command stores or prints that a server or a plugin wrote goes through it first."""
+    secrets = tuple(s for s in secrets if s)
+    return _secrets_pattern(secrets).sub("***", text) if secrets else text
+
+
+@lru_cache(maxsize=32)
+def _secrets_pattern(secrets: tuple[str, ...]) -> re.Pattern[str]:
+    plain = sorted(set(secrets), key=len, reverse=True)
+    encoded = sorted({form for s in secrets for form in _base64_forms(s.encode())}, key=len, reverse=True)
+    # plain forms in any case; base64 is case-sensitive (an upper-cased base64 echo decodes to another text)
+    return re.compile("|".join([f"(?i:{re.escape(p)})" for p in plain] + [re.escape(e) for e in encoded]))
+
+
+def _base64_forms(secret: bytes) -> set[str]:
+    """The base64 characters that depend on ``secret`` only, for each of the 3 offsets it may sit
+    at in an encoded text (standard and URL-safe alphabets); none for secrets under 6 bytes
+    (too short to tell from other base64)."""
+    forms: set[str] = set()
+    if len(secret) < 6:
+        return forms
+    for offset in range(3):
+        encoded = base64.b64encode(bytes(offset) + secret).decode("ascii")
+        first = -(-8 * offset // 6)  # the first character whose 6 bits all come from the secret
+        last = (8 * offset + 8 * len(secret)) // 6  # one past the last such character
+        core = encoded[first:last]
+        forms |= {core, core.replace("+", "-").replace("/", "_")}
+    return forms
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters (an ellipsis marking the cut)."""
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 def one_line(text: str, secrets: Sequence[str] = ()) -> str:
-    """A reason fit for a record: one line, secrets replaced by ``***``, at most 240 characters."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
-    text = " ".join(text.split())
-    return text if len(text) <= _REASON_LIMIT else text[:_REASON_LIMIT - 1] + "…"
+    """A reason fit for a record: one line, secrets scrubbed (:func:`scrub`), no memory address,
+    at most 240 characters."""
+    text = _ADDRESS.sub("", scrub(text, secrets))
+    return clip(" ".join(text.split()), _REASON_LIMIT)
 
 
 class _Replicas:
@@ -196,12 +237,22 @@ class ModelAccess:
 
     @staticmethod
     async def _attempt(provider: Provider, attempt: Callable[[], Awaitable[T]]) -> T:
+        """One attempt, bounded as a whole by the provider's ``call_timeout`` (a server trickling its
+        reply byte by byte is cut off too: a client's timeout bounds each read only)."""
+        bound = asyncio.timeout(provider.call_timeout)
         try:
-            return await attempt()
+            async with bound:
+                return await attempt()
         except CallFailed:
             raise
         except asyncio.CancelledError:
             raise
+        except TimeoutError:
+            if not bound.expired():
+                raise
+            raise Transient(f"no complete reply within {provider.call_timeout:g} s (the timeout)") from None
+        except RecursionError:  # a client parsing deeply nested JSON
+            raise CallFailed("the reply is nested too deeply to read") from None
         except Exception as err:  # the provider's client, or a user's plugin
             translate = getattr(provider, "failure", None)
             failure = translate(err) if translate else None
@@ -239,6 +290,7 @@ class ModelAccess:
         except CallFailed as err:
             err.cache_key = key  # type: ignore[attr-defined]
             raise
+        reply = Reply(scrub(reply.text, judge.secrets()), reply.tokens)  # before it is parsed, cached or stored
         self.stats.tokens += reply.tokens
         if self.cache is not None and keep(reply.text):
             self.cache.put(key, {"judge": judge.spec, "raw": reply.text})

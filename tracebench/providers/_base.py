@@ -72,6 +72,7 @@ class Provider(ABC):
 
     spec: str = ""
     concurrency: int | None = None  # calls in flight per replica; None: the run's --concurrency
+    call_timeout: float | None = None  # seconds one attempt may take in all (the wrapper cancels it); None: no bound
 
     @property
     def replicas(self) -> tuple[str, ...]:
@@ -135,7 +136,9 @@ class Judge(Provider):
                    references: Sequence[bytes]) -> Reply:
         reply = await _await(self.ask, case, questions, image, references)
         if isinstance(reply, Reply):
-            return reply
+            if not isinstance(reply.text, str):
+                raise CallFailed(f"{self.spec} returned a reply whose text is {type(reply.text).__name__}, not text")
+            return reply if isinstance(reply.tokens, int) else Reply(reply.text)
         if isinstance(reply, str):
             return Reply(reply)
         if isinstance(reply, dict):

@@ -27,6 +27,7 @@ cache key names the first replica's URL.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import tomllib
@@ -38,9 +39,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ..errors import TraceError
 from ..records import Endpoint
+from ..replies import DEFAULT_MAX_REPLY_BYTES
 
-__all__ = ["DEFAULT_BASE_URL", "ModelConfig", "ModelEntry", "ModelSettings", "read_models_file", "resolve_spec",
-           "synthetic_profile", "with_endpoints"]
+__all__ = ["DEFAULT_BASE_URL", "DEFAULT_MAX_REPLY_BYTES", "ModelConfig", "ModelEntry", "ModelSettings", "check_call_limits",
+           "read_models_file", "resolve_spec", "synthetic_profile", "with_endpoints"]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _SUFFIX = re.compile(r"@(https?://.*)$")
@@ -57,7 +59,8 @@ class ModelEntry(BaseModel):
     api_key_env: str | None = Field(default=None, description="environment variable holding the key")
     concurrency: int | None = Field(default=None, ge=1, description="calls in flight per replica")
     max_retries: int | None = Field(default=None, ge=0, description="retries of a transient failure, with backoff")
-    timeout: float | None = Field(default=None, gt=0, description="seconds per call")
+    timeout: float | None = Field(default=None, gt=0, allow_inf_nan=False, description="seconds per call, in all")
+    max_reply_bytes: int | None = Field(default=None, ge=1, description="the largest reply body read, in bytes")
 
     @model_validator(mode="after")
     def _one_way_to_say_urls(self) -> ModelEntry:
@@ -105,6 +108,20 @@ class ModelSettings:
     library: Path | None = None  # the synthetic generator's library (default: the benchmark's)
     seed: int = 0
     models: Mapping[str, ModelEntry] = field(default_factory=dict)
+    max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES
+
+    def __post_init__(self) -> None:
+        check_call_limits(timeout=self.timeout, max_retries=self.max_retries, max_reply_bytes=self.max_reply_bytes)
+
+
+def check_call_limits(*, timeout: float, max_retries: int, max_reply_bytes: int) -> None:
+    """A TraceError naming the option when a call's limits make no sense."""
+    if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
+        raise TraceError(f"--timeout: {timeout} is not a positive number of seconds")
+    if max_retries < 0:
+        raise TraceError(f"--max-retries: {max_retries} must be 0 or more")
+    if max_reply_bytes < 1:
+        raise TraceError(f"--max-reply-bytes: {max_reply_bytes} must be at least 1")
 
 
 @dataclass(frozen=True)
@@ -115,7 +132,8 @@ class ModelConfig:
     api_key_env: str
     concurrency: int | None
     max_retries: int
-    timeout: float
+    timeout: float  # seconds a call may take in all
+    max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES
 
 
 def resolve_spec(spec: str, settings: ModelSettings, *, judge: bool) -> tuple[str, ModelConfig]:
@@ -138,7 +156,7 @@ def resolve_spec(spec: str, settings: ModelSettings, *, judge: bool) -> tuple[st
         base_urls=tuple(urls), api_key_env=key_env,
         concurrency=entry.concurrency,
         max_retries=settings.max_retries if entry.max_retries is None else entry.max_retries,
-        timeout=entry.timeout or settings.timeout)
+        timeout=entry.timeout or settings.timeout, max_reply_bytes=entry.max_reply_bytes or settings.max_reply_bytes)
 
 
 def with_endpoints(settings: ModelSettings, endpoints: Mapping[str, Endpoint], *, generator: str,

@@ -16,7 +16,7 @@ from pathlib import Path
 from ..cache import sha256
 from ..safepaths import inside
 
-__all__ = ["ImageBytes", "ReferenceFiles", "data_url", "digest", "image_suffix", "mime_type"]
+__all__ = ["ImageBytes", "ReferenceFiles", "data_url", "digest", "image_kind", "image_suffix", "mime_type"]
 
 
 class ImageBytes(bytes):
@@ -39,6 +39,14 @@ def _kind(data: bytes) -> str:
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
         return "webp"
     return "png"
+
+
+def image_kind(data: bytes) -> str | None:
+    """``png``, ``jpeg`` or ``webp`` by the bytes' signature; None for anything else."""
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "png"
+    kind = _kind(data)  # png for anything it does not know
+    return kind if kind != "png" else None
 
 
 def mime_type(data: bytes) -> str:

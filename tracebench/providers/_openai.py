@@ -6,12 +6,20 @@ they behave the same for every provider. Failures are translated once, here, int
 wrapper's vocabulary: a rate limit (429, with its ``Retry-After``), a transient failure
 (timeout, connection, 408/409/5xx), a refusal of the key or the model (401/403/404), or a
 plain failure (any other status: retrying would not help).
+
+A reply body is read up to ``max_reply_bytes`` (a hook on the client's HTTP responses cuts a
+longer one off) and parsed here, not by the client: a 200 whose body is not the JSON object
+asked for (truncated, an HTML page, empty, not UTF-8, nested too deeply, ``choices`` or
+``data`` of another type, a content that is not text) is a :class:`CallFailed` with a short
+reason, so one odd reply is one abstention.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import os
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Sequence
 
@@ -21,17 +29,24 @@ from ..templating import render, template_hash
 from ._base import CallFailed, EndpointRefused, Generator, Judge, Provider, RateLimited, Reply, Transient, \
     current_replica
 from ._config import ModelConfig
-from ._images import data_url, digest, image_suffix, mime_type
+from ._images import data_url, digest, image_kind, image_suffix, mime_type
 
-__all__ = ["JUDGE_TEMPLATES", "OpenAIClients", "OpenAIImages", "OpenAIJudge", "translate_openai_error"]
+__all__ = ["JUDGE_TEMPLATES", "ChatReply", "OpenAIClients", "OpenAIImages", "OpenAIJudge", "ReplyTooLarge",
+           "translate_openai_error"]
 
 JUDGE_TEMPLATES = ("judge/system.j2", "judge/user.j2")
+
+
+class ReplyTooLarge(Exception):
+    """A reply body longer than the client's ``max_reply_bytes``: raised while it is read."""
 
 
 def translate_openai_error(err: Exception) -> CallFailed | None:
     """An openai exception as the wrapper's failure (one line); None for anything else."""
     import openai
 
+    if isinstance(err, ReplyTooLarge) or isinstance(err.__cause__, ReplyTooLarge):
+        return CallFailed(str(err if isinstance(err, ReplyTooLarge) else err.__cause__))
     if isinstance(err, openai.RateLimitError):
         return RateLimited(f"API error 429: {err.message}", _retry_after(err.response.headers))
     if isinstance(err, (openai.APITimeoutError, openai.APIConnectionError)):
@@ -59,6 +74,15 @@ def _retry_after(headers) -> float | None:
     return None
 
 
+@dataclass(frozen=True)
+class ChatReply:
+    """What a chat completion said: its text (None: no content), a refusal, the tokens it cost."""
+
+    content: str | None
+    refusal: str | None = None
+    tokens: int = 0
+
+
 class OpenAIClients(Provider):
     """One ``AsyncOpenAI`` client per replica URL, made on first use."""
 
@@ -67,6 +91,7 @@ class OpenAIClients(Provider):
         self.config = config
         self.concurrency = config.concurrency
         self.max_retries = config.max_retries
+        self.call_timeout = config.timeout
         self._clients: dict[int, Any] = {}
 
     @property
@@ -97,9 +122,53 @@ class OpenAIClients(Provider):
             import openai  # imported on first use: ~0.4 s
 
             url = self.config.base_urls[index]
-            self._clients[index] = openai.AsyncOpenAI(api_key=api_key(self.config.api_key_env, url), base_url=url,
-                                                      max_retries=0, timeout=self.config.timeout)
+            self._clients[index] = openai.AsyncOpenAI(
+                api_key=api_key(self.config.api_key_env, url), base_url=url, max_retries=0, timeout=self.config.timeout,
+                http_client=openai.DefaultAsyncHttpxClient(
+                    event_hooks={"response": [_cap_reply(self.config.max_reply_bytes)]}))
         return self._clients[index]
+
+    async def chat(self, **request) -> ChatReply:
+        """One chat completion (``request``: the arguments of ``chat.completions.create``), read
+        from the body the server sent; raises :class:`CallFailed` when it is not a completion."""
+        raw = await self.client().chat.completions.with_raw_response.create(model=self.model, **request)
+        body = _reply_object(raw.content)
+        choices = body.get("choices")
+        if not isinstance(choices, list):
+            raise CallFailed(f"the reply's choices are {_kind_of(choices)}, not a list")
+        if not choices:
+            raise CallFailed("the server returned no choice")
+        message = choices[0].get("message") if isinstance(choices[0], dict) else None
+        if not isinstance(message, dict):
+            raise CallFailed(f"the reply's first choice has {_kind_of(message)} as its message, not an object")
+        content, refusal = message.get("content"), message.get("refusal")
+        if content is not None and not isinstance(content, str):
+            raise CallFailed(f"the reply's content is {_kind_of(content)}, not text")
+        usage = body.get("usage")
+        tokens = usage.get("total_tokens") if isinstance(usage, dict) else None
+        return ChatReply(content, refusal if isinstance(refusal, str) and refusal else None,
+                         tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > 0 else 0)
+
+    async def image(self, *, edit: bool, **request) -> bytes:
+        """One image from ``images.edit`` or ``images.generate``, decoded from the body the server
+        sent; raises :class:`CallFailed` when it holds no PNG, JPEG or WebP image."""
+        images = self.client().images.with_raw_response
+        raw = await (images.edit if edit else images.generate)(model=self.model, **request)
+        data = _reply_object(raw.content).get("data")
+        if not isinstance(data, list):
+            raise CallFailed(f"the reply's data is {_kind_of(data)}, not a list")
+        encoded = data[0].get("b64_json") if data and isinstance(data[0], dict) else None
+        if not encoded:
+            raise CallFailed("the server returned no image (b64_json)")
+        if not isinstance(encoded, str):
+            raise CallFailed(f"the reply's b64_json is {_kind_of(encoded)}, not text")
+        try:
+            image = base64.b64decode(encoded, validate=True)
+        except ValueError:
+            raise CallFailed("the server returned an image that is not base64") from None
+        if image_kind(image) is None:
+            raise CallFailed("the server returned data that is not a PNG, JPEG or WebP image")
+        return image
 
     def failure(self, err: Exception) -> CallFailed | None:
         return translate_openai_error(err)
@@ -108,6 +177,71 @@ class OpenAIClients(Provider):
         clients, self._clients = list(self._clients.values()), {}
         for client in clients:
             await client.close()
+
+
+def _cap_reply(limit: int):
+    """A response hook of the HTTP client: the body is read in chunks, and :class:`ReplyTooLarge`
+    raised once more than ``limit`` bytes came (the client would read any length)."""
+    try:
+        import httpx2 as httpx  # the HTTP client of recent openai releases
+    except ImportError:  # pragma: no cover - older openai releases use httpx
+        import httpx
+
+    class Capped(httpx.AsyncByteStream):
+        def __init__(self, inner) -> None:
+            self.inner = inner
+
+        async def __aiter__(self):
+            read = 0
+            async for chunk in self.inner:
+                read += len(chunk)
+                if read > limit:
+                    raise ReplyTooLarge(f"the reply is longer than {limit} bytes (--max-reply-bytes)")
+                yield chunk
+
+        async def aclose(self) -> None:
+            await self.inner.aclose()
+
+    async def hook(response) -> None:
+        length = response.headers.get("content-length", "")
+        if length.isdigit() and int(length) > limit:
+            await response.aclose()
+            raise ReplyTooLarge(f"the reply is longer than {limit} bytes (--max-reply-bytes)")
+        response.stream = Capped(response.stream)
+
+    return hook
+
+
+def _reply_object(body: bytes) -> dict:
+    """A reply body as the JSON object it must be; :class:`CallFailed` saying what it is instead."""
+    if not body.strip():
+        raise CallFailed("the reply is empty")
+    try:
+        data = json.loads(body)
+    except RecursionError:
+        raise CallFailed("the reply is JSON nested too deeply to read") from None
+    except UnicodeDecodeError:
+        raise CallFailed("the reply is not UTF-8 text") from None
+    except ValueError as err:
+        start = body.lstrip()[:1]
+        what = "an HTML page" if start == b"<" else f"not JSON ({err.msg}, at character {err.pos})" \
+            if isinstance(err, json.JSONDecodeError) else "not JSON"
+        raise CallFailed(f"the reply is {what}") from None
+    if not isinstance(data, dict):
+        raise CallFailed(f"the reply is {_kind_of(data)}, not a JSON object")
+    if "error" in data and "choices" not in data and "data" not in data:
+        error = data["error"]
+        message = error.get("message") if isinstance(error, dict) else error
+        raise CallFailed(f"the server replied with an error: {message}")
+    return data
+
+
+def _kind_of(value: Any) -> str:
+    """How a reply's field reads in a reason: ``a string``, ``a list``, ``missing`` ..."""
+    if value is None:
+        return "missing"
+    names = {str: "a string", int: "a number", float: "a number", bool: "a boolean", list: "a list", dict: "an object"}
+    return names.get(type(value), type(value).__name__)
 
 
 class OpenAIImages(OpenAIClients, Generator):
@@ -125,15 +259,8 @@ class OpenAIImages(OpenAIClients, Generator):
         if references:
             files = [(f"image_{k + 1}{image_suffix(data)}", bytes(data), mime_type(data))  # JPEG sent as JPEG
                      for k, data in enumerate(references)]
-            response = await self.client().images.edit(model=self.model, image=files, prompt=case.prompt)
-        else:
-            response = await self.client().images.generate(model=self.model, prompt=case.prompt)
-        if not response.data or not response.data[0].b64_json:
-            raise CallFailed("the server returned no image (b64_json)")
-        try:
-            return base64.b64decode(response.data[0].b64_json, validate=True)
-        except ValueError:
-            raise CallFailed("the server returned an image that is not base64") from None
+            return await self.image(edit=True, image=files, prompt=case.prompt)
+        return await self.image(edit=False, prompt=case.prompt)
 
 
 class OpenAIJudge(OpenAIClients, Judge):
@@ -159,16 +286,12 @@ class OpenAIJudge(OpenAIClients, Judge):
             "type": "object", "required": ["id", "answer"],
             "properties": {"id": {"type": "string", "enum": [q.id for q in questions]},
                            "answer": {"type": "string", "enum": ["yes", "no"]}, "reason": {"type": "string"}}}}}}
-        response = await self.client().chat.completions.create(
-            model=self.model, messages=[{"role": "system", "content": system}, {"role": "user", "content": content}],
+        reply = await self.chat(
+            messages=[{"role": "system", "content": system}, {"role": "user", "content": content}],
             response_format={"type": "json_schema", "json_schema": {"name": "verdicts", "schema": schema}})
-        message = response.choices[0].message if response.choices else None
-        if message is None:
-            raise CallFailed("the server returned no choice")
-        if getattr(message, "refusal", None):
-            raise CallFailed(f"refusal: {message.refusal}")
-        tokens = response.usage.total_tokens if response.usage and response.usage.total_tokens else 0
-        return Reply(message.content or "", tokens)
+        if reply.refusal:
+            raise CallFailed(f"refusal: {reply.refusal}")
+        return Reply(reply.content or "", reply.tokens)
 
 
 def _question_texts(questions: Sequence[Question]) -> tuple[tuple[str, str], ...]:

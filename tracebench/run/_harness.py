@@ -35,7 +35,7 @@ from ..replies import unfence
 from ..templating import template_hash
 from ..outcomes import ABSTAINED, Outcome, Status, majority
 from ..providers import (JUDGE_TEMPLATES, CallFailed, Generator, ImageBytes, Judge, ModelAccess, ModelSettings,
-                         ReferenceFiles, image_suffix, make_generator, make_judge)
+                         ReferenceFiles, clip, image_suffix, make_generator, make_judge)
 from ..sample import read_cases, read_sample_manifest
 from ..cache import TEMPORARY_PREFIX, Cache, sha256, write_atomic
 from ..safepaths import inside
@@ -52,11 +52,16 @@ def shard_of(case_id: str, n: int) -> int:
     return zlib.crc32(case_id.encode()) % n + 1
 
 
+REASON_CHARS = 1000  # the longest reason a vote keeps of a judge's
+RAW_CHARS = 2000  # the longest part of a judge's reply a vote keeps
+
+
 def parse_reply(raw: str, questions: Sequence[Question]) -> dict[str, tuple[str | None, str, str]]:
     """question id -> (answer "yes"/"no" or None, reason, this question's raw part).
 
-    A reply that is not JSON, or does not answer a question with yes or no, leaves that
-    question without an answer (an abstention), with the reason.
+    A reply that is not JSON, or does not answer a question with yes or no, or answers it
+    twice with different answers, leaves that question without an answer (an abstention),
+    with the reason. Reasons and raw parts are cut to :data:`REASON_CHARS` and :data:`RAW_CHARS`.
     """
     text = unfence(raw)
     try:
@@ -64,26 +69,43 @@ def parse_reply(raw: str, questions: Sequence[Question]) -> dict[str, tuple[str 
         items = data["answers"]
         if not isinstance(items, list):
             raise TypeError
-    except (json.JSONDecodeError, KeyError, TypeError):
-        snippet = " ".join(raw.split())[:300]
-        return {q.id: (None, "the reply is not the expected JSON", snippet) for q in questions}
-    found: dict[str, dict] = {}
+    except (ValueError, KeyError, TypeError, IndexError, RecursionError) as err:
+        snippet = " ".join(raw[:4 * RAW_CHARS].split())[:300]
+        what = "nested too deeply" if isinstance(err, RecursionError) else "not the expected JSON"
+        return {q.id: (None, f"the reply is {what}", snippet) for q in questions}
+    found: dict[str, list[dict]] = {}
     for item in items:
         if isinstance(item, dict) and isinstance(item.get("id"), str):
-            found.setdefault(item["id"], item)
+            found.setdefault(item["id"], []).append(item)
     result = {}
     for q in questions:
-        item = found.get(q.id)
-        if item is None:
+        given = found.get(q.id)
+        if not given:
             result[q.id] = (None, "no answer for this question", "")
             continue
-        answer = str(item.get("answer", "")).strip().lower()
-        part = json.dumps(item, ensure_ascii=False)
-        if answer not in ("yes", "no"):
-            result[q.id] = (None, f"answer {item.get('answer')!r} is neither yes nor no", part)
-        else:
-            result[q.id] = (answer, str(item.get("reason", "")), part)
+        try:
+            result[q.id] = _judged(given)
+        except RecursionError:
+            result[q.id] = (None, "the answer is nested too deeply", "")
     return result
+
+
+def _judged(given: list[dict]) -> tuple[str | None, str, str]:
+    """One question's answer from the items of a reply that name it."""
+    item = given[0]
+    answers = {_answer(i) for i in given}
+    part = clip(json.dumps(given if len(answers) > 1 else item, ensure_ascii=False), RAW_CHARS)
+    answer = _answer(item)
+    if len(answers) > 1:
+        return None, clip(f"contradictory answers: {', '.join(sorted(map(repr, answers)))}", REASON_CHARS), part
+    if answer not in ("yes", "no"):
+        return None, clip(f"answer {item.get('answer')!r} is neither yes nor no", REASON_CHARS), part
+    reason = item.get("reason", "")
+    return answer, clip(reason if isinstance(reason, str) else json.dumps(reason), REASON_CHARS), part
+
+
+def _answer(item: dict) -> str:
+    return str(item.get("answer", "")).strip().lower()
 
 
 class _Runner:

@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from test_cli import run_trace
-from tracebench.diagnose import diagnose_run, sources
+from tracebench.diagnose import sources
 from tracebench.providers import ModelSettings
 from tracebench.report import build_report, _plots
 from tracebench.run import run_benchmark
@@ -19,7 +19,6 @@ from tracebench.score import OPERATORS, score_run
 SETTINGS = ModelSettings(max_retries=0, timeout=30.0)
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
          "--disable-component-update", "--disable-sync"]
-INJECTED = '<script>alert("injected")</script><img src=x onerror=alert(1)>'
 
 
 def _chromium() -> str:
@@ -32,28 +31,19 @@ def _chromium() -> str:
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory) -> dict:
+def report(default_world, tmp_path_factory) -> dict:
+    world = default_world  # tests/conftest.py: the benchmark, its two runs and the diagnosis, made once
     root = tmp_path_factory.mktemp("report")
-    bench = root / "bench"
-    sample_benchmark(bench, slots=tuple(range(1, 9)), per_slot=4, seed=2, applications=False)
-    lines = (bench / "cases.jsonl").read_text().splitlines()
-    first = json.loads(lines[0])
-    first["prompt"] = first["prompt"] + "\n" + INJECTED  # text from a prompt must show as text
-    lines[0] = json.dumps(first, ensure_ascii=False)
-    (bench / "cases.jsonl").write_text("\n".join(lines) + "\n")
-    run_benchmark(bench, root / "run", generator="synthetic:global-interference,composition-interference:2",
-                  judges=["oracle"], settings=SETTINGS)
-    run_benchmark(bench, root / "perfect", generator="synthetic:perfect", judges=["oracle"], settings=SETTINGS)
-    diagnose_run(root / "run", root / "diag", strategy="full", settings=SETTINGS)
     out = root / "report.html"
-    result = run_trace("report", str(root / "run"), "--diagnosis", str(root / "diag"), "--compare",
-                       str(root / "perfect"), "--out", str(out))
+    result = run_trace("report", str(world["run"]), "--diagnosis", str(world["diag"]), "--compare",
+                       str(world["perfect"]), "--out", str(out))
     assert result.returncode == 0, result.stderr
     # slot 1 only, every question failed: operator scores of 0.0 beside operators no case has
     sample_benchmark(root / "tiny", slots=(1,), per_slot=2, seed=2, applications=False)
     run_benchmark(root / "tiny", root / "tiny-run", generator="synthetic:noise:1.0", judges=["oracle"], settings=SETTINGS)
     build_report(root / "tiny-run", root / "tiny.html")
-    return {"root": root, "html": out, "first": first["id"], "tiny": root / "tiny.html"}
+    return {"root": world["root"], "html": out, "first": world["first"], "injected": world["injected"],
+            "tiny": root / "tiny.html"}
 
 
 @pytest.fixture(scope="module")
@@ -238,7 +228,7 @@ def test_filters(page):
 def test_text_from_prompts_is_escaped(page, report):
     p = page["page"]
     case = p.locator(f"details.case[data-case='{report['first']}']")
-    assert INJECTED in case.locator(".prompt").first.inner_text()
+    assert report["injected"] in case.locator(".prompt").first.inner_text()
     assert p.locator("script").count() == 2  # the page's own: the image map and the script
     assert page["problems"] == []
 
@@ -261,12 +251,12 @@ def test_tree_nodes_show_their_image_and_prompt(page):
 
 def test_screenshots_at_laptop_and_phone_width(page, report):
     p = page["page"]
-    p.screenshot(path=str(report["root"] / "report.png"), full_page=False)
-    assert (report["root"] / "report.png").stat().st_size > 10_000
+    p.screenshot(path=str(report["html"].parent / "report.png"), full_page=False)
+    assert (report["html"].parent / "report.png").stat().st_size > 10_000
     phone = page["context"].new_page()
     phone.set_viewport_size({"width": 390, "height": 844})
     phone.goto(page["url"])
-    phone.screenshot(path=str(report["root"] / "report-phone.png"))
+    phone.screenshot(path=str(report["html"].parent / "report-phone.png"))
     # nothing wider than the screen: wide tables and trees scroll inside their own boxes
     assert phone.evaluate("document.documentElement.scrollWidth") <= 390
     phone.close()
@@ -295,6 +285,7 @@ def test_bad_diagnosis_folder_is_one_line(report, tmp_path):
     assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "r.html").exists()
 
 
+@pytest.mark.slow
 def test_report_refuses_what_does_not_belong_to_the_run(report, tmp_path):
     root = report["root"]
     other = tmp_path / "other"

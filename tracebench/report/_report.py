@@ -230,6 +230,7 @@ def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, com
         row.update({op: r.scores["operators"].get(op) for op in OPERATORS})
         headline.append(row)
     best = {key: _best(headline, key) for key in (*OPERATORS, "overall")}
+
     def breakdown(part: str, score: str, n: str, label: str = "{}") -> tuple[dict, dict]:
         """run -> category -> (score, n) of one breakdown of the Scores record, as two tables."""
         return ({r.name: {label.format(k): v[score] for k, v in r.scores[part].items()} for r in runs},

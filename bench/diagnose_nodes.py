@@ -41,7 +41,7 @@ PROFILES = (
     "weak-subtype:1.1_pattern_texture,weak-subtype:4.1_style,weak-subtype:attach,weak-subtype:3.1_action_pose",
     "leaky-binding",
 )
-MIN_FAILING = 200  # the brief: at least 200 failing cases per profile
+MIN_FAILING = 200  # at least 200 failing cases per profile
 
 
 def attributions(diagnosis: Path) -> dict[str, list[dict]]:

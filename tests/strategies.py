@@ -65,7 +65,7 @@ def _any_extend(children):
 any_exprs = st.recursive(anchors() | texts(list(LANG.texts)), _any_extend, max_leaves=12)
 
 
-# ---- valid formulas (unnumbered, unbound), by the shapes of METHOD.md §3 ----
+# ---- valid formulas (unnumbered, unbound), by the shapes of templates/space.toml ----
 # Numbered symbols must be unique in a formula; these leave every term unnumbered.
 
 def _apply(carrier, modifiers):

@@ -15,22 +15,22 @@ from test_cli import run_trace
 from test_report import FLAGS, _chromium
 from tracebench.diagnose import diagnose_run
 from tracebench.providers import ModelSettings
-from tracebench.run import read_verdicts, run_benchmark
+from tracebench.run import read_verdicts
 from tracebench.operators import OPERATORS
 from tracebench.outcomes import Outcome
-from tracebench.sample import read_cases, sample_benchmark
+from tracebench.sample import read_cases
 from tracebench.score import instance_scores
 
 SETTINGS = ModelSettings(max_retries=0, timeout=30.0)
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory) -> dict:
+def world(default_world, tmp_path_factory) -> dict:
+    """The judge: tests/conftest.py's run of the default benchmark (made once per session);
+    a human and a second judge made from it by flipping answers."""
     root = tmp_path_factory.mktemp("agree")
-    bench = root / "bench"
-    sample_benchmark(bench, slots=tuple(range(1, 9)), per_slot=6, seed=3, applications=False)
-    run_benchmark(bench, root / "judge", generator="synthetic:global-interference,composition-interference:2",
-                  judges=["oracle"], settings=SETTINGS)
+    bench = default_world["bench"]
+    (root / "judge").symlink_to(default_world["run"], target_is_directory=True)
     rng = random.Random(7)
     truth = {(v.case_id, v.question_id): v.outcome.passed for v in read_verdicts(root / "judge")}
     human = {key: (not ok if rng.random() < 0.15 else ok) for key, ok in truth.items() if rng.random() < 0.9}
@@ -126,6 +126,7 @@ def test_checklist_and_operator_level_agreement(world):
     assert set(result) >= {"n", "agreement", "cohen_kappa", "operators", "ci95"}
 
 
+@pytest.mark.slow
 def test_judges_against_each_other_and_krippendorff(world):
     result = _agree("--cases", str(world["bench"]), "--human", str(world["root"] / "human.jsonl"),
                     "--judge", str(world["root"] / "judge"), "--judge", str(world["root"] / "second.jsonl"))

@@ -20,7 +20,7 @@ from tracebench.records import Case, DiagnosisSummary, DiagnosticTree, NodeOccur
 from tracebench.outcomes import ABSTAINED, FAILED, PASSED, Outcome
 from tracebench.providers import ModelSettings
 from tracebench.run import run_benchmark
-from tracebench.sample import read_cases, sample_benchmark
+from tracebench.sample import read_cases
 from tracebench.sample._bind import bind
 from tracebench.zoo import failed_questions, parse_profile
 
@@ -145,10 +145,8 @@ def test_tree_properties(expr):
 # ------------------------------------------------------------------------------ sub-cases of sampled cases
 
 @pytest.fixture(scope="module")
-def small(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("diag") / "bench"
-    sample_benchmark(out, slots=tuple(range(1, 9)), per_slot=6, seed=5, applications=True)
-    return out
+def small(diagnosis_bench) -> Path:
+    return diagnosis_bench  # tests/conftest.py: sampled once per session
 
 
 def test_sub_cases_keep_the_scene_and_a_subset_of_the_checklist(small):
@@ -274,10 +272,8 @@ def test_attribution_over_abstained_results_is_undetermined_where_they_could_cha
 # ------------------------------------------------------------------------------ against the zoo's truth
 
 @pytest.fixture(scope="module")
-def large(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("diag") / "large"
-    sample_benchmark(out, slots=tuple(range(1, 9)), per_slot=110, seed=11, applications=True)
-    return out
+def large(localization_bench) -> Path:
+    return localization_bench  # tests/conftest.py: sampled once per session
 
 
 def _breakable(bench: Path, profile: str, out: Path) -> Path:
@@ -296,6 +292,7 @@ def _breakable(bench: Path, profile: str, out: Path) -> Path:
 WEAK = "weak-subtype:1.1_pattern_texture,weak-subtype:4.1_style,weak-subtype:attach,weak-subtype:3.1_action_pose"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("profile,cause,expected", [
     ("global-interference", "global-interference", {"global_reference"}),
     ("composition-interference:2", "composition-interference", {"joint_composition"}),
@@ -315,12 +312,12 @@ def test_localization_names_the_injected_cause(large, tmp_path, profile, cause, 
 
 
 @pytest.mark.parametrize("profile", ["synthetic:global-interference",
-                                     "synthetic:global-interference,composition-interference:2,relation-blind,"
-                                     "leaky-binding"])
-def test_adaptive_matches_full_with_fewer_nodes(small, tmp_path, profile):
-    run_benchmark(small, tmp_path / "run", generator=profile, judges=["oracle"], settings=SETTINGS)
-    full = diagnose_run(tmp_path / "run", tmp_path / "full", strategy="full", settings=SETTINGS)
-    adaptive = diagnose_run(tmp_path / "run", tmp_path / "adaptive", strategy="adaptive", settings=SETTINGS)
+                                     pytest.param("synthetic:global-interference,composition-interference:2,"
+                                                  "relation-blind,leaky-binding", marks=pytest.mark.slow)])
+def test_adaptive_matches_full_with_fewer_nodes(small, shared_runs, tmp_path, profile):
+    run = shared_runs(small, profile)
+    full = diagnose_run(run, tmp_path / "full", strategy="full", settings=SETTINGS)
+    adaptive = diagnose_run(run, tmp_path / "adaptive", strategy="adaptive", settings=SETTINGS)
 
     def attributions(folder):
         return [[a.model_dump() for a in DiagnosticTree.model_validate_json(line).attributions]
@@ -334,10 +331,9 @@ def test_adaptive_matches_full_with_fewer_nodes(small, tmp_path, profile):
     assert full.nodes_generated <= full.nodes_in_trees  # identical sub-cases generated once
 
 
-def test_trees_and_summary_on_disk(small, tmp_path):
-    run_benchmark(small, tmp_path / "run", generator="synthetic:global-interference", judges=["oracle"],
-                  settings=SETTINGS)
-    summary = diagnose_run(tmp_path / "run", tmp_path / "diag", cases="all", settings=SETTINGS)
+def test_trees_and_summary_on_disk(small, shared_runs, tmp_path):
+    run = shared_runs(small, "synthetic:global-interference")
+    summary = diagnose_run(run, tmp_path / "diag", cases="all", settings=SETTINGS)
     on_disk = DiagnosisSummary.model_validate_json((tmp_path / "diag" / SUMMARY_FILE).read_text())
     assert on_disk == summary and summary.cases == len(list(read_cases(small)))
     assert abs(sum(summary.sources.values()) - 1) < 1e-3
@@ -354,12 +350,13 @@ def test_trees_and_summary_on_disk(small, tmp_path):
     assert {(a.op, a.target) for a in one.attributions} == {(q_op, t) for q_op, t in
                                                             targets(parse(one.formula))}
     before = (tmp_path / "diag" / TREES_FILE).read_bytes()
-    diagnose_run(tmp_path / "run", tmp_path / "diag", cases="all", settings=SETTINGS)  # resumed: nothing redone
+    diagnose_run(run, tmp_path / "diag", cases="all", settings=SETTINGS)  # resumed: nothing redone
     assert (tmp_path / "diag" / TREES_FILE).read_bytes() == before
     calls = [json.loads(p.read_text())["calls"] for p in (tmp_path / "diag" / "rounds").glob("*/run/run.json")]
     assert calls and all(c == {} for c in calls)
 
 
+@pytest.mark.slow
 def test_exported_nodes_come_back_through_a_folder_generator(small, tmp_path):
     run_benchmark(small, tmp_path / "run", generator="synthetic:composition-interference:2", judges=["oracle"],
                   settings=SETTINGS)
@@ -402,10 +399,8 @@ def test_dry_run_prints_the_tree_without_a_model(tmp_path):
     (["RUN", "--strategy", "adaptive", "--out", "OUT"], "another strategy"),
     (["MISSING", "--out", "OUT"], "not a run folder"),
 ])
-def test_bad_input_is_one_line_and_writes_nothing(small, tmp_path, args, message):
-    run = tmp_path / "run"
-    run_benchmark(small, run, generator="synthetic:global-interference", judges=["oracle"], settings=SETTINGS,
-                  shard=(1, 8))
+def test_bad_input_is_one_line_and_writes_nothing(small, shared_runs, tmp_path, args, message):
+    run = shared_runs(small, "synthetic:global-interference", shard=(1, 8))
     out = tmp_path / "out"
     if "another strategy" in message:
         diagnose_run(run, out, settings=SETTINGS)
@@ -431,6 +426,7 @@ def _attributions(folder: Path) -> dict[str, list[dict]]:
             for t in (DiagnosticTree.model_validate_json(line) for line in (folder / TREES_FILE).read_text().splitlines())}
 
 
+@pytest.mark.slow
 def test_shards_merge_to_the_whole_diagnosis(small, tmp_path):
     run_benchmark(small, tmp_path / "run", generator="synthetic:composition-interference:2,relation-blind",
                   judges=["oracle"], settings=SETTINGS)
@@ -451,6 +447,7 @@ def test_shards_merge_to_the_whole_diagnosis(small, tmp_path):
     assert clash.returncode == 2 and "is in two of the folders" in clash.stderr and not (tmp_path / "bad").exists()
 
 
+@pytest.mark.slow
 def test_diagnosis_over_http_matches_in_process(small, tmp_path, monkeypatch):
     """The served zoo (trace serve) through the openai adapters: the real-model path, on loopback."""
     from tracebench.diagnose import export_nodes
@@ -475,11 +472,10 @@ def test_diagnosis_over_http_matches_in_process(small, tmp_path, monkeypatch):
     assert abstained and sum(abstained) == 0
 
 
-def test_export_nodes_refuses_a_folder_that_holds_files(small, tmp_path):
-    run_benchmark(small, tmp_path / "run", generator="synthetic:global-interference", judges=["oracle"],
-                  settings=SETTINGS, shard=(1, 8))
+def test_export_nodes_refuses_a_folder_that_holds_files(small, shared_runs, tmp_path):
+    run = shared_runs(small, "synthetic:global-interference", shard=(1, 8))
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("precious")
-    result = run_trace("diagnose", str(tmp_path / "run"), "--export-nodes", str(tmp_path / "mine"))
+    result = run_trace("diagnose", str(run), "--export-nodes", str(tmp_path / "mine"))
     assert result.returncode == 2 and "exists and is not empty" in result.stderr
     assert [p.name for p in (tmp_path / "mine").iterdir()] == ["notes.txt"]

@@ -1,4 +1,4 @@
-"""The paper's examples (METHOD.md §3, §9, §10) and every rule of the language."""
+"""The paper's examples (TRACE-Bench, arXiv 2608.16765: formulas, diagnostic trees, applications) and every rule of the language."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from tracebench.formula import (
     to_text,
 )
 
-# METHOD.md §3, Table 5: templates by slot level, as the paper writes them.
+# TRACE-Bench, arXiv 2608.16765, Table 5: templates by slot level, as the paper writes them.
 PAPER_TABLE_5 = {
     1: ["Te⊕g", "f"],
     2: ["C(f, Te⊕g)", "f⊕g", "Te⊕g⊕g", "C(f, f)"],

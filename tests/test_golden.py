@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from golden_outputs import GOLDEN, PROFILES, compute
 
 
+@pytest.mark.slow
 def test_scores_attributions_and_report_tables_match_the_golden_outputs(tmp_path):
     golden = json.loads(GOLDEN.read_text(encoding="utf-8"))
     fresh = json.loads(json.dumps(compute(tmp_path), ensure_ascii=False))  # tuples as lists, as in the file

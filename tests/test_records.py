@@ -269,6 +269,7 @@ def test_a_broken_diagnosis_file_stops_report(world, tmp_path, name, key):
     assert not (tmp_path / "r.html").exists()
 
 
+@pytest.mark.slow
 def test_a_broken_tree_line_stops_agree_report_and_merge(world, tmp_path):
     diag = _copy(world["diag"], tmp_path / "diag")
     _edit_line(diag / TREES_FILE, 2, _field("strategy", "guess"))
@@ -283,6 +284,7 @@ def test_a_broken_tree_line_stops_agree_report_and_merge(world, tmp_path):
     _refused(run_trace(*agree), f"{diag / TREES_FILE}:2: not JSON: ")
 
 
+@pytest.mark.slow
 def test_a_broken_label_line_stops_agree(world, tmp_path):
     labels = tmp_path / "labels.jsonl"
     good = json.dumps({"case_id": "s1-00000", "question_id": "f1:existence", "pass": True})

@@ -9,8 +9,9 @@ import shutil
 import pytest
 
 from test_cli import run_trace
-from tracebench.diagnose import diagnose_run
+from tracebench.diagnose import sources
 from tracebench.providers import ModelSettings
+from tracebench.report import build_report, _plots
 from tracebench.run import run_benchmark
 from tracebench.sample import sample_benchmark
 from tracebench.score import OPERATORS, score_run
@@ -18,7 +19,6 @@ from tracebench.score import OPERATORS, score_run
 SETTINGS = ModelSettings(max_retries=0, timeout=30.0)
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
          "--disable-component-update", "--disable-sync"]
-INJECTED = '<script>alert("injected")</script><img src=x onerror=alert(1)>'
 
 
 def _chromium() -> str:
@@ -31,24 +31,19 @@ def _chromium() -> str:
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory) -> dict:
+def report(default_world, tmp_path_factory) -> dict:
+    world = default_world  # tests/conftest.py: the benchmark, its two runs and the diagnosis, made once
     root = tmp_path_factory.mktemp("report")
-    bench = root / "bench"
-    sample_benchmark(bench, slots=tuple(range(1, 9)), per_slot=4, seed=2, applications=False)
-    lines = (bench / "cases.jsonl").read_text().splitlines()
-    first = json.loads(lines[0])
-    first["prompt"] = first["prompt"] + "\n" + INJECTED  # text from a prompt must show as text
-    lines[0] = json.dumps(first, ensure_ascii=False)
-    (bench / "cases.jsonl").write_text("\n".join(lines) + "\n")
-    run_benchmark(bench, root / "run", generator="synthetic:global-interference,composition-interference:2",
-                  judges=["oracle"], settings=SETTINGS)
-    run_benchmark(bench, root / "perfect", generator="synthetic:perfect", judges=["oracle"], settings=SETTINGS)
-    diagnose_run(root / "run", root / "diag", strategy="full", settings=SETTINGS)
     out = root / "report.html"
-    result = run_trace("report", str(root / "run"), "--diagnosis", str(root / "diag"), "--compare",
-                       str(root / "perfect"), "--out", str(out))
+    result = run_trace("report", str(world["run"]), "--diagnosis", str(world["diag"]), "--compare",
+                       str(world["perfect"]), "--out", str(out))
     assert result.returncode == 0, result.stderr
-    return {"root": root, "html": out, "first": first["id"]}
+    # slot 1 only, every question failed: operator scores of 0.0 beside operators no case has
+    sample_benchmark(root / "tiny", slots=(1,), per_slot=2, seed=2, applications=False)
+    run_benchmark(root / "tiny", root / "tiny-run", generator="synthetic:noise:1.0", judges=["oracle"], settings=SETTINGS)
+    build_report(root / "tiny-run", root / "tiny.html")
+    return {"root": world["root"], "html": out, "first": world["first"], "injected": world["injected"],
+            "tiny": root / "tiny.html"}
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +89,115 @@ def test_headline_table_holds_the_scores_trace_score_prints(page, report):
     assert table.locator("tr[data-run^='synthetic:perfect'] td.best").count() == 5
 
 
+def test_best_is_marked_separated_only_where_the_intervals_do_not_overlap(page, report):
+    scores = {folder: score_run(report["root"] / folder).model_dump(mode="json") for folder in ("run", "perfect")}
+    separated = set()
+    for op in (*OPERATORS, "overall"):
+        value = {f: s["overall"] if op == "overall" else s["operators"][op] for f, s in scores.items()}
+        ci = {f: s["ci95"][op] for f, s in scores.items()}
+        if value["perfect"] > value["run"] and ci["perfect"][0] > ci["run"][1]:
+            separated.add(op)
+    # some columns are separated, and some are ties (bold on both rows, never the double dagger)
+    assert separated and separated < {*OPERATORS, "overall"}
+    table = page["page"].locator("#headline")
+    marked = table.locator("td[data-separated]")
+    assert set(marked.evaluate_all("els => els.map(e => e.dataset.op)")) == separated
+    assert set(table.locator("tr[data-run^='synthetic:perfect'] td[data-separated]").evaluate_all(
+        "els => els.map(e => e.dataset.op)")) == separated
+    assert all("‡" in text for text in marked.all_inner_texts())
+    assert table.locator("td.best:not([data-separated])").count() >= 2  # the ties
+    assert "‡" not in "".join(table.locator("td.best:not([data-separated])").all_inner_texts())
+    legend = page["page"].locator(".scroll:has(#headline) + p").inner_text()
+    assert "Bold: best in the column" in legend and "‡: best, and its 95% interval overlaps no other run's" in legend
+
+
+def test_separated_needs_a_sole_best_whose_interval_overlaps_no_other():
+    from tracebench.report._report import _best
+
+    def rows(*cells):
+        return [{"overall": value, "ci": {"overall": ci}} for value, ci in cells]
+
+    assert _best(rows((0.9, (0.85, 0.95)), (0.7, (0.6, 0.8))), "overall") == {"value": 0.9, "separated": True}
+    assert _best(rows((0.9, (0.75, 0.95)), (0.7, (0.6, 0.8))), "overall")["separated"] is False  # overlap
+    assert _best(rows((0.9, (0.85, 0.95)), (0.9, (0.85, 0.95)), (0.1, (0, 0.2))), "overall")["separated"] is False
+    assert _best(rows((0.9, (0.85, 0.95)), (0.7, None)), "overall")["separated"] is False  # no interval to compare
+    assert _best(rows((0.9, (0.85, 0.95)), (None, None)), "overall")["separated"] is False  # nobody else scored
+    assert _best(rows((None, None)), "overall") == {"value": None, "separated": False}
+
+
+def test_a_zero_score_and_a_missing_score_look_different_in_the_table(page, report):
+    p = page["context"].new_page()
+    p.goto(report["tiny"].as_uri())
+    cells = {op: p.locator(f"#headline td[data-op='{op}']") for op in OPERATORS}
+    zero = [op for op, c in cells.items() if c.get_attribute("data-value") == "0.0000"]
+    missing = [op for op, c in cells.items() if c.get_attribute("data-value") == ""]
+    assert zero and missing  # slot 1 has anchors and no composition
+    for op in zero:
+        assert cells[op].inner_text().startswith("0.0000") and "missing" not in cells[op].get_attribute("class")
+    for op in missing:
+        assert cells[op].inner_text() == "n/a" and "missing" in cells[op].get_attribute("class")
+    style = "e => [getComputedStyle(e).backgroundImage, getComputedStyle(e).fontStyle, getComputedStyle(e).color]"
+    assert cells[missing[0]].evaluate(style) != cells[zero[0]].evaluate(style)
+    assert "gradient" in cells[missing[0]].evaluate(style)[0]
+    # in the plots, a zero is a visible stub of bar labelled 0.00
+    stubs = p.locator("figure svg g[id*='-zero-']")
+    assert stubs.count() > 0 and all(stubs.nth(k).bounding_box()["width"] >= 2 for k in range(stubs.count()))
+    assert any(t.startswith("0.00 (n=") for t in p.locator("#fig-by-subtype svg text").all_text_contents())
+    p.close()
+
+
+def test_bars_show_n_and_tell_zero_from_missing(page):
+    svg = _plots.bars({"a": {"x": 0.0, "y": None, "z": 0.5}, "b": {"x": 1.0, "y": 0.25, "z": 0.0}},
+                      {"a": {"x": 3, "y": 0, "z": 7}, "b": {"x": 3, "y": 2, "z": 7}}, title="t")
+    p = page["context"].new_page()
+    p.set_content(f"<html><body>{svg}</body></html>")
+    texts = p.locator("svg text").all_text_contents()
+    for label in ("0.00 (n=3)", "n/a (n=0)", "0.50 (n=7)", "1.00 (n=3)", "0.25 (n=2)", "0.00 (n=7)"):
+        assert label in texts, (label, texts)
+    zero, missing, half = (p.locator(f"g[id='t-{gid}']").bounding_box() for gid in ("zero-0-0", "missing-0-1",
+                                                                                      "value-0-2"))
+    assert 2 <= zero["width"] < 0.1 * half["width"]  # visible, and nothing like a score
+    fill = p.locator("g[id='t-missing-0-1'] path").first.evaluate("e => getComputedStyle(e).fill")
+    assert fill.startswith("url(")  # hatched: a pattern, not a bar's plain colour
+    assert p.locator("g[id='t-value-0-2'] path").first.evaluate("e => getComputedStyle(e).fill").startswith("rgb")
+    p.close()
+
+
+def test_every_breakdown_plot_shows_n(page, report):
+    scores = score_run(report["root"] / "run").model_dump(mode="json")
+    plots = page["page"].locator("#fig-by-slot svg, #fig-by-subtype svg, #fig-by-entities svg")
+    assert plots.count() == 3 and page["page"].locator("#fig-by-application").count() == 0  # no applications here
+    for k in range(plots.count()):
+        texts = plots.nth(k).locator("text").all_text_contents()
+        assert any("n=" in t for t in texts), k
+    slot_ticks = " ".join(plots.nth(0).locator("text").all_text_contents())
+    for slot, group in scores["by_slot"].items():
+        assert f"n={group['cases']}" in slot_ticks
+    assert "n/a" in slot_ticks  # compose at slot level 1: no case has it
+    subtype_texts = plots.nth(1).locator("text").all_text_contents()
+    for subtype, value in scores["by_subtype"].items():
+        assert f"{value['disentangle']:.2f} (n={value['instances']})" in subtype_texts
+    assert "n:" in page["page"].locator("#plot-legend").inner_text()
+    cumulative = page["page"].locator("#fig-cumulative svg text").all_text_contents()
+    summary = json.loads((report["root"] / "diag" / "summary.json").read_text())
+    for op, shares in summary["by_operator"].items():
+        assert f"{op} (n={shares['instances']})" in cumulative
+
+
+def test_attributions_under_trees_use_the_source_titles(page):
+    items = page["page"].locator("ul.attributions li[data-source]")
+    titles = {name: s.title for name, s in sources().items()}  # diagnose/sources.toml
+    pairs = items.evaluate_all("els => els.map(e => [e.dataset.source, e.textContent])")
+    named = [(key, text) for key, text in pairs if key]
+    assert named and {key for key, _ in named} >= {"joint_composition", "global_reference"}
+    for key, text in named:
+        shown = text.split("): ", 1)[1].split(",")[0]
+        assert shown == titles[key], (key, text)
+        assert key not in text
+    table = page["page"].locator("#sources td:first-child").all_inner_texts()
+    assert "Joint Composition" in table and all(t in table for t in titles.values())
+
+
 def test_failure_source_table_holds_the_diagnosis(page, report):
     summary = json.loads((report["root"] / "diag" / "summary.json").read_text())
     for op, shares in summary["by_operator"].items():
@@ -124,7 +228,7 @@ def test_filters(page):
 def test_text_from_prompts_is_escaped(page, report):
     p = page["page"]
     case = p.locator(f"details.case[data-case='{report['first']}']")
-    assert INJECTED in case.locator(".prompt").first.inner_text()
+    assert report["injected"] in case.locator(".prompt").first.inner_text()
     assert p.locator("script").count() == 2  # the page's own: the image map and the script
     assert page["problems"] == []
 
@@ -147,14 +251,30 @@ def test_tree_nodes_show_their_image_and_prompt(page):
 
 def test_screenshots_at_laptop_and_phone_width(page, report):
     p = page["page"]
-    p.screenshot(path=str(report["root"] / "report.png"), full_page=False)
-    assert (report["root"] / "report.png").stat().st_size > 10_000
+    p.screenshot(path=str(report["html"].parent / "report.png"), full_page=False)
+    assert (report["html"].parent / "report.png").stat().st_size > 10_000
     phone = page["context"].new_page()
     phone.set_viewport_size({"width": 390, "height": 844})
     phone.goto(page["url"])
-    phone.screenshot(path=str(report["root"] / "report-phone.png"))
+    phone.screenshot(path=str(report["html"].parent / "report-phone.png"))
     # nothing wider than the screen: wide tables and trees scroll inside their own boxes
     assert phone.evaluate("document.documentElement.scrollWidth") <= 390
+    phone.close()
+
+
+def test_the_overall_score_is_on_a_phones_first_screen(page, report):
+    phone = page["context"].new_page()
+    phone.set_viewport_size({"width": 390, "height": 844})
+    phone.goto(page["url"])
+    overall = score_run(report["root"] / "run").overall
+    first = phone.locator("#overall p").first
+    assert first.get_attribute("data-overall") == f"{overall:.4f}"
+    value = first.locator(".value")
+    assert value.inner_text() == f"{overall:.4f}"
+    box = value.bounding_box()
+    assert box is not None and box["x"] >= 0 and box["y"] >= 0
+    assert box["x"] + box["width"] <= 390 and box["y"] + box["height"] <= 844, box
+    assert phone.evaluate("window.scrollY") == 0
     phone.close()
 
 
@@ -165,6 +285,7 @@ def test_bad_diagnosis_folder_is_one_line(report, tmp_path):
     assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "r.html").exists()
 
 
+@pytest.mark.slow
 def test_report_refuses_what_does_not_belong_to_the_run(report, tmp_path):
     root = report["root"]
     other = tmp_path / "other"

@@ -111,6 +111,7 @@ Path(os.environ["TRACEBENCH_OUTPUT"]).write_bytes(png)
 """
 
 
+@pytest.mark.slow
 def test_kill_and_resume_gives_the_verdicts_of_an_uninterrupted_run(tmp_path):
     bench = tmp_path / "bench"  # small: the command generator starts a Python process per case
     sample_benchmark(bench, slots=tuple(range(1, 9)), per_slot=2, seed=2, applications=False)
@@ -174,6 +175,7 @@ def _oracle_handler(cases: dict, flaky: bool):
     return handler
 
 
+@pytest.mark.slow
 def test_a_flaky_server_loses_nothing(bench, tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-flaky-test-key-8271")
     cases = {c.id: c for c in read_cases(bench)}
@@ -203,6 +205,7 @@ def test_a_flaky_server_loses_nothing(bench, tmp_path, monkeypatch):
             assert b"sk-flaky-test-key-8271" not in path.read_bytes(), path
 
 
+@pytest.mark.slow
 def test_trace_serve_through_the_openai_adapters_gives_the_same_scores(bench, tmp_path, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     _run(bench, tmp_path / "local", "synthetic:global-interference,relation-blind")

@@ -39,6 +39,7 @@ def test_the_two_methods_agree_under_other_bounds(change):
     assert {s: len(ts) for s, ts in enumerated.items()} == count_by_generating_function(bounds)
 
 
+@pytest.mark.slow
 def test_every_template_is_valid_canonical_and_within_bounds(space):
     bounds = space_bounds()
     for slot, templates in space.items():

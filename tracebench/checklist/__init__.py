@@ -1,4 +1,4 @@
-"""Checklist compilation: a bound case -> binary questions per operator instance (METHOD.md §7)."""
+"""Checklist compilation: a bound case -> binary questions per operator instance (TRACE-Bench, arXiv 2608.16765)."""
 
 from __future__ import annotations
 

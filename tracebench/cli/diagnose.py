@@ -11,10 +11,10 @@ from ._args import EXIT_STATUSES, add_model_options, model_settings, report_inco
 
 def register(sub) -> None:
     p = sub.add_parser("diagnose", help="localize failures with diagnostic trees",
-                       description="Build the diagnostic tree of each case of a run (METHOD.md §9), generate and "
-                                   "judge its nodes through the run harness, and attribute every operator "
-                                   "instance to a failure source. With --formula F --dry-run, print the tree of "
-                                   "one formula without any model call.",
+                       description="Build the diagnostic tree of each case of a run (TRACE-Bench, arXiv "
+                                   "2608.16765), generate and judge its nodes through the run harness, and "
+                                   "attribute every operator instance to a failure source. With --formula F "
+                                   "--dry-run, print the tree of one formula without any model call.",
                        epilog=EXIT_STATUSES)
     p.add_argument("run_dir", type=Path, nargs="?", help="a run folder (trace run's output)")
     p.add_argument("--formula", help="a formula (bound or a bare template) to draw the tree of")

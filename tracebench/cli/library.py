@@ -22,7 +22,7 @@ def register(sub) -> None:
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.set_defaults(run=run_stats)
 
-    b = actions.add_parser("balance", help="greedy balanced selection of K images (METHOD.md §4, Eq. 1)")
+    b = actions.add_parser("balance", help="greedy balanced selection of K images (TRACE-Bench, arXiv 2608.16765)")
     b.add_argument("dir", type=Path)
     b.add_argument("--n", type=int, required=True, metavar="K", help="how many images to select")
     b.add_argument("--out", type=Path, required=True, help="folder of the new library")

@@ -1,4 +1,4 @@
-"""Diagnostic trees (METHOD.md §9): simplify a case step by step to find what broke.
+"""Diagnostic trees (TRACE-Bench, arXiv 2608.16765): simplify a case step by step to find what broke.
 
 - ``_rules``: the four rules as AST rewrites; their order and sources are diagnose/*.toml;
 - ``_tree``: the whole tree of a formula (networkx), named as in the paper;

@@ -1,4 +1,4 @@
-"""The simplification rules of diagnostic trees (METHOD.md §9), as rewrites of the formula AST.
+"""The simplification rules of diagnostic trees (TRACE-Bench, arXiv 2608.16765), as rewrites of the formula AST.
 
 Each rule is a pure function from a node's formula to its children's formulas (none when it
 does not apply). Their order, titles and the failure source each isolates are data

@@ -5,7 +5,7 @@ can be shared freely. Source positions (``column``/``line``) are carried for err
 messages but take no part in equality or hashing: ``parse(print(ast)) == ast`` holds.
 
 A chain ``X ⊕ m1 ⊕ m2`` is one :class:`Apply` whose ``carrier`` is never itself an
-Apply: every modifier of a chain acts on the same carrier (METHOD.md §3), so the AST
+Apply: every modifier of a chain acts on the same carrier (as in TRACE-Bench, arXiv 2608.16765), so the AST
 states that directly instead of nesting binary nodes.
 """
 

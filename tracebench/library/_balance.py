@@ -1,4 +1,4 @@
-"""The paper's greedy balanced selection (METHOD.md §4, Eq. 1).
+"""The paper's greedy balanced selection (TRACE-Bench, arXiv 2608.16765).
 
 ``i* = argmax_i x_i · w`` with ``w_j = 1 / (1 + c_j)``, where ``x_i`` is image i's binary
 feature vector and ``c_j`` the count of feature j among the images already selected.

@@ -1,4 +1,4 @@
-"""Realizing a bound case as prompts (METHOD.md §6), from templates/prompts/.
+"""Realizing a bound case as prompts (the two-part prompts of TRACE-Bench, arXiv 2608.16765), from templates/prompts/.
 
 The prompt is a scene paragraph in which every reference-conditioned target appears as a
 readable handle, ``('corgi_A')``, followed by one line per reference operation naming the

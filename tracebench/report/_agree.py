@@ -1,4 +1,4 @@
-"""``trace agree``: how far a judge can be trusted (METHOD.md §8, the paper's Table 7).
+"""``trace agree``: how far a judge can be trusted (TRACE-Bench, arXiv 2608.16765: judge agreement, its Table 7).
 
 Raters are a human label file or judges: a run folder (its verdicts; abstentions are no
 answer) or a JSONL file of labels, one ``{"case_id", "question_id", "pass"}`` a line. For each

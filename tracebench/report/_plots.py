@@ -8,6 +8,7 @@ and returns one ``<svg>`` element as a string.
 from __future__ import annotations
 
 import io
+import re
 from typing import Mapping
 
 import matplotlib
@@ -32,59 +33,95 @@ def _svg(fig) -> str:
     return text[text.index("<svg"):]  # the element alone, without the XML prolog and doctype
 
 
-def lines_by_slot(runs: Mapping[str, Mapping[str, Mapping[str, float | None]]]) -> str:
+MISSING = "#bdbdbd"  # no score: a light grey hatched band labelled "n/a", never a bar
+STUB = 0.012  # a score of 0.0 still draws this much bar, labelled "0.00": a zero, not a gap
+
+
+def _counts(per_run: Mapping[str, Mapping[str, int]], key: str) -> str:
+    """"n=4" under one category; "n=4/5" when the runs differ (shards, missing verdicts)."""
+    found = list(dict.fromkeys(per_run[name].get(key, 0) for name in per_run))
+    return "n=" + "/".join(str(n) for n in found)
+
+
+def lines_by_slot(runs: Mapping[str, Mapping[str, Mapping[str, float | None]]],
+                  counts: Mapping[str, Mapping[str, int]]) -> str:
     """Operator score by slot level, one panel per operator, one line per run.
-    ``runs``: run name -> slot -> {operator: score}."""
+    ``runs``: run name -> slot -> {operator: score}; ``counts``: run name -> slot -> cases.
+    Each slot's tick shows its n; a slot without a score breaks the line and reads "n/a"."""
+    slots = sorted({int(s) for by_slot in runs.values() for s in by_slot})
     with plt.rc_context(_STYLE):
-        fig, axes = plt.subplots(1, 4, figsize=(11, 2.8), sharey=True)
+        fig, axes = plt.subplots(1, 4, figsize=(11, 3.0), sharey=True)
         colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
         for ax, op in zip(axes, OPERATORS):
+            missing = set()
             for k, (name, by_slot) in enumerate(runs.items()):
-                slots = sorted(int(s) for s in by_slot)
-                points = [(s, by_slot[str(s)].get(op)) for s in slots]
-                points = [(s, v) for s, v in points if v is not None]
-                if points:  # one color per run in every panel, so one legend serves all
-                    ax.plot([s for s, _ in points], [v for _, v in points], marker="o", ms=3,
-                            color=colors[k % len(colors)])
+                values = [by_slot.get(str(s), {}).get(op) for s in slots]
+                missing |= {s for s, v in zip(slots, values) if v is None}
+                # nan breaks the line: no segment is drawn across a slot without data
+                ax.plot(slots, [float("nan") if v is None else v for v in values], marker="o", ms=3,
+                        color=colors[k % len(colors)])  # one color per run in every panel, so one legend serves all
+            for s in sorted(missing):
+                ax.text(s, 0.5, "n/a", color="#757575", ha="center", va="center", fontsize=7, rotation=90)
             ax.set_title(op)
             ax.set_xlabel("slot level")
-            ax.set_ylim(0, 1.02)
-            ax.set_xticks(range(1, 9))
+            ax.set_ylim(-0.04, 1.04)  # a 0.0 marker sits above the axis line, not on it
+            ax.set_xlim(slots[0] - 0.5, slots[-1] + 0.5)
+            ax.set_xticks(slots, [f"{s}\n{_counts(counts, str(s))}" for s in slots], fontsize=6)
         axes[0].set_ylabel("score")
         handles = [plt.Line2D([], [], color=colors[k % len(colors)], marker="o", ms=3) for k in range(len(runs))]
         fig.legend(handles, list(runs), fontsize=7, frameon=False, loc="lower center", ncol=min(3, len(runs)),
-                   bbox_to_anchor=(0.5, -0.08 * ((len(runs) + 2) // 3)))
+                   bbox_to_anchor=(0.5, -0.08 * ((len(runs) + 2) // 3) - 0.04))
         return _svg(fig)
 
 
-def bars(values: Mapping[str, Mapping[str, float | None]], *, title: str, xlabel: str = "score") -> str:
-    """Horizontal bars: one group per category, one bar per run. ``values``: run -> category -> value."""
+def bars(values: Mapping[str, Mapping[str, float | None]], counts: Mapping[str, Mapping[str, int]], *,
+         title: str, xlabel: str = "score") -> str:
+    """Horizontal bars: one group per category, one bar per run, each labelled with its value
+    and n. ``values``: run -> category -> value; ``counts``: run -> category -> how many
+    cases or instances the value averages. No value: a grey hatched band labelled "n/a";
+    a value of 0.0: a stub of bar labelled "0.00"."""
     categories = sorted({c for per_run in values.values() for c in per_run})
     with plt.rc_context(_STYLE):
         height = max(1.6, 0.28 * len(categories) * max(1, len(values)) + 0.8)
         fig, ax = plt.subplots(figsize=(5.5, height))
+        colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
         width = 0.8 / max(1, len(values))
+        slug = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")  # ids unique on a page of several plots
         for k, (name, per_run) in enumerate(values.items()):
-            ys = [i + k * width for i in range(len(categories))]
-            ax.barh(ys, [float("nan") if per_run.get(c) is None else per_run[c] for c in categories],
-                    height=width, label=name)  # no bar where a run has no score
+            color = colors[k % len(colors)]
+            for i, category in enumerate(categories):
+                y, value = i + k * width, per_run.get(category)
+                n = counts.get(name, {}).get(category, 0)
+                if value is None:
+                    band = ax.barh(y, 1.0, height=width * 0.9, facecolor="none", edgecolor=MISSING, hatch="////",
+                                   linewidth=0)
+                    band.patches[0].set_gid(f"{slug}-missing-{k}-{i}")
+                    ax.text(0.02, y, f"n/a (n={n})", va="center", fontsize=7, color="#616161")
+                    continue
+                bar = ax.barh(y, max(value, STUB), height=width, color=color)
+                bar.patches[0].set_gid(f"{slug}-{'zero' if value == 0 else 'value'}-{k}-{i}")
+                ax.text(max(value, STUB) + 0.01, y, f"{value:.2f} (n={n})", va="center", fontsize=7)
         ax.set_yticks([i + 0.4 - width / 2 for i in range(len(categories))], categories)
         ax.invert_yaxis()
-        ax.set_xlim(0, 1.0)
+        ax.set_xlim(0, 1.3)  # room for the labels right of a full bar
+        ax.set_xticks([0, 0.25, 0.5, 0.75, 1.0])
         ax.set_xlabel(xlabel)
         ax.set_title(title)
         if len(values) > 1:  # under the axis: over the bars it would hide them
-            ax.legend(fontsize=7, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.6 / height))
+            handles = [plt.Rectangle((0, 0), 1, 1, color=colors[k % len(colors)]) for k in range(len(values))]
+            ax.legend(handles, list(values), fontsize=7, frameon=False, loc="upper center",
+                      bbox_to_anchor=(0.5, -0.12 - 0.6 / height))
         return _svg(fig)
 
 
-def cumulative_pass(curves: Mapping[str, Mapping[str, float]]) -> str:
-    """Cumulative pass rate over relative depth, one line per operator. ``curves``: op -> x -> rate."""
+def cumulative_pass(curves: Mapping[str, Mapping[str, float]], counts: Mapping[str, int]) -> str:
+    """Cumulative pass rate over relative depth, one line per operator. ``curves``: op -> x -> rate;
+    ``counts``: op -> the instances behind its curve (shown in the legend as n)."""
     with plt.rc_context(_STYLE):
         fig, ax = plt.subplots(figsize=(5, 2.8))
         for op, curve in curves.items():
             xs = [float(x) for x in curve]
-            ax.plot(xs, list(curve.values()), marker="o", ms=3, label=op)
+            ax.plot(xs, list(curve.values()), marker="o", ms=3, label=f"{op} (n={counts.get(op, 0)})")
         ax.set_xlabel("relative depth (0 root, 1 most simplified)")
         ax.set_ylabel("passing by then")
         ax.set_ylim(0, 1.02)

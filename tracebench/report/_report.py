@@ -201,9 +201,20 @@ def _node_image(diag_dir: Path, tree: DiagnosticTree, node: DiagnosticNode) -> P
     return resolved
 
 
-def _best(rows: list[dict], key: str) -> float | None:
-    values = [r[key] for r in rows if r[key] is not None]
-    return max(values) if values else None
+def _best(rows: list[dict], key: str) -> dict[str, Any]:
+    """The best value of a column, and whether it is *separated*: its 95% interval overlaps no
+    other run's (a tie, or a run without an interval, is never separated). The page bolds the
+    best and marks a separated one with a double dagger."""
+    scored = [r for r in rows if r[key] is not None]
+    if not scored:
+        return {"value": None, "separated": False}
+    value = max(r[key] for r in scored)
+    leaders = [r for r in scored if r[key] == value]
+    others = [r for r in scored if r[key] != value]
+    ci = leaders[0]["ci"].get(key)
+    separated = (len(leaders) == 1 and bool(others) and ci is not None
+                 and all(r["ci"].get(key) is not None and r["ci"][key][1] < ci[0] for r in others))
+    return {"value": value, "separated": separated}
 
 
 def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, compare: Sequence[Path] = (),
@@ -249,17 +260,25 @@ def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, com
         row.update({op: r.scores["operators"].get(op) for op in OPERATORS})
         headline.append(row)
     best = {key: _best(headline, key) for key in (*OPERATORS, "overall")}
+
+    def breakdown(part: str, score: str, n: str, label: str = "{}") -> tuple[dict, dict]:
+        """run -> category -> (score, n) of one breakdown of the Scores record, as two tables."""
+        return ({r.name: {label.format(k): v[score] for k, v in r.scores[part].items()} for r in runs},
+                {r.name: {label.format(k): v[n] for k, v in r.scores[part].items()} for r in runs})
+
     plots = {
-        "by_slot": Markup(_plots.lines_by_slot({r.name: r.scores["by_slot"] for r in runs})),
-        "by_subtype": Markup(_plots.bars({r.name: {k: v["disentangle"] for k, v in r.scores["by_subtype"].items()}
-                                          for r in runs}, title="disentangle by attribute subtype")),
-        "by_entities": Markup(_plots.bars({r.name: {f"{k} entities": v["anchor"]
-                                                    for k, v in r.scores["by_entity_count"].items()} for r in runs},
+        "by_slot": Markup(_plots.lines_by_slot({r.name: r.scores["by_slot"] for r in runs},
+                                               breakdown("by_slot", "overall", "cases")[1])),
+        "by_subtype": Markup(_plots.bars(*breakdown("by_subtype", "disentangle", "instances"),
+                                         title="disentangle by attribute subtype")),
+        "by_entities": Markup(_plots.bars(*breakdown("by_entity_count", "anchor", "instances", "{} entities"),
                                           title="anchor by entities in the reference image")),
-        "by_application": (Markup(_plots.bars({r.name: {k: v["overall"] for k, v in r.scores["by_application"].items()}
-                                               for r in runs}, title="overall score by application"))
+        "by_application": (Markup(_plots.bars(*breakdown("by_application", "overall", "cases"),
+                                              title="overall score by application"))
                            if any(r.scores["by_application"] for r in runs) else None),
-        "cumulative": Markup(_plots.cumulative_pass(summary.cumulative_pass)) if summary else None,
+        "cumulative": (Markup(_plots.cumulative_pass(summary.cumulative_pass,
+                                                     {op: int(v["instances"]) for op, v in summary.by_operator.items()}))
+                       if summary else None),
     }
     verdicts: dict[str, list[Verdict]] = {}
     for v in read_verdicts(run_dir):
@@ -267,12 +286,17 @@ def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, com
     images = _Images(full_images)
     cases = [_case_view(run.cases[cid], verdicts[cid], Path(run_dir), run.cases_dir, images, trees.get(cid),
                         diagnosis) for cid in verdicts]
-    from ..diagnose import sources as source_catalogue
+    from ..diagnose import rules, sources as source_catalogue
 
+    # the one mapping from a source's key to its display name: diagnose/sources.toml, for the
+    # failure-source table and the attributions under each tree alike
     sources = [{"name": name, "title": s.title, "means": s.means} for name, s in source_catalogue().items()]
+    titles = {s["name"]: s["title"] for s in sources}
+    rule_titles = {r.name: r.title for r in rules()}  # likewise diagnose/rules.toml for the rules
     html = render_html(TEMPLATE, tool=f"tracebench {__version__}", runs=headline, best=best, operators=OPERATORS,
                        plots=plots, cases=cases, summary=summary.model_dump(mode="json") if summary else None,
-                       sources=sources, manifests=[r.manifest.model_dump(mode="json") for r in runs],
+                       sources=sources, titles=titles, rule_titles=rule_titles,
+                       manifests=[r.manifest.model_dump(mode="json") for r in runs],
                        slots=sorted({c["slot"] for c in cases}), run_dir=str(run_dir), images=images.json())
     write_atomic(out, html.encode("utf-8"), mode=stat.S_IMODE(out.stat().st_mode) if out.exists() else None)
     return out

@@ -1,4 +1,4 @@
-"""``trace score``: operator scores of a run (METHOD.md §8), with the formula stated.
+"""``trace score``: operator scores of a run (TRACE-Bench, arXiv 2608.16765: evaluation), with the formula stated.
 
 - A question's verdict is pass, fail or abstain (no usable answer). A question whose
   ``depends_on`` parent fails, fails too (DSG-style: "is the hat red?" fails without a hat).

@@ -16,7 +16,7 @@ import json
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from markupsafe import Markup, escape
 from PIL import Image, UnidentifiedImageError
@@ -261,17 +261,18 @@ def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, com
         headline.append(row)
     best = {key: _best(headline, key) for key in (*OPERATORS, "overall")}
 
-    def breakdown(part: str, score: str, n: str, label: str = "{}") -> tuple[dict, dict]:
+    def breakdown(part: str, score: str, n: str, label: Callable[[str], str] = str) -> tuple[dict, dict]:
         """run -> category -> (score, n) of one breakdown of the Scores record, as two tables."""
-        return ({r.name: {label.format(k): v[score] for k, v in r.scores[part].items()} for r in runs},
-                {r.name: {label.format(k): v[n] for k, v in r.scores[part].items()} for r in runs})
+        return ({r.name: {label(k): v[score] for k, v in r.scores[part].items()} for r in runs},
+                {r.name: {label(k): v[n] for k, v in r.scores[part].items()} for r in runs})
 
     plots = {
         "by_slot": Markup(_plots.lines_by_slot({r.name: r.scores["by_slot"] for r in runs},
                                                breakdown("by_slot", "overall", "cases")[1])),
         "by_subtype": Markup(_plots.bars(*breakdown("by_subtype", "disentangle", "instances"),
                                          title="disentangle by attribute subtype")),
-        "by_entities": Markup(_plots.bars(*breakdown("by_entity_count", "anchor", "instances", "{} entities"),
+        "by_entities": Markup(_plots.bars(*breakdown("by_entity_count", "anchor", "instances",
+                                                    lambda k: f"{k} entit{'y' if str(k) == '1' else 'ies'}"),
                                           title="anchor by entities in the reference image")),
         "by_application": (Markup(_plots.bars(*breakdown("by_application", "overall", "cases"),
                                               title="overall score by application"))

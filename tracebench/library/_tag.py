@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..apikeys import api_key
 from ..errors import TraceError
+from ..jsonfiles import loads
 from ..replies import unfence
 from ..cache import Cache, cache_key, sha256
 from ..providers import (DEFAULT_BASE_URL, CallFailed, ModelAccess, ModelConfig, NotSent, OpenAIClients,
@@ -312,7 +313,7 @@ def _parse_reply(reply: ChatCompletionMessage | None) -> ModelTags:
         raise _InvalidReply(f"the model refused: {refusal}" if refusal else "the reply is empty")
     text = unfence(content)
     try:
-        data = json.loads(text)
+        data = loads(text)  # deep nesting and huge numbers are JSONDecodeErrors too
     except json.JSONDecodeError as err:
         raise _InvalidReply(f"the reply is not JSON ({err.msg} at line {err.lineno} column {err.colno})") from None
     try:

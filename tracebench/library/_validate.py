@@ -14,7 +14,7 @@ from PIL import Image, UnidentifiedImageError
 from pydantic import ValidationError
 
 from ..errors import ValidationFailed
-from ..jsonfiles import field_path, line_of, problems_of
+from ..jsonfiles import field_path, line_of, loads, problems_of
 from ..taxonomy import taxonomy
 from ._io import INFO_FILE, TAGS_FILE, content_hash, load_library
 from ._models import Entity, LibraryInfo, TaggedImage
@@ -65,7 +65,7 @@ def jsonl_values(lines: Iterable[str], label: str) -> tuple[list[tuple[Place, An
             errors.append(f"{label}:{lineno}: empty line")
             continue
         try:
-            values.append((Place(label, lineno), json.loads(line)))
+            values.append((Place(label, lineno), loads(line)))
         except json.JSONDecodeError as exc:
             errors.append(f"{label}:{lineno}: not valid JSON: {exc.msg} at column {exc.colno}")
     return values, errors

@@ -139,7 +139,8 @@ def decode(text: str, pos: int = 0) -> tuple[Any, int]:
 def loads(text: str) -> Any:
     """``json.loads`` through :func:`decode`: one JSON value, space around it allowed."""
     value, end = decode(text, _skip_space(text, 0))
-    if _skip_space(text, end) != len(text):
+    end = _skip_space(text, end)
+    if end != len(text):
         raise json.JSONDecodeError("Extra data", text, end)
     return value
 

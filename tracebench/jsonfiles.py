@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import UnionType
@@ -26,8 +27,9 @@ from pydantic import BaseModel, ValidationError
 from .cache import write_atomic
 from .errors import TraceError
 
-__all__ = ["JsonFile", "JsonLinesFile", "explain", "field_path", "json_members", "json_text", "line_of", "numbered_jsonl",
-           "problems_of", "read_json", "read_jsonl", "record_line", "write_json", "write_jsonl"]
+__all__ = ["JsonFile", "JsonLinesFile", "decode", "explain", "field_path", "json_members", "json_text", "line_of",
+           "loads", "numbered_jsonl", "problems_of", "read_json", "read_jsonl", "record_line", "write_json",
+           "write_jsonl"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -130,13 +132,52 @@ def read_json(path: Path, model: type[M]) -> M:
         raise TraceError(f"{path}:{line}: {problem}") from None
 
 
+class _LongNumber(Exception):
+    def __init__(self, digits: str) -> None:
+        self.digits = digits
+
+
+def _parse_int(digits: str) -> int:
+    # int() of more digits than Python converts raises a ValueError that names no place
+    if len(digits) > sys.get_int_max_str_digits() > 0:
+        raise _LongNumber(digits)
+    return int(digits)
+
+
+_DECODER = json.JSONDecoder(parse_int=_parse_int)
+
+
+def decode(text: str, pos: int = 0) -> tuple[Any, int]:
+    """The JSON value starting at ``pos`` of ``text`` and where it ends (``raw_decode``), with
+    what Python's json does on hostile text as a :class:`json.JSONDecodeError` too: nesting
+    deeper than the recursion limit (``nested too deeply``) and an integer of more digits
+    than Python converts."""
+    try:
+        return _DECODER.raw_decode(text, pos)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply", text, pos) from None
+    except _LongNumber as err:
+        at = text.find(err.digits, pos)
+        raise json.JSONDecodeError(f"a number of {len(err.digits)} digits (at most "
+                                   f"{sys.get_int_max_str_digits()} are read)", text, max(at, pos)) from None
+
+
+def loads(text: str) -> Any:
+    """``json.loads`` through :func:`decode`: one JSON value, space around it allowed."""
+    value, end = decode(text, _skip_space(text, 0))
+    end = _skip_space(text, end)
+    if end != len(text):
+        raise json.JSONDecodeError("Extra data", text, end)
+    return value
+
+
 def _problem(err: ValidationError, text: str, model: type[BaseModel] | None = None) -> tuple[int, str]:
     """The line of ``text`` the first error is on, and ``field.path: message`` (``not JSON:
     ...`` for text that is not JSON)."""
     first = err.errors()[0]
     if first["type"] == "json_invalid":
         try:
-            json.loads(text)
+            loads(text)
         except json.JSONDecodeError as bad:
             return bad.lineno, f"not JSON: {bad.msg} (column {bad.colno})"
         return 1, f"not JSON: {first['msg']}"

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 import sys
+import threading
 import types
 from dataclasses import dataclass
 from functools import cache, lru_cache
@@ -95,6 +96,9 @@ def _lexicon() -> _Lexicon:
     )
 
 
+_IMPORTING = threading.Lock()
+
+
 def _import_inflect() -> types.ModuleType:
     """inflect, imported with a stand-in for typeguard's ``@typechecked``.
 
@@ -105,6 +109,11 @@ def _import_inflect() -> types.ModuleType:
     returns its function; the real typeguard (or its absence) is restored right after. An
     inflect imported before, elsewhere, is used as it is.
     """
+    with _IMPORTING:  # a second thread would find the module half-imported in sys.modules
+        return _import_inflect_once()
+
+
+def _import_inflect_once() -> types.ModuleType:
     if "inflect" in sys.modules:
         return sys.modules["inflect"]
     stand_in = types.ModuleType("typeguard")

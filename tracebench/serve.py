@@ -28,8 +28,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .errors import TraceError
-from .records import Case
-from .records import read_cases
+from .records import CASES, Case
 
 __all__ = ["ZooServer", "serve_forever"]
 
@@ -154,8 +153,16 @@ class ZooServer(ThreadingHTTPServer):
                  latency: float = 0.0, seed: int = 0) -> None:
         self.by_prompt: dict[str, Case] = {}
         self.by_id: dict[str, Case] = {}
+        where: dict[str, str] = {}
         for folder in cases_dirs:
-            for case in read_cases(Path(folder)):
+            for line, case in CASES.read_numbered(Path(folder)):
+                place = f"{CASES.path(Path(folder))}:{line}"
+                first = self.by_id.get(case.id)
+                if first is not None and first != case:
+                    # the oracle finds a generated image's case by the id it records: one id, one case
+                    raise TraceError(f"{place}: id: case {case.id!r} is also {where[case.id]}, another case; "
+                                     "serve benchmarks whose case ids collide from separate servers")
+                where.setdefault(case.id, place)
                 self.by_prompt[case.prompt] = case
                 self.by_id[case.id] = case
         self.latency = latency

@@ -11,8 +11,9 @@ Every child has fewer slots than its parent; a node with one slot is a leaf.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from typing import Callable, Mapping
 
 from ..errors import TraceError
@@ -234,17 +235,22 @@ def remove_attributes(expr: Expr, dg: Downgrades) -> tuple[Expr, ...]:
                    and any(dg.role(m) in LOCAL_ROLES for m in n.modifiers)), None)
     if entity is None:
         return ()
-    attributes = [m for m in entity.modifiers if dg.role(m) in LOCAL_ROLES]
+    local = [k for k, m in enumerate(entity.modifiers) if dg.role(m) in LOCAL_ROLES]
+    others = [k for k, m in enumerate(entity.modifiers) if dg.role(m) not in LOCAL_ROLES]
 
-    def keeping(kept: list) -> Expr:
-        modifiers = tuple(m for m in entity.modifiers if dg.role(m) not in LOCAL_ROLES or any(m is k for k in kept))
+    def keeping(kept: int | None) -> Expr:
+        """The entity with its other modifiers and the local attribute at position ``kept``
+        (none when None), in their order: each child costs its own size, not the chain's."""
+        at = len(others) if kept is None else bisect.bisect(others, kept)
+        positions = others[:at] + ([] if kept is None else [kept]) + others[at:]
+        modifiers = tuple(entity.modifiers[k] for k in positions)
         return _rewrite(expr, _replacing(entity, Apply(entity.carrier, modifiers) if modifiers else entity.carrier))
 
     children = []
     if isinstance(entity.carrier, Anchor):
-        children.append(keeping([]))
-    if len(attributes) >= 2:
-        children += [keeping([a]) for a in attributes]
+        children.append(keeping(None))
+    if len(local) >= 2:
+        children += [keeping(k) for k in local]
     return tuple(children)
 
 
@@ -283,6 +289,12 @@ def _units_by_composition(expr: Expr, roles: Mapping[str, str]) -> dict[str, int
     return out
 
 
+@lru_cache(maxsize=16)
+def _root_units(root: Expr) -> dict[str, int]:
+    """:func:`_units_by_composition` of a tree's root, once per tree rather than once per node."""
+    return _units_by_composition(root, {t.symbol: t.role for t in analyze(root)})
+
+
 def targets(formula: Expr, root: Expr | None = None) -> tuple[Instance, ...]:
     """The operator instances a node keeps, as (operator, target) in checklist order:
     anchors, each g term and its binding, then compositions. A composition is kept while it
@@ -298,6 +310,6 @@ def targets(formula: Expr, root: Expr | None = None) -> tuple[Instance, ...]:
             out += [Instance(Operator.DISENTANGLE, t.symbol),
                     Instance(Operator.APPLY, apply_target(symbol(t.carrier), t.symbol))]
     units = _units_by_composition(formula, roles)
-    root_units = units if root is None else _units_by_composition(root, {t.symbol: t.role for t in analyze(root)})
+    root_units = units if root is None else _root_units(root)
     out += [Instance(Operator.COMPOSE, c) for c, n in units.items() if n > 0 or root_units.get(c) == 0]
     return tuple(out)

@@ -44,6 +44,9 @@ class Language:
     texts: Mapping[str, TextSpec]
     max_compose_depth: int
     min_relation_arguments: int
+    max_formula_length: int
+    max_terms: int
+    max_number_digits: int
 
     def resolve_kind(self, spelled: str) -> str | None:
         """Canonical kind for a spelling (``background`` -> ``bg``), None if unknown."""
@@ -93,6 +96,9 @@ def load_language(raw: Mapping[str, Any], limits: Mapping[str, Any]) -> Language
         texts=MappingProxyType(texts),
         max_compose_depth=int(limits["max_compose_depth"]),
         min_relation_arguments=int(limits["min_relation_arguments"]),
+        max_formula_length=int(limits["max_formula_length"]),
+        max_terms=int(limits["max_terms"]),
+        max_number_digits=int(limits["max_number_digits"]),
     )
 
 

@@ -16,7 +16,7 @@ from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
 from ..resources import read_text
-from ._ast import Anchor, AnchorBinding, Apply, Compose, Disentangle, DisentangleBinding, Expr, Text
+from ._ast import Anchor, AnchorBinding, Apply, Compose, Disentangle, DisentangleBinding, Expr, Node, Text
 from ._errors import FormulaSyntaxError
 from ._grammar import GRAMMAR_FILE, lark_options, spells, split_index, tree_parser
 from ._language import check_spellings, language
@@ -42,6 +42,18 @@ _TERMINAL_NAMES = {
     "_COMMA": "','",
     "$END": "the end of the formula",
 }
+
+
+def _bounded(*tokens: Token | None) -> None:
+    """Refuse a symbol or image numbered with more digits than grammar/language.toml allows
+    (before ``int()`` reads them: Python's own limit names no column)."""
+    for token in tokens:
+        if token is None:
+            continue
+        digits = len(token) - len(token.rstrip("0123456789"))
+        if digits > language().max_number_digits:
+            raise FormulaSyntaxError(f"'{token[:len(token) - digits]}' is numbered with {digits} digits; a number "
+                                     f"has at most {language().max_number_digits}", column=token.column, line=token.line)
 
 
 def _string(token: Token) -> str:
@@ -89,15 +101,18 @@ class _Builder(Transformer):
 
     def compose(self, children: list) -> Compose:
         symbol = children[0]
+        _bounded(symbol)
         return Compose(tuple(children[1:]), split_index(symbol)[1], column=symbol.column, line=symbol.line)
 
     def anchor(self, children: list) -> Anchor:
         symbol, image, entity = children
+        _bounded(symbol, image)
         binding = None if image is None else AnchorBinding(split_index(image)[1], _string(entity))
         return Anchor(split_index(symbol)[1], binding, column=symbol.column, line=symbol.line)
 
     def gterm(self, children: list) -> Disentangle:
         symbol, image, entities, attribute = children
+        _bounded(symbol, image)
         decoded = _g_symbol(symbol)
         if decoded is None:
             known = ", ".join(f"g_{name}" for name in language().kinds)
@@ -113,6 +128,7 @@ class _Builder(Transformer):
 
     def text(self, children: list) -> Text:
         symbol, description = children
+        _bounded(symbol)
         decoded = _t_symbol(symbol)
         if decoded is None:
             known = ", ".join(f"T_{n}" for n in language().texts)
@@ -144,10 +160,38 @@ def parse_syntax(text: str) -> Expr:
         raise TypeError(f"a formula is a string, got {type(text).__name__}")
     if not text.strip():
         raise FormulaSyntaxError("empty formula")
+    limit = language().max_formula_length
+    if len(text) > limit:
+        line = text.count("\n", 0, limit) + 1
+        raise FormulaSyntaxError(f"the formula is {len(text)} characters long; at most {limit} are allowed",
+                                 column=limit - (text.rfind("\n", 0, limit) + 1) + 1, line=line)
     try:
-        return lark_parser().parse(text)
+        expr = lark_parser().parse(text)
     except UnexpectedInput as exc:
         raise _syntax_error(text, exc) from None
+    _check_terms(expr)
+    return expr
+
+
+def _check_terms(expr: Expr) -> None:
+    """At most grammar/language.toml's ``max_terms`` f, g and T terms; the error names the
+    first term past it. Without recursion: nothing has checked the nesting yet."""
+    terms: list[Node] = []
+    stack: list[Node] = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Compose):
+            stack.extend(node.args)
+        elif isinstance(node, Apply):
+            stack.append(node.carrier)
+            stack.extend(node.modifiers)
+        else:
+            terms.append(node)
+    limit = language().max_terms
+    if len(terms) > limit:
+        first_past = sorted(terms, key=lambda n: (n.line or 0, n.column or 0))[limit]
+        raise FormulaSyntaxError(f"the formula has {len(terms)} terms (f, g and T); at most {limit} are allowed",
+                                 column=first_past.column, line=first_past.line)
 
 
 def _expected(names) -> str:

@@ -23,7 +23,7 @@ from typing import Any, Callable
 from PIL import Image
 
 from ..errors import TraceError, ValidationFailed
-from ..jsonfiles import json_members
+from ..jsonfiles import decode, json_members
 from ..resources import read_toml
 from ..safepaths import id_from_name
 from ..taxonomy import taxonomy
@@ -126,11 +126,10 @@ def _json_document(text: str, label: str, *, keyed: bool) -> tuple[list[tuple[Pl
     """The records of a JSON document (a list, an object keyed by file name unless not
     ``keyed``, or one record), or None when the text is JSONL (several values, the first on
     one line)."""
-    decoder = json.JSONDecoder()
     start = len(text) - len(text.lstrip())
     first_line = text[start:].split("\n", 1)[0].strip()
     try:
-        value, end = decoder.raw_decode(text, start)
+        value, end = decode(text, start)
     except json.JSONDecodeError as exc:
         if first_line.startswith("{") and first_line.endswith("}"):
             return None  # JSONL: each line is reported on its own

@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..apikeys import api_key
 from ..errors import TraceError
+from ..jsonfiles import loads
 from ..replies import unfence
 from ..cache import Cache, cache_key, sha256
 from ..providers import (DEFAULT_BASE_URL, DEFAULT_MAX_REPLY_BYTES, CallFailed, ChatReply, ModelAccess, ModelConfig,
@@ -314,7 +315,7 @@ def _parse_reply(reply: ChatReply) -> ModelTags:
         raise _InvalidReply(f"the model refused: {reply.refusal}" if reply.refusal else "the reply is empty")
     text = unfence(content)
     try:
-        data = json.loads(text)
+        data = loads(text)  # deep nesting and huge numbers are JSONDecodeErrors too
     except json.JSONDecodeError as err:
         raise _InvalidReply(f"the reply is not JSON ({err.msg} at line {err.lineno} column {err.colno})") from None
     except RecursionError:

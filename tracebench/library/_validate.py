@@ -14,7 +14,7 @@ from PIL import Image, UnidentifiedImageError
 from pydantic import ValidationError
 
 from ..errors import ValidationFailed
-from ..jsonfiles import field_path, line_of, problems_of
+from ..jsonfiles import field_path, line_of, loads, problems_of
 from ..safepaths import path_problem
 from ..taxonomy import taxonomy
 from ._io import INFO_FILE, TAGS_FILE, content_hash, load_library
@@ -66,7 +66,7 @@ def jsonl_values(lines: Iterable[str], label: str) -> tuple[list[tuple[Place, An
             errors.append(f"{label}:{lineno}: empty line")
             continue
         try:
-            values.append((Place(label, lineno), json.loads(line)))
+            values.append((Place(label, lineno), loads(line)))
         except json.JSONDecodeError as exc:
             errors.append(f"{label}:{lineno}: not valid JSON: {exc.msg} at column {exc.colno}")
     return values, errors

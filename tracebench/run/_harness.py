@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 from .. import __version__
 from ..errors import TraceError, disk_full
-from ..jsonfiles import record_line
+from ..jsonfiles import loads, record_line
 from ..records import (CASES, RUN_FILE, RUN_MANIFEST, VERDICTS, Case, Question, RunManifest, Verdict, Vote,
                        read_run_verdicts, read_verdicts)
 from ..replies import unfence
@@ -65,7 +65,7 @@ def parse_reply(raw: str, questions: Sequence[Question]) -> dict[str, tuple[str 
     """
     text = unfence(raw)
     try:
-        data = json.loads(text)
+        data = loads(text)  # deep nesting and huge numbers are JSONDecodeErrors too
         items = data["answers"]
         if not isinstance(items, list):
             raise TypeError

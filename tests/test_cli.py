@@ -197,8 +197,8 @@ def test_ctrl_c_stops_a_run_with_one_line_and_exit_130_and_the_same_command_resu
     from tracebench.serve import ZooServer
 
     bench = tmp_path / "bench"
-    assert run_trace("sample", "--slots", "1-3", "--per-slot", "4", "--out", str(bench)).returncode == 0
-    with ZooServer([bench], latency=0.3).start() as zoo:  # a slow judge: the run is mid-way when interrupted
+    assert run_trace("sample", "--slots", "1-2", "--per-slot", "3", "--out", str(bench)).returncode == 0
+    with ZooServer([bench], latency=1.0).start() as zoo:  # a slow judge: the run is mid-way when interrupted
         args = [*_trace_executable(), "run", str(bench), "--generator", "synthetic:perfect",
                 "--judge", f"openai:oracle@{zoo.base_url}", "--concurrency", "1", "--out", str(tmp_path / "run")]
         proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -207,8 +207,8 @@ def test_ctrl_c_stops_a_run_with_one_line_and_exit_130_and_the_same_command_resu
         while time.monotonic() < deadline and not (verdicts.is_file() and verdicts.stat().st_size):
             time.sleep(0.05)
         proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=60)
-        assert proc.returncode == 130, stderr
+        stdout, stderr = proc.communicate(timeout=60)
+        assert proc.returncode == 130, (stdout, stderr, verdicts.read_text().count("\n"))
         assert stderr.strip() == "trace run: interrupted; run the same command to resume"
         done = len(verdicts.read_text().splitlines())
         again = subprocess.run(args, capture_output=True, text=True, timeout=300)

@@ -88,11 +88,15 @@ def test_a_second_run_makes_no_call(bench, tmp_path):
 
 
 _KILLING_GENERATOR = r"""
-import os, signal, sys
+import json, os, signal, sys
 from pathlib import Path
 from tracebench.records import Case
 from tracebench.zoo import generate, parse_profile
-case = Case.model_validate_json(sys.stdin.read())
+data = json.loads(sys.stdin.read())
+for ref in data["references"]:  # absolute copies on stdin; a case record's paths are relative to its folder
+    assert Path(ref["path"]).is_absolute() and Path(ref["path"]).is_file()
+    ref["path"] = "references/" + Path(ref["path"]).name
+case = Case.model_validate(data)
 counter = Path(os.environ["COUNTER"])   # a folder: call n creates file n (O_EXCL: safe under concurrency)
 counter.mkdir(exist_ok=True)
 n = 1

@@ -196,7 +196,7 @@ def _complete(place: Place, data: Any, images_dir: Path, placeholders: list[str]
             data.setdefault("width", size[0])
             data.setdefault("height", size[1])
     else:  # only the path is reported: id and size would come from it
-        data.update({key: data.get(key, value) for key, value in (("id", "-"), ("width", 1), ("height", 1))})
+        data.update({key: data.get(key, value) for key, value in (("id", "no-path"), ("width", 1), ("height", 1))})
     background = data.get("background")
     if isinstance(background, str):
         background = [background]

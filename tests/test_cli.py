@@ -135,7 +135,7 @@ def test_files_and_folders_follow_the_umask(tmp_path):
                               preexec_fn=lambda: os.umask(0o002))
 
     bench, run, diag = tmp_path / "bench", tmp_path / "run", tmp_path / "diag"
-    steps = [("sample", "--slots", "1-2", "--per-slot", "2", "--out", str(bench)),
+    steps = [("sample", "--slots", "3-5", "--per-slot", "2", "--no-applications", "--out", str(bench)),
              ("run", str(bench), "--generator", "synthetic:global-interference", "--judge", "oracle", "--out", str(run)),
              ("diagnose", str(run), "--out", str(diag)),
              ("report", str(run), "--diagnosis", str(diag), "--out", str(tmp_path / "report.html"))]
@@ -176,7 +176,7 @@ def test_an_out_under_a_file_is_one_line_and_exit_2(tmp_path, command):
 
 def test_an_empty_benchmark_is_an_error_not_a_run(tmp_path):
     bench = tmp_path / "bench"
-    assert run_trace("sample", "--slots", "1", "--per-slot", "1", "--out", str(bench)).returncode == 0
+    assert run_trace("sample", "--slots", "1", "--per-slot", "1", "--no-applications", "--out", str(bench)).returncode == 0
     (bench / "cases.jsonl").write_text("")
     result = run_trace("run", str(bench), "--generator", "synthetic:perfect", "--judge", "oracle",
                        "--out", str(tmp_path / "run"))
@@ -184,7 +184,7 @@ def test_an_empty_benchmark_is_an_error_not_a_run(tmp_path):
     empty = tmp_path / "made-elsewhere"
     empty.mkdir()
     bench2 = tmp_path / "bench2"
-    assert run_trace("sample", "--slots", "1", "--per-slot", "1", "--out", str(bench2)).returncode == 0
+    assert run_trace("sample", "--slots", "1", "--per-slot", "1", "--no-applications", "--out", str(bench2)).returncode == 0
     result = run_trace("run", str(bench2), "--generator", f"folder:{empty}", "--judge", "oracle",
                        "--out", str(tmp_path / "run2"))
     assert result.returncode == 2 and "holds no image" in result.stderr and not (tmp_path / "run2").exists()
@@ -197,7 +197,8 @@ def test_ctrl_c_stops_a_run_with_one_line_and_exit_130_and_the_same_command_resu
     from tracebench.serve import ZooServer
 
     bench = tmp_path / "bench"
-    assert run_trace("sample", "--slots", "1-2", "--per-slot", "3", "--out", str(bench)).returncode == 0
+    assert run_trace("sample", "--slots", "1-3", "--per-slot", "3", "--no-applications",
+                     "--out", str(bench)).returncode == 0
     with ZooServer([bench], latency=1.0).start() as zoo:  # a slow judge: the run is mid-way when interrupted
         args = [*_trace_executable(), "run", str(bench), "--generator", "synthetic:perfect",
                 "--judge", f"openai:oracle@{zoo.base_url}", "--concurrency", "1", "--out", str(tmp_path / "run")]

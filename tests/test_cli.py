@@ -202,7 +202,10 @@ def test_ctrl_c_stops_a_run_with_one_line_and_exit_130_and_the_same_command_resu
     with ZooServer([bench], latency=1.0).start() as zoo:  # a slow judge: the run is mid-way when interrupted
         args = [*_trace_executable(), "run", str(bench), "--generator", "synthetic:perfect",
                 "--judge", f"openai:oracle@{zoo.base_url}", "--concurrency", "1", "--out", str(tmp_path / "run")]
-        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # SIGINT as a terminal delivers it: a test suite started in the background (`pytest &`) ignores
+        # SIGINT, and its children would inherit that
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         verdicts = tmp_path / "run" / "verdicts.jsonl"
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not (verdicts.is_file() and verdicts.stat().st_size):

@@ -66,9 +66,10 @@ class Stopped:
 
 @dataclass
 class _Breaker:
-    successes: int = 0
+    settled: bool = False  # a call succeeded, or calls failed in two ways: this provider is never stopped
     shape: str | None = None  # the first failure's reason, numbers blanked (case ids, line numbers)
     same: int = 0
+    stopped: bool = False
 
 
 @dataclass
@@ -153,7 +154,6 @@ class ModelAccess:
         self.stopped: Stopped | None = None  # the first provider stopped, if any
         self._replicas: dict[int, _Replicas] = {}
         self._breakers: dict[int, _Breaker] = {}
-        self._stopped: set[int] = set()
 
     # -- the call ------------------------------------------------------------------------------
 
@@ -164,8 +164,8 @@ class ModelAccess:
         if replicas is None:
             replicas = self._replicas[id(provider)] = _Replicas(len(provider.replicas),
                                                                 provider.concurrency or self.concurrency)
-        if id(provider) in self._stopped:
-            raise NotSent(f"not sent: {self.stopped.reason if self.stopped else 'stopped'}")
+        breaker = self._breakers.setdefault(id(provider), _Breaker())
+        self._refuse_if_stopped(breaker)
         if count:
             self.stats.calls[provider.spec] += 1
         retries = getattr(provider, "max_retries", None)
@@ -191,14 +191,13 @@ class ModelAccess:
                     replicas.in_flight[index] += 1  # waiting for the replica counts: the next call goes elsewhere
                     try:
                         async with replicas.limits[index]:
-                            if id(provider) in self._stopped:  # stopped while this call waited for its turn
-                                raise NotSent(f"not sent: {self.stopped.reason if self.stopped else 'stopped'}")
+                            self._refuse_if_stopped(breaker)  # stopped while this call waited for its turn
                             token = current_replica.set(index)
                             try:
                                 result = await self._attempt(provider, attempt)
                             finally:
                                 current_replica.reset(token)
-                            self._breakers.setdefault(id(provider), _Breaker()).successes += 1
+                            breaker.settled = True
                             return result
                     finally:
                         replicas.in_flight[index] -= 1
@@ -209,7 +208,7 @@ class ModelAccess:
         except CallFailed as err:
             self.stats.failures += 1
             reason = one_line(str(err), provider.secrets())
-            self._failed(provider, err, reason)
+            self._failed(provider, breaker, err, reason)
             try:
                 scrubbed = type(err)(reason)
             except TypeError:  # a subclass of a plugin's with another signature
@@ -217,10 +216,13 @@ class ModelAccess:
             raise scrubbed from None
         raise AssertionError("unreachable: tenacity either returns or raises")  # pragma: no cover
 
-    def _failed(self, provider: Provider, err: CallFailed, reason: str) -> None:
+    def _refuse_if_stopped(self, breaker: _Breaker) -> None:
+        if breaker.stopped:
+            raise NotSent(f"not sent: {self.stopped.reason if self.stopped else 'stopped'}")
+
+    def _failed(self, provider: Provider, breaker: _Breaker, err: CallFailed, reason: str) -> None:
         """Count a failure toward stopping the calls to ``provider`` (see the module docstring)."""
-        breaker = self._breakers.setdefault(id(provider), _Breaker())
-        if breaker.successes or id(provider) in self._stopped:
+        if breaker.settled or breaker.stopped:
             return
         shape = _NUMBERS.sub("#", reason)
         if shape == breaker.shape:
@@ -228,10 +230,10 @@ class ModelAccess:
         elif breaker.shape is None:
             breaker.shape, breaker.same = shape, 1
         else:
-            breaker.successes = 1  # two ways of failing: not the endpoint as a whole; never stop
+            breaker.settled = True  # two ways of failing: not the endpoint as a whole
             return
         if isinstance(err, EndpointRefused) or breaker.same >= STOP_AFTER:
-            self._stopped.add(id(provider))
+            breaker.stopped = True
             if self.stopped is None:
                 self.stopped = Stopped(provider.spec, reason, breaker.same, isinstance(err, EndpointRefused))
 

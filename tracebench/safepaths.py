@@ -16,6 +16,7 @@ write inside its folder:
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Annotated
 
@@ -43,6 +44,7 @@ def safe_id_problem(value: str) -> str | None:
     return None
 
 
+@lru_cache(maxsize=4096)  # records repeat their paths (a reference shared by many cases)
 def relative_path_problem(value: str) -> str | None:
     """Why ``value`` is not a path relative to its folder that stays inside it, or None
     (the words alone: symlinks are :func:`inside`'s)."""

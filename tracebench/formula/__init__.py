@@ -27,8 +27,8 @@ from ._errors import FormulaConstraintError, FormulaError, FormulaSyntaxError
 from ._language import Language, language
 from ._parser import parse_syntax
 from ._printer import symbol, to_text
-from ._space import (SpaceBounds, count_by_generating_function, enumerate_templates, space_bounds, space_by_slot,
-                     template_counts, templates)
+from ._space import (SpaceBounds, count_by_generating_function, decode_template, encode_template, enumerate_templates,
+                     space_bounds, space_by_slot, template_counts, templates)
 
 __all__ = [
     "Anchor",
@@ -51,8 +51,10 @@ __all__ = [
     "canonical",
     "compose_depth",
     "count_by_generating_function",
+    "decode_template",
     "design_conflict",
     "describe_formula",
+    "encode_template",
     "enumerate_templates",
     "language",
     "parse",

@@ -15,7 +15,7 @@ from lark import Lark
 
 from ..resources import read_text
 
-__all__ = ["GRAMMAR_FILE", "lark_options", "numbered", "spells", "split_index", "terminal", "tree_parser"]
+__all__ = ["GRAMMAR_FILE", "build_lark", "lark_options", "numbered", "spells", "split_index", "terminal", "tree_parser"]
 
 GRAMMAR_FILE = "trace.lark"
 _DIGITS = "0123456789"
@@ -26,10 +26,33 @@ def lark_options() -> dict:
     return {"parser": "lalr", "lexer": "contextual", "strict": True, "maybe_placeholders": True}
 
 
+def build_lark(transformer=None) -> Lark:
+    """A Lark parser of the grammar (with ``transformer`` run as rules reduce).
+
+    Building the LALR tables takes about 0.3 s; they are kept in the derived-data folder
+    (:mod:`tracebench.derived`) by Lark's own cache, which checks them against the grammar
+    text, the options and Lark's version before use and rebuilds them when they differ."""
+    import hashlib
+    import sys
+
+    import lark
+
+    from ..derived import derived_path
+
+    text = read_text("grammar", GRAMMAR_FILE)
+    options = lark_options()
+    key = hashlib.sha256(f"{text}\0{sorted(options.items())}\0{lark.__version__}\0{sys.version_info[:2]}"
+                         .encode()).hexdigest()
+    path = derived_path("lark", key, ".pickle")
+    if path is not None:
+        options["cache"] = str(path)
+    return Lark(text, transformer=transformer, **options)
+
+
 @cache
 def tree_parser() -> Lark:
     """The grammar's parser without the AST builder (it returns Lark trees)."""
-    return Lark(read_text("grammar", GRAMMAR_FILE), **lark_options())
+    return build_lark()
 
 
 @cache

@@ -15,10 +15,9 @@ from functools import cache, lru_cache
 from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
-from ..resources import read_text
 from ._ast import Anchor, AnchorBinding, Apply, Compose, Disentangle, DisentangleBinding, Expr, Node, Text
 from ._errors import FormulaSyntaxError
-from ._grammar import GRAMMAR_FILE, lark_options, spells, split_index, tree_parser
+from ._grammar import build_lark, spells, split_index, tree_parser
 from ._language import check_spellings, language
 
 __all__ = ["parse_syntax", "lark_parser"]
@@ -151,7 +150,7 @@ def lark_parser(*, build_ast: bool = True) -> Lark:
     if not build_ast:
         return tree_parser()
     check_spellings(language())  # the vocabulary must be writable in this grammar
-    return Lark(read_text("grammar", GRAMMAR_FILE), transformer=_Builder(), **lark_options())
+    return build_lark(transformer=_Builder())
 
 
 def parse_syntax(text: str) -> Expr:

@@ -26,7 +26,7 @@ from ._canonical import arg_sort_key, modifier_sort_key
 from ._language import language
 
 __all__ = ["SpaceBounds", "space_bounds", "enumerate_templates", "count_by_generating_function", "template_counts",
-           "space_by_slot", "templates"]
+           "space_by_slot", "templates", "encode_template", "decode_template"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,3 +224,72 @@ def templates(slots: Iterable[int]) -> dict[int, list[Expr]]:
     wanted = sorted(set(slots))
     space = _cached_space(max(wanted))
     return {s: sorted(space.get(s, ()), key=lambda e: to_text(e, ascii=True)) for s in wanted}
+
+
+# ---------------------------------------------------------------------------- compact form of templates
+# The sampler keeps the classified template space on disk (tracebench.sample._quotas) and
+# rebuilds only the templates it draws. Postfix tokens, one space apart: ``f`` an anchor,
+# ``t`` the text entity Te, ``g`` / ``g_<kind>`` a g term, ``A<n>`` the carrier before n
+# modifiers, ``C<n>`` a composition of the n expressions before it. A serialization of
+# unbound, unnumbered templates, not a second reader of the formula language.
+
+def encode_template(expr: Expr, memo: dict[int, str] | None = None) -> str:
+    """The compact form of an unbound, unnumbered template (ValueError for anything else).
+
+    ``memo`` (keyed by object identity, as the template space shares subexpressions) makes
+    encoding a whole slot level cheap."""
+    memo = {} if memo is None else memo
+
+    def code(node: Expr | Disentangle) -> str:
+        known = memo.get(id(node))
+        if known is not None:
+            return known
+        if isinstance(node, Anchor) and node.index is None and node.binding is None:
+            out = "f"
+        elif isinstance(node, Text) and (node.name, node.index, node.description) == ("e", None, None):
+            out = "t"
+        elif isinstance(node, Disentangle) and node.index is None and node.binding is None:
+            out = "g" if node.kind is None else f"g_{node.kind}"
+        elif isinstance(node, Apply):
+            out = " ".join([code(node.carrier), *map(code, node.modifiers), f"A{len(node.modifiers)}"])
+        elif isinstance(node, Compose) and node.index is None:
+            out = " ".join([*map(code, node.args), f"C{len(node.args)}"])
+        else:
+            raise ValueError(f"not an unbound, unnumbered template term: {node!r}")
+        memo[id(node)] = out
+        return out
+
+    return code(expr)
+
+
+_LEAVES: dict[str, Expr | Disentangle] = {}  # leaves are immutable: one object serves every template
+
+
+def decode_template(code: str) -> Expr:
+    """The template of :func:`encode_template`'s compact form (ValueError for a malformed one)."""
+    stack: list = []
+    for token in code.split():
+        head = token[0]
+        if head in "AC" and token[1:].isdigit():
+            n = int(token[1:])
+            if n < 1 or len(stack) < n + (head == "A"):
+                raise ValueError(f"malformed compact template {code!r}")
+            items = stack[-n:]
+            del stack[-n:]
+            stack.append(Apply(stack.pop(), tuple(items)) if head == "A" else Compose(tuple(items)))
+            continue
+        leaf = _LEAVES.get(token)
+        if leaf is None:
+            if token == "f":
+                leaf = Anchor()
+            elif token == "t":
+                leaf = Text("e")
+            elif token == "g" or token.startswith("g_"):
+                leaf = Disentangle() if token == "g" else Disentangle(token[2:])
+            else:
+                raise ValueError(f"malformed compact template {code!r}")
+            _LEAVES[token] = leaf
+        stack.append(leaf)
+    if len(stack) != 1:
+        raise ValueError(f"malformed compact template {code!r}")
+    return stack[0]

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from ._balance import balance_library, balanced_selection, image_features
-from ._import import copy_selection, import_library
 from ._io import INFO_FILE, TAGS_FILE, content_hash, load_library, staged_output, write_library
 from ._models import Entity, GlobalTag, LibraryInfo, TagDict, TaggedImage
-from ._stats import library_stats
 from ._validate import check_records, read_records, read_valid_library, validate_library
-from .synth import default_library, plan_scene, render_scene, synthesize_image, synthesize_library
+from .synth import default_library, synthesize_image, synthesize_library
 
 __all__ = [
     "Entity",
@@ -41,13 +38,18 @@ __all__ = [
     "TagReport",
 ]
 
-_LAZY = {"tag_images", "TagReport", "SkippedImage", "ModelTags", "tag_schema"}
+# loaded on first use: the tagger pulls in the openai client (~0.4 s), balancing and importing
+# numpy-free but sizeable code, and the renderer is for synthetic generators only
+_LAZY = {"tag_images": "_tag", "TagReport": "_tag", "SkippedImage": "_tag", "ModelTags": "_tag", "tag_schema": "_tag",
+         "balance_library": "_balance", "balanced_selection": "_balance", "image_features": "_balance",
+         "copy_selection": "_import", "import_library": "_import", "library_stats": "_stats",
+         "plan_scene": "synth", "render_scene": "synth"}
 
 
 def __getattr__(name: str):
-    # the tagger pulls in the openai client (~0.4 s); import it only when asked for
-    if name in _LAZY:
-        from . import _tag
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
 
-        return getattr(_tag, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f".{module}", __name__), name)

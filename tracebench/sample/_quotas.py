@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 import random
 from dataclasses import dataclass
 from functools import cache
 
-import networkx as nx
-
 from ..errors import TraceError
-from ..formula import Apply, Compose, Disentangle, Expr, space_by_slot
-from ..resources import read_toml
+from ..derived import read_json, source_hash, write_json
+from ..formula import Apply, Compose, Disentangle, Expr, decode_template, encode_template, space_bounds, space_by_slot
+from ..resources import data_hash, read_toml
 from ._capabilities import Need, needs_of
 
 __all__ = ["Quotas", "quotas", "draw_templates", "largest_remainder", "left_out_counts", "other_templates"]
@@ -79,24 +79,119 @@ def _cell(node: Expr | Disentangle, memo: dict[int, tuple[int, int, bool]]) -> t
     return result
 
 
+Cell = tuple[int, int, bool]  # (g_rel terms, g_global terms, has g_attach or g_ip)
+
+# The classified space is derived data (tracebench.derived): a function of these data files
+# and of the code below and the modules it calls.
+_SPACE_FILES = (("templates", "space.toml"), ("taxonomy", "kinds.toml"), ("grammar", "trace.lark"),
+                ("grammar", "language.toml"))
+_SPACE_CODE = ("formula/_space.py", "formula/_ast.py", "formula/_canonical.py", "formula/_language.py",
+               "formula/_analysis.py", "sample/_quotas.py", "sample/_capabilities.py")
+_SPACE_FORMAT = 1
+
+
+class SlotSpace:
+    """The templates of one slot level, each in compact form (``encode_template``), their quota
+    cells and their needs; a template is rebuilt as an AST only when it is drawn, once."""
+
+    def __init__(self, codes: list[str], cells: dict[Cell, list[int]], needs: list[frozenset[Need]]) -> None:
+        self.codes = codes
+        self.cells = cells  # positions into codes by quota cell, cells in the space's order
+        self.needs = needs  # per position
+        self._built: dict[int, Expr] = {}
+        self._position: dict[int, int] = {}  # id(template) -> position, for templates built here
+
+    def template(self, position: int) -> Expr:
+        built = self._built.get(position)
+        if built is None:
+            built = self._built[position] = decode_template(self.codes[position])
+            self._position[id(built)] = position
+        return built
+
+    def position(self, template: Expr) -> int | None:
+        """The position of a template this space built (None for any other object)."""
+        return self._position.get(id(template))
+
+    @classmethod
+    def classify(cls, templates: tuple[Expr, ...]) -> "SlotSpace":
+        memo: dict[int, Cell] = {}
+        needs_memo: dict = {}
+        code_memo: dict[int, str] = {}
+        cells: dict[Cell, list[int]] = {}
+        for position, template in enumerate(templates):
+            cells.setdefault(_cell(template, memo), []).append(position)
+        return cls([encode_template(t, code_memo) for t in templates], cells,
+                   [needs_of(t, needs_memo) for t in templates])
+
+    def to_json(self) -> dict:
+        table = sorted({n for ns in self.needs for n in ns}, key=str)
+        bit = {n: 1 << k for k, n in enumerate(table)}
+        return {"format": _SPACE_FORMAT, "digest": _digest(self.codes), "codes": self.codes,
+                "cells": [[r, g, w, positions] for (r, g, w), positions in self.cells.items()],
+                "need_table": [list(n) for n in table], "needs": [sum(bit[n] for n in ns) for ns in self.needs]}
+
+    @classmethod
+    def from_json(cls, raw) -> "SlotSpace | None":
+        """The stored space, or None when ``raw`` is not one this code wrote."""
+        try:
+            if raw.get("format") != _SPACE_FORMAT or raw.get("digest") != _digest(raw["codes"]):
+                return None
+            codes = raw["codes"]
+            table = [(kind, role) for kind, role in raw["need_table"]]
+            needs_of_mask: dict[int, frozenset[Need]] = {}
+            needs = []
+            for mask in raw["needs"]:
+                known = needs_of_mask.get(mask)
+                if known is None:
+                    known = needs_of_mask[mask] = frozenset(n for k, n in enumerate(table) if mask >> k & 1)
+                needs.append(known)
+            cells = {(int(r), int(g), bool(w)): [int(p) for p in positions] for r, g, w, positions in raw["cells"]}
+            if len(needs) != len(codes) or sorted(p for ps in cells.values() for p in ps) != list(range(len(codes))):
+                return None
+            return cls(codes, cells, needs)
+        except (AttributeError, KeyError, TypeError, ValueError):
+            return None
+
+
+def _digest(codes: list[str]) -> str:
+    return hashlib.sha256("\n".join(codes).encode()).hexdigest()
+
+
 @cache
-def _cells(slot: int, without: frozenset[Need] = frozenset()) -> dict[tuple[int, int, bool], list[Expr]]:
-    """The templates of slot level ``slot`` by quota cell, less those with a need in ``without``."""
-    cells: dict[tuple[int, int, bool], list[Expr]] = {}
-    memo: dict[int, tuple[int, int, bool]] = {}
-    templates = space_by_slot([slot])[slot]
-    needs = _slot_needs(slot) if without else (frozenset(),) * len(templates)
-    for template, need in zip(templates, needs):
-        if not need & without:
-            cells.setdefault(_cell(template, memo), []).append(template)
+def _space_key() -> str:
+    return hashlib.sha256(f"{data_hash(*_SPACE_FILES)}:{source_hash(*_SPACE_CODE)}:{_SPACE_FORMAT}".encode()).hexdigest()
+
+
+@cache
+def slot_space(slot: int) -> SlotSpace:
+    """The classified templates of slot level ``slot``: read from the derived-data folder, or
+    enumerated, classified and stored there (every level of one enumeration at once)."""
+    name = f"template-space-slot{slot}"
+    stored = SlotSpace.from_json(read_json(name, _space_key()))
+    if stored is not None:
+        return stored
+    levels = space_by_slot(range(space_bounds().min_slot, space_bounds().max_slot + 1))
+    made = None
+    for level, templates in levels.items():
+        space = SlotSpace.classify(templates)
+        write_json(f"template-space-slot{level}", _space_key(), space.to_json())
+        if level == slot:
+            made = space
+    return made if made is not None else SlotSpace([], {}, [])
+
+
+@cache
+def _cells(slot: int, without: frozenset[Need] = frozenset()) -> dict[Cell, list[int]]:
+    """The positions of the templates of slot level ``slot`` by quota cell, less those with a need in ``without``."""
+    space = slot_space(slot)
+    if not without:
+        return space.cells
+    cells: dict[Cell, list[int]] = {}
+    for cell, positions in space.cells.items():
+        kept = [p for p in positions if not space.needs[p] & without]
+        if kept:
+            cells[cell] = kept
     return cells
-
-
-@cache
-def _slot_needs(slot: int) -> tuple[frozenset[Need], ...]:
-    """The needs of each template of slot level ``slot``, in the space's order."""
-    memo: dict = {}
-    return tuple(needs_of(t, memo) for t in space_by_slot([slot])[slot])
 
 
 def left_out_counts(slot: int, gaps: tuple[Need, ...]) -> dict[Need, int]:
@@ -105,7 +200,7 @@ def left_out_counts(slot: int, gaps: tuple[Need, ...]) -> dict[Need, int]:
     counts = dict.fromkeys(gaps, 0)
     if gaps:
         without = frozenset(gaps)
-        for needs in _slot_needs(slot):
+        for needs in slot_space(slot).needs:
             if needs & without:
                 counts[next(n for n in gaps if n in needs)] += 1
     return counts
@@ -125,18 +220,19 @@ def other_templates(slot: int, template: Expr, rng: random.Random, n: int,
                     without: frozenset[Need] = frozenset()) -> list[Expr]:
     """Up to ``n`` other templates of slot level ``slot`` to try when ``template`` cannot be
     bound: first from its own quota cell, then from the whole level, in an order drawn from ``rng``."""
-    cells = _cells(slot, without)
-    own = [t for t in cells.get(_cell(template, {}), []) if t is not template]
-    pool = [t for ts in cells.values() for t in ts]
+    space, cells = slot_space(slot), _cells(slot, without)
+    itself = space.position(template)
+    own = [p for p in cells.get(_cell(template, {}), []) if p != itself]
+    pool = [p for ps in cells.values() for p in ps]
     picked = rng.sample(own, min(n // 2, len(own)))
-    seen = {id(t) for t in picked} | {id(template)}
-    for t in rng.sample(pool, min(n, len(pool))):
+    seen = set(picked) | {itself}
+    for p in rng.sample(pool, min(n, len(pool))):
         if len(picked) >= n:
             break
-        if id(t) not in seen:
-            seen.add(id(t))
-            picked.append(t)
-    return picked
+        if p not in seen:
+            seen.add(p)
+            picked.append(p)
+    return [space.template(p) for p in picked]
 
 
 def draw_templates(slot: int, n: int, rng: random.Random, q: Quotas | None = None,
@@ -160,12 +256,12 @@ def draw_templates(slot: int, n: int, rng: random.Random, q: Quotas | None = Non
     glob_counts = largest_remainder(n, glob_shares)
     feasible = {(r, g) for r in range(len(rel_counts)) for g in range(len(glob_counts))
                 if (r, g, False) in cells or (r, g, True) in cells}
-    counts = _joint_counts(rel_counts, glob_counts, feasible)
+    counts = _stored_joint_counts(rel_counts, glob_counts, feasible)
     if counts is None:
         raise TraceError(
             f"templates/{QUOTA_FILE}: unsatisfiable quota for slot {slot}: no templates meet "
             f"{rel_counts} cases with 0/1/2 relations and {glob_counts} with 0/1/2 global terms together")
-    drawn: list[Expr] = []
+    drawn: list[int] = []
     for r in range(len(rel_counts)):
         for g in range(len(glob_counts)):
             count = counts.get((r, g), 0)
@@ -174,7 +270,25 @@ def draw_templates(slot: int, n: int, rng: random.Random, q: Quotas | None = Non
             plain, whole = cells.get((r, g, False), []), cells.get((r, g, True), [])
             n_whole = round(q.whole * count) if plain and whole else (count if whole else 0)
             drawn += _distinct(whole, n_whole, rng) + _distinct(plain, count - n_whole, rng)
-    return drawn
+    space = slot_space(slot)
+    return [space.template(p) for p in drawn]
+
+
+def _stored_joint_counts(rows: list[int], cols: list[int], feasible: set[tuple[int, int]]) -> dict | None:
+    """:func:`_joint_counts`, kept in the derived-data folder (solving the flow is quick;
+    importing networkx to do it is not)."""
+    problem = [rows, cols, sorted(feasible)]
+    key = hashlib.sha256(f"{problem}:{source_hash('sample/_quotas.py')}".encode()).hexdigest()
+    stored = read_json("quota-joint-counts", key)
+    if isinstance(stored, dict) and stored.get("problem") == [rows, cols, [list(c) for c in sorted(feasible)]]:
+        try:
+            return None if stored["counts"] is None else {(int(r), int(g)): int(n) for r, g, n in stored["counts"]}
+        except (KeyError, TypeError, ValueError):
+            pass
+    counts = _joint_counts(rows, cols, feasible)
+    write_json("quota-joint-counts", key, {"problem": problem, "counts": None if counts is None else
+                                           [[r, g, n] for (r, g), n in counts.items()]})
+    return counts
 
 
 def _joint_counts(rows: list[int], cols: list[int], feasible: set[tuple[int, int]]) -> dict | None:
@@ -185,6 +299,8 @@ def _joint_counts(rows: list[int], cols: list[int], feasible: set[tuple[int, int
     both margins exactly, staying within the target where it can (so the cases spread over
     the cells rather than piling into one).
     """
+    import networkx as nx
+
     n = sum(rows)
     target = {cell: (rows[cell[0]] / n) * (cols[cell[1]] / n) * n if n else 0.0 for cell in feasible}
     for _ in range(200):
@@ -212,8 +328,8 @@ def _joint_counts(rows: list[int], cols: list[int], feasible: set[tuple[int, int
     return {(r, g): flow[("r", r)][("cell", r, g)] for (r, g) in feasible if flow[("r", r)][("cell", r, g)]}
 
 
-def _distinct(pool: list[Expr], n: int, rng: random.Random) -> list[Expr]:
-    """``n`` templates from ``pool``: all distinct while it lasts, then cycling."""
+def _distinct(pool: list[int], n: int, rng: random.Random) -> list[int]:
+    """``n`` positions from ``pool``: all distinct while it lasts, then cycling."""
     if n <= 0:
         return []
     order = list(pool)

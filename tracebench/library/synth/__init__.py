@@ -32,10 +32,21 @@ The modules, each importing only those above it (``_figures`` names ``World`` in
 from __future__ import annotations
 
 from ._build import DEFAULT_N, DEFAULT_SEED, cache_root, default_library, synthesize_image, synthesize_library
-from ._plan import FINE_MIN_PX, RENDER_VERSION, entity_options, new_entity, plan_scene, set_attribute, slot_boxes
-from ._render import render_scene
-from ._tags import relation_tag
 from ._world import SYNTH_FILE, World, load_world, world_hash
+
+# the planner and the renderer load on first use: finding the default library needs neither
+_LAZY = {"FINE_MIN_PX": "_plan", "RENDER_VERSION": "_plan", "entity_options": "_plan", "new_entity": "_plan",
+         "plan_scene": "_plan", "set_attribute": "_plan", "slot_boxes": "_plan", "render_scene": "_render",
+         "relation_tag": "_tags"}
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    return getattr(import_module(f".{module}", __name__), name)
 
 __all__ = [
     "DEFAULT_N",

@@ -11,12 +11,10 @@ from PIL import Image
 
 from ... import __version__
 from ...cache import make_stage
+from ...derived import cache_root
 from ...errors import TraceError
 from .._io import INFO_FILE, TAGS_FILE, staged_output, write_library
 from .._models import LibraryInfo, TaggedImage
-from ._plan import plan_scene
-from ._render import render_scene
-from ._tags import _record
 from ._world import load_world, world_hash
 
 DEFAULT_N = 400
@@ -30,6 +28,10 @@ def image_id(index: int) -> str:
 
 def synthesize_image(index: int, *, seed: int = DEFAULT_SEED) -> tuple[Image.Image, TaggedImage]:
     """Image ``index`` of the synthetic library of ``seed`` and its tagged record."""
+    from ._plan import plan_scene  # the drawing modules: only when an image is made
+    from ._render import render_scene
+    from ._tags import _record
+
     world = load_world()
     plan = json.loads(json.dumps(plan_scene(seed, index)))  # exactly what the record will hold
     img, render = render_scene(plan)
@@ -58,15 +60,6 @@ def synthesize_library(out: Path, *, n: int = DEFAULT_N, seed: int = DEFAULT_SEE
             records.append(record)
         info = write_library(root, name, records)
     return info
-
-
-def cache_root() -> Path:
-    """``$TRACEBENCH_CACHE``, else ``$XDG_CACHE_HOME/tracebench``, else ``~/.cache/tracebench``."""
-    if os.environ.get("TRACEBENCH_CACHE"):
-        return Path(os.environ["TRACEBENCH_CACHE"])
-    if os.environ.get("XDG_CACHE_HOME"):
-        return Path(os.environ["XDG_CACHE_HOME"]) / "tracebench"
-    return Path.home() / ".cache" / "tracebench"
 
 
 def _complete(folder: Path) -> bool:

@@ -262,6 +262,10 @@ class JsonLinesFile(Generic[M]):
     def write(self, folder: Path, records: Iterable[M]) -> None:
         write_jsonl(self.path(folder), records)
 
+    def write_lines(self, folder: Path, lines: Iterable[str]) -> None:
+        """Write lines already made by :func:`record_line` (in another process, say), atomically."""
+        write_atomic(self.path(folder), (line.encode() for line in lines))
+
 
 @dataclass(frozen=True)
 class JsonFile(Generic[M]):

@@ -24,16 +24,33 @@ def register(sub) -> None:
     p.add_argument("--strict", action="store_true",
                    help="refuse a library that cannot supply every template and application (default: leave "
                         "those out, one line each on stderr, and record them in the manifest)")
+    p.add_argument("--jobs", type=_jobs, default=None, metavar="N",
+                   help="processes making cases (default: the cores this process may use, at most 8; the "
+                        "output is the same bytes for any number)")
     p.add_argument("--out", type=Path, required=True, help="the benchmark folder to write (must not exist, or be empty)")
     p.set_defaults(run=run)
 
 
+def _jobs(text: str) -> int:
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a number of processes, at least 1")
+    return value
+
+
 def run(args) -> int:
     from ..sample import sample_benchmark
+    from ..sample._parallel import default_jobs
 
     manifest = sample_benchmark(args.out, slots=args.slots, per_slot=args.per_slot, seed=args.seed,
                                 library=args.library, applications=args.applications, strict=args.strict,
-                                report=lambda line: print(line, file=sys.stderr))
+                                report=lambda line: print(line, file=sys.stderr),
+                                jobs=default_jobs() if args.jobs is None else args.jobs)
     slots = ", ".join(f"{s}: {n}" for s, n in manifest.counts_per_slot.items())
     print(f"{args.out}: {manifest.cases} cases ({slots}; applications: "
           f"{sum(manifest.counts_per_application.values())}), {manifest.distinct_templates} distinct templates")

@@ -36,6 +36,7 @@ from ..safepaths import inside
 from ._bind import BindingError, BoundCase, bind
 from ._capabilities import Gap, Need, library_gaps, needs_of, space_needs
 from ._index import LibraryIndex
+from ._parallel import Written, made_in_order, written
 from ._quotas import QUOTA_FILE, draw_templates, left_out_counts, other_templates, quotas
 
 __all__ = ["Plan", "left_out", "left_out_line", "plan_cases", "sample_benchmark", "write_benchmark"]
@@ -198,7 +199,7 @@ def _reference_path(index: LibraryIndex, lib: int) -> str:
     return f"{REFERENCES_DIR}/{image.id}{Path(image.path).suffix}"
 
 
-def write_benchmark(out: Path, cases: Iterable[Case], *, source: Callable[[Case, Reference], Path], seed: int,
+def write_benchmark(out: Path, cases: Iterable[Case | Written], *, source: Callable[[Case, Reference], Path], seed: int,
                     arguments: dict, library: dict, hashes: dict[str, str], overwrite: bool = False,
                     extra: Callable[[Path], None] | None = None, left_out: tuple[LeftOut, ...] = ()) -> SampleManifest:
     """Write a benchmark folder: ``cases.jsonl`` (streamed: ``cases`` may be a generator), each
@@ -207,7 +208,8 @@ def write_benchmark(out: Path, cases: Iterable[Case], *, source: Callable[[Case,
     ``manifest.json`` counting what was written. The folder is assembled beside ``out`` and
     renamed into place at the end (``overwrite``: replacing what ``out`` held); ``extra(folder)``
     adds files before that. The one writer of benchmark folders (``trace sample``, and the
-    sub-cases of ``trace diagnose``)."""
+    sub-cases of ``trace diagnose``). ``cases`` may hold cases already serialized
+    (:class:`~tracebench.sample._parallel.Written`, made by worker processes)."""
     per_slot: Counter = Counter()
     per_app: Counter = Counter()
     whole: Counter = Counter()
@@ -216,8 +218,9 @@ def write_benchmark(out: Path, cases: Iterable[Case], *, source: Callable[[Case,
         (root / REFERENCES_DIR).mkdir()
         copied: set[str] = set()
 
-        def written() -> Iterable[Case]:
-            for case in cases:
+        def lines() -> Iterable[str]:
+            for item in cases:
+                case = item if isinstance(item, Written) else written(item)
                 for ref in case.references:
                     if ref.path not in copied:
                         target = inside(root, ref.path, f"case {case.id}: reference", "benchmark folder")
@@ -229,10 +232,10 @@ def write_benchmark(out: Path, cases: Iterable[Case], *, source: Callable[[Case,
                     per_app[case.application] += 1
                 else:
                     per_slot[str(case.slot)] += 1
-                    whole[str(case.slot)] += any(t.role in ("attach", "ip") for t in case.terms)
-                yield case
+                    whole[str(case.slot)] += case.whole
+                yield case.line
 
-        CASES.write(root, written())
+        CASES.write_lines(root, lines())
         slots = sorted(per_slot, key=int)
         manifest = SampleManifest(
             tool=f"tracebench {__version__}", seed=seed, arguments=arguments, library=library, hashes=hashes,
@@ -248,8 +251,11 @@ def write_benchmark(out: Path, cases: Iterable[Case], *, source: Callable[[Case,
 def sample_benchmark(out: Path, *, slots: tuple[int, ...], per_slot: int | None = None, seed: int = 0,
                      library: Path | None = None, applications: bool = True,
                      progress: bool | None = None, strict: bool = False,
-                     report: Callable[[str], None] | None = None) -> SampleManifest:
+                     report: Callable[[str], None] | None = None, jobs: int = 1) -> SampleManifest:
     """Build a benchmark folder at ``out``; returns its manifest.
+
+    ``jobs``: processes making cases (forked workers; the output is the same bytes for any
+    number).
 
     What the library cannot supply is left out (the manifest's ``left_out``; ``report`` gets
     one line per family) and a case that cannot be bound tries other templates; ``strict``
@@ -290,22 +296,25 @@ def sample_benchmark(out: Path, *, slots: tuple[int, ...], per_slot: int | None 
     by_id = {image.id: image for image in images}
     if progress is None:
         progress = sys.stderr.isatty()
-    bar = tqdm(plans, desc="sampling", unit="case", disable=not progress, file=sys.stderr)
-    return write_benchmark(
-        out, (_make_case(plan, index, seed, without, others=not strict) for plan in bar), left_out=entries,
-        source=lambda case, ref: inside(library, by_id[ref.source_id].path,
-                                        f"{library}: image {ref.source_id} (case {case.id})", "library folder"),
-        seed=seed,
-        arguments={"slots": list(slots), "per_slot": per_slot, "applications": applications,
-                   "library": library_argument},
-        library={"name": info.name, "version": info.version, "content_hash": info.content_hash},
-        hashes={
-            "template_space": data_hash(("templates", "space.toml"), ("taxonomy", "kinds.toml"),
-                                        ("grammar", "trace.lark"), ("grammar", "language.toml")),
-            "quotas": data_hash(("templates", QUOTA_FILE)),
-            "applications": data_hash(("templates", APPLICATIONS_FILE)),
-            "text_carriers": data_hash(("templates", "text_carriers.toml")),
-            "prompts": data_hash(*(("templates", name) for name in PROMPT_FILES)),
-            "questions": data_hash(("templates", QUESTION_FILE)),
-            "taxonomy": data_hash(("taxonomy", "categories.toml"), ("taxonomy", "subtypes.toml")),
-        })
+    hashes = {
+        "template_space": data_hash(("templates", "space.toml"), ("taxonomy", "kinds.toml"),
+                                    ("grammar", "trace.lark"), ("grammar", "language.toml")),
+        "quotas": data_hash(("templates", QUOTA_FILE)),
+        "applications": data_hash(("templates", APPLICATIONS_FILE)),
+        "text_carriers": data_hash(("templates", "text_carriers.toml")),
+        "prompts": data_hash(*(("templates", name) for name in PROMPT_FILES)),
+        "questions": data_hash(("templates", QUESTION_FILE)),
+        "taxonomy": data_hash(("taxonomy", "categories.toml"), ("taxonomy", "subtypes.toml")),
+    }
+    with made_in_order(lambda i: _make_case(plans[i], index, seed, without, others=not strict), len(plans),
+                       jobs) as made:  # workers fork here, before the progress bar's thread
+        return write_benchmark(
+            out, tqdm(made, total=len(plans), desc="sampling", unit="case", disable=not progress, file=sys.stderr),
+            left_out=entries,
+            source=lambda case, ref: inside(library, by_id[ref.source_id].path,
+                                            f"{library}: image {ref.source_id} (case {case.id})", "library folder"),
+            seed=seed,
+            arguments={"slots": list(slots), "per_slot": per_slot, "applications": applications,
+                       "library": library_argument},
+            library={"name": info.name, "version": info.version, "content_hash": info.content_hash},
+            hashes=hashes)

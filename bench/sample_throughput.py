@@ -1,16 +1,21 @@
 """Speed and memory of `trace sample`, measured on the real command in subprocesses.
 
-Two measurements, each a fresh process (as a user runs it), on the shipped synthetic
-library (built beforehand, so its one-time build is not counted):
+Measurements, each a fresh process (as a user runs it), on the shipped synthetic library
+(built beforehand, so its one-time build is not counted):
 
-1. the default benchmark, ``trace sample --slots 1-8 --out DIR`` (about 1,600 cases):
-   wall time and peak memory;
-2. a large benchmark, ``trace sample --per-slot 12500 --no-applications`` (100,000 cases):
+1. the default benchmark, ``trace sample --slots 1-8 --out DIR`` (about 1,600 cases), on
+   every core and with ``--jobs 1``, interleaved round by round with ``trace parse f`` (the
+   fixed cost of starting the command at all): wall times, their medians and the ratio of
+   medians, and peak memory;
+2. the first run on a machine: the same command with an empty derived-data folder (the
+   template space, quota flows and parse tables computed and stored);
+3. a large benchmark, ``trace sample --per-slot 12500 --no-applications`` (100,000 cases):
    cases per second and peak memory, to show memory does not grow with the count.
 
-Peak memory is the process's maximum resident set size (``ru_maxrss`` of the child).
+Peak memory is the process's maximum resident set size (``ru_maxrss`` of the child; with
+workers, the largest of the writer and its workers).
 
-    python bench/sample_throughput.py [--rounds 3] [--large-per-slot 12500] [--json]
+    python bench/sample_throughput.py [--rounds 5] [--large-per-slot 12500] [--json]
 """
 
 from __future__ import annotations
@@ -38,27 +43,42 @@ def trace_command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "tracebench"]
 
 
-def timed_run(args: list[str]) -> tuple[float, float, int]:
+def timed(command: list[str], env: dict | None = None) -> tuple[float, float]:
+    """(wall seconds, max RSS MiB) of one command in a fresh process."""
+    with tempfile.TemporaryFile("w+") as errors:
+        start = time.perf_counter()
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=errors, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)  # wait4: the child's own resource usage
+        wall = time.perf_counter() - start
+        if status != 0:
+            errors.seek(0)
+            raise SystemExit(f"{' '.join(command)} failed: {errors.read()}")
+    return wall, usage.ru_maxrss / 1024  # the largest of the process and the workers it waited for
+
+
+def timed_run(args: list[str], env: dict | None = None) -> tuple[float, float, int]:
     """(wall seconds, max RSS MiB, cases) of one `trace sample` run in a fresh process."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "bench"
-        start = time.perf_counter()
-        with open(Path(tmp) / "stderr.txt", "w+") as errors:
-            proc = subprocess.Popen([*trace_command(), "sample", *args, "--out", str(out)],
-                                    stdout=subprocess.DEVNULL, stderr=errors)
-            _, status, usage = os.wait4(proc.pid, 0)  # wait4: the child's own resource usage
-            wall = time.perf_counter() - start
-            errors.seek(0)
-            if status != 0:
-                raise SystemExit(f"trace sample failed: {errors.read()}")
+        wall, rss = timed([*trace_command(), "sample", *args, "--out", str(out)], env)
         with open(out / "cases.jsonl", "rb") as handle:
             cases = sum(1 for _ in handle)
-        return wall, usage.ru_maxrss / 1024, cases
+        return wall, rss, cases
+
+
+def first_run() -> tuple[float, float, int]:
+    """The default benchmark with an empty derived-data folder (the library linked in)."""
+    from tracebench.library import default_library
+
+    with tempfile.TemporaryDirectory() as tmp:
+        library = default_library()
+        (Path(tmp) / library.name).symlink_to(library, target_is_directory=True)
+        return timed_run(["--slots", "1-8"], {**os.environ, "TRACEBENCH_CACHE": tmp})
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--large-per-slot", type=int, default=12500)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -67,23 +87,44 @@ def main() -> None:
 
     default_library()  # built once, outside the measurement
 
-    default = [timed_run(["--slots", "1-8"]) for _ in range(args.rounds)]
+    timed_run(["--slots", "1-8"])  # the derived data, computed once, outside the measurement
+    parse, default, single = [], [], []
+    for _ in range(args.rounds):  # interleaved, so a change of load shows in all three
+        parse.append(timed([*trace_command(), "parse", "f"]))
+        default.append(timed_run(["--slots", "1-8"]))
+        single.append(timed_run(["--slots", "1-8", "--jobs", "1"]))
+    cold = first_run()
     large = timed_run(["--slots", "1-8", "--per-slot", str(args.large_per_slot), "--no-applications"])
+
+    def summary(runs) -> dict:
+        return {"wall_s": [round(r[0], 2) for r in runs], "median_wall_s": round(statistics.median(r[0] for r in runs), 3),
+                "max_rss_mib": round(max(r[1] for r in runs), 1)}
+
     result = {
         "machine": machine_text(),
-        "default": {"cases": default[0][2], "wall_s": [round(r[0], 2) for r in default],
-                    "median_wall_s": round(statistics.median(r[0] for r in default), 2),
-                    "max_rss_mib": round(max(r[1] for r in default), 1)},
+        "parse": summary(parse),
+        "default": {"cases": default[0][2], **summary(default)},
+        "default_jobs_1": summary(single),
+        "first_run": {"wall_s": round(cold[0], 2), "max_rss_mib": round(cold[1], 1)},
         "large": {"cases": large[2], "wall_s": round(large[0], 1), "cases_per_s": round(large[2] / large[0]),
                   "max_rss_mib": round(large[1], 1)},
     }
+    result["ratio_to_parse"] = round(result["default"]["median_wall_s"] / result["parse"]["median_wall_s"], 2)
+    result["ratio_to_parse_jobs_1"] = round(result["default_jobs_1"]["median_wall_s"] / result["parse"]["median_wall_s"], 2)
     if args.json:
         print(json.dumps(result))
         return
     print(f"machine: {result['machine']}")
+    p = result["parse"]
+    print(f"trace parse f:     median {p['median_wall_s']} s wall (rounds {p['wall_s']})")
     d = result["default"]
     print(f"default benchmark: {d['cases']} cases, median {d['median_wall_s']} s wall "
-          f"(rounds {d['wall_s']}), peak RSS {d['max_rss_mib']} MiB")
+          f"(rounds {d['wall_s']}), peak RSS {d['max_rss_mib']} MiB; {result['ratio_to_parse']}x parse")
+    s = result["default_jobs_1"]
+    print(f"  with --jobs 1:   median {s['median_wall_s']} s wall (rounds {s['wall_s']}); "
+          f"{result['ratio_to_parse_jobs_1']}x parse")
+    c = result["first_run"]
+    print(f"first run (empty derived-data folder): {c['wall_s']} s wall, peak RSS {c['max_rss_mib']} MiB")
     g = result["large"]
     print(f"large benchmark:   {g['cases']} cases in {g['wall_s']} s = {g['cases_per_s']} cases/s, "
           f"peak RSS {g['max_rss_mib']} MiB")

@@ -26,7 +26,7 @@ from ._scene import plan_generation
 __all__ = ["RECORD_KEY", "default_index", "generate", "read_record"]
 
 RECORD_KEY = "tracebench-record"  # the PNG text chunk holding the generation record
-COMPRESS_LEVEL = 1  # zlib level of generated PNGs: a third of the default's encoding time, files 1.3x larger
+COMPRESS_LEVEL = 1  # zlib level of generated PNGs: about half the default level 6 encoding time, files 1.25x larger
 SCENES_KEPT = 256  # drawn scenes kept per process (an encoded PNG of about 11 KB and its drawn plan each)
 WRITTEN_KEPT = 8192  # digests of the PNGs generate() returned, whose records read_record may trust
 

@@ -115,16 +115,15 @@ class _Handler(BaseHTTPRequestHandler):
                 elif part.get("type") == "image_url":
                     url = part["image_url"]["url"]
                     images.append(base64.b64decode(url.split(",", 1)[1]))
-        generated = next((data for data in images if read_record(data) is not None), None)
-        if generated is None:
+        record = next((found for data in images if (found := read_record(data)) is not None), None)
+        if record is None:
             return self._error(400, "no generated image with a tracebench record in the request")
-        record = read_record(generated)
         case = self.server.case_by_id(record.case_id)
         if case is None:
             return self._error(400, f"case {record.case_id!r} is not in the benchmarks this server was started with")
         wanted = set(_QUESTION_LINE.findall("\n".join(texts)))
         questions = [q for q in case.checklist if q.id in wanted]
-        reply = json.dumps(oracle_reply(questions, generated))
+        reply = json.dumps(oracle_reply(questions, record))
         self._send(200, {"id": "chatcmpl-oracle", "object": "chat.completion", "created": int(time.time()),
                          "model": "oracle", "choices": [{"index": 0, "finish_reason": "stop",
                                                           "message": {"role": "assistant", "content": reply}}],

@@ -12,7 +12,9 @@ from ._generate import RECORD_KEY, read_record
 __all__ = ["oracle_answers", "oracle_reply"]
 
 
-def _record(png: bytes) -> GenerationRecord:
+def _record(png: bytes | GenerationRecord) -> GenerationRecord:
+    if isinstance(png, GenerationRecord):
+        return png
     record = read_record(png)
     if record is None:
         raise TraceError(f"the image carries no {RECORD_KEY} chunk: the oracle judges only synthetic generations")
@@ -28,8 +30,10 @@ def oracle_answers(checklist: Sequence[Question], png: bytes) -> dict[str, bool]
     return {q.id: q.id not in failed for q in checklist}
 
 
-def oracle_reply(questions: Sequence[Question], png: bytes) -> dict[str, Any]:
+def oracle_reply(questions: Sequence[Question], png: bytes | GenerationRecord) -> dict[str, Any]:
     """The JSON a judge model would return: ``{"answers": [{"id", "answer", "reason"}]}``.
+
+    ``png`` is the generated image, or the record already read from it (:func:`read_record`).
 
     ``answer`` is the raw "yes"/"no" to the question as asked, so a passing failure-worded
     question (expected "no", e.g. duplication) is answered "no"; ``reason`` names the cause of a

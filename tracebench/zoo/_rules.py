@@ -10,8 +10,10 @@ propagating a parent's failure is the scorer's job.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
+from types import MappingProxyType
 
 from ..errors import TraceError
 from ..formula import Anchor, Compose, Disentangle, FormulaError, parse, symbol, walk
@@ -20,6 +22,26 @@ from ..records import Case, TermBinding
 from ._profiles import Failure, Profile
 
 __all__ = ["Scene", "breakdown", "breaking", "failed_questions"]
+
+
+@lru_cache(maxsize=4096)
+def _structure(formula: str) -> tuple[Mapping[str, frozenset[str]], int]:
+    """A formula's compositions (C symbol -> the anchors it holds) and its reference-conditioned
+    branches; parsed once per distinct formula (cases of one template share it). Raises
+    :class:`~tracebench.formula.FormulaError`."""
+    expr = parse(formula)
+    out: dict[str, frozenset[str]] = {}
+    count = 0
+    for node in walk(expr):
+        if isinstance(node, Compose):
+            count += 1
+            name = symbol(node) if node.index is not None else f"C{count}"
+            out[name] = frozenset(symbol(n) for n in walk(node) if isinstance(n, Anchor))
+    outer = next((n for n in walk(expr) if isinstance(n, Compose)), None)
+    branches = 1 if outer is None else sum(1 for arg in outer.args
+                                           if any(isinstance(n, (Anchor, Disentangle)) for n in walk(arg)))
+    return MappingProxyType(out), branches
+
 
 @dataclass(frozen=True)
 class Scene:
@@ -32,33 +54,23 @@ class Scene:
         return {t.symbol: t for t in self.case.terms}
 
     @cached_property
-    def _formula(self):
+    def _parsed(self) -> tuple[Mapping[str, frozenset[str]], int]:
         try:
-            return parse(self.case.formula)
+            return _structure(self.case.formula)
         except FormulaError as exc:
             raise TraceError(f"case {self.case.id}: formula: {exc}") from None
 
-    @cached_property
-    def compositions(self) -> dict[str, frozenset[str]]:
+    @property
+    def compositions(self) -> Mapping[str, frozenset[str]]:
         """C symbol -> the anchors it holds, nested compositions included (pre-order numbering
         when the formula leaves a C unnumbered, as binding numbers them)."""
-        out: dict[str, frozenset[str]] = {}
-        count = 0
-        for node in walk(self._formula):
-            if isinstance(node, Compose):
-                count += 1
-                name = symbol(node) if node.index is not None else f"C{count}"
-                out[name] = frozenset(symbol(n) for n in walk(node) if isinstance(n, Anchor))
-        return out
+        return self._parsed[0]
 
-    @cached_property
+    @property
     def branches(self) -> int:
         """Reference-conditioned branches: arguments of the outermost C holding an f or g term
         (a formula without C has one)."""
-        outer = next((n for n in walk(self._formula) if isinstance(n, Compose)), None)
-        if outer is None:
-            return 1
-        return sum(1 for arg in outer.args if any(isinstance(n, (Anchor, Disentangle)) for n in walk(arg)))
+        return self._parsed[1]
 
     @cached_property
     def carriers(self) -> tuple[str, ...]:

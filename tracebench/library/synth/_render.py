@@ -11,7 +11,7 @@ from typing import Any
 
 from PIL import Image, ImageChops, ImageDraw, ImageEnhance, ImageFilter, ImageOps
 
-from ._draw import RGB, Pen, _damage, _material, _mix, _noise, _pattern
+from ._draw import RGB, Pen, _damage, _material, _mix, _noise, _pattern, max_filter
 from ._figures import FIGURES, Look, _fit_box, _shape_sx
 from ._world import World, load_world
 
@@ -60,7 +60,7 @@ def _effect_under(kind: str, layer: Image.Image, bbox: tuple[int, int, int, int]
                   glow: RGB) -> Image.Image | None:
     size = layer.size
     if kind == "glow":
-        alpha = layer.getchannel("A").filter(ImageFilter.MaxFilter(9)).filter(ImageFilter.GaussianBlur(7))
+        alpha = max_filter(layer.getchannel("A"), 9).filter(ImageFilter.GaussianBlur(7))
         halo = Image.new("RGBA", size, (*glow, 0))
         halo.putalpha(alpha.point(lambda v: min(255, round(v * 1.6))))
         return halo
@@ -355,6 +355,9 @@ def _place(world: World, e: dict, anchors: list[dict], units: list[float]) -> li
     raise KeyError(place["mode"])
 
 
+_VISIBLE = [255 if v >= 24 else 0 for v in range(256)]  # alpha -> counted in an entity's bbox
+
+
 def render_scene(render: dict[str, Any]) -> tuple[Image.Image, dict[str, Any]]:
     """Draw a scene from its plan; returns the RGB image and the plan completed with boxes.
 
@@ -389,7 +392,7 @@ def render_scene(render: dict[str, Any]) -> tuple[Image.Image, dict[str, Any]]:
         look = Look(world, e)
         e["rgb"] = {"color": list(look.main), "second": list(look.second), "accent": list(look.accent),
                     "surface": list(look.surface)}
-        bbox = layer.getchannel("A").point(lambda v: 255 if v >= 24 else 0).getbbox() or (0, 0, 1, 1)
+        bbox = layer.getchannel("A").point(_VISIBLE).getbbox() or (0, 0, 1, 1)
         e["bbox"] = list(bbox)
         layers.append(layer)
     inked = render["style"] == "ink"
@@ -404,7 +407,7 @@ def render_scene(render: dict[str, Any]) -> tuple[Image.Image, dict[str, Any]]:
                 scene.alpha_composite(under)
         if inked:  # bold ink contours around every figure
             contour = Image.new("RGBA", (S, S), (20, 18, 22, 0))
-            contour.putalpha(layer.getchannel("A").filter(ImageFilter.MaxFilter(7)))
+            contour.putalpha(max_filter(layer.getchannel("A"), 7))
             scene.alpha_composite(contour)
         scene.alpha_composite(layer)
         if effect:

@@ -5,19 +5,37 @@
 - ``_node``: a node as a case of its own (prompt, references, checklist subset);
 - ``_attribute``: node results -> one failure source per operator instance;
 - ``_diagnose``: ``trace diagnose`` over a run folder, through the run harness.
+
+Names are imported from their module on first use: drawing one formula's tree
+(``trace diagnose --formula F --dry-run``) needs neither the run harness nor the records.
 """
 
 from __future__ import annotations
 
-from ..records import DIAGNOSIS_FILE, NODES_FILE, SUMMARY_FILE, TREES_FILE
-from ._attribute import UNDETERMINED, attribute, pending, summarize_sources
-from ._diagnose import (TreePlan, diagnose, diagnose_run, export_nodes, format_summary, merge_diagnoses, plan_trees,
-                        summarize)
-from ._node import compositions_of, node_case, root_formula
-from ._rules import Downgrades, Rule, Source, number_terms, rules, sources, targets, zoo_expectations
-from ._tree import TreeNode, build_tree, draw_tree, tree_json, tree_nodes
+from importlib import import_module
 
-__all__ = ["DIAGNOSIS_FILE", "NODES_FILE", "SUMMARY_FILE", "TREES_FILE", "Downgrades", "Rule", "Source", "TreeNode",
-           "TreePlan", "attribute", "build_tree", "compositions_of", "diagnose", "diagnose_run", "draw_tree",
-           "export_nodes", "format_summary", "merge_diagnoses", "node_case", "number_terms", "pending", "plan_trees", "root_formula", "rules", "sources",
-           "UNDETERMINED", "summarize", "summarize_sources", "targets", "tree_json", "tree_nodes", "zoo_expectations"]
+_WHERE = {
+    "..records": ("DIAGNOSIS_FILE", "NODES_FILE", "SUMMARY_FILE", "TREES_FILE"),
+    "._attribute": ("UNDETERMINED", "attribute", "pending", "summarize_sources"),
+    "._diagnose": ("TreePlan", "diagnose", "diagnose_run", "export_nodes", "format_summary", "merge_diagnoses",
+                   "plan_trees", "summarize"),
+    "._node": ("compositions_of", "node_case", "root_formula"),
+    "._rules": ("Downgrades", "Rule", "Source", "number_terms", "rules", "sources", "targets", "zoo_expectations"),
+    "._tree": ("TreeNode", "build_tree", "draw_tree", "tree_json", "tree_nodes"),
+}
+_MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
+
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str):
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_MODULE_OF))

@@ -41,9 +41,9 @@ from ..jsonfiles import record_line
 from ..sample import read_sample_manifest, write_benchmark
 from ..score import instance_results
 from ._attribute import Finding, attribute, localization, pending, summarize_sources
-from ._node import node_case, root_formula
-from ._rules import RULES_FILE, SOURCES_FILE, sources
-from ._tree import TreeNode, build_tree, tree_nodes
+from ._node import node_case, node_shape, root_formula
+from ._rules import RULES_FILE, SOURCES_FILE, number_terms, sources
+from ._tree import TreeNode, bound_tree, tree_nodes
 
 __all__ = ["Evaluated", "Evaluator", "TreePlan", "diagnose", "diagnose_run", "export_nodes", "format_summary", "merge_diagnoses",
            "plan_trees", "summarize"]
@@ -84,10 +84,11 @@ def plan_trees(roots: Sequence[Case]) -> TreePlan:
     trees, cases, occurrences = [], {}, []
     for root in roots:
         terms = {t.symbol: t for t in root.terms}
-        graph = build_tree(root_formula(root), describe=lambda s, terms=terms: terms[s].value if s in terms else None)
+        formula = root_formula(root)  # parsed and checked
+        graph = bound_tree(number_terms(formula), lambda s, terms=terms: terms[s].value if s in terms else None)
         tree = _Tree(root, tree_nodes(graph), graph)
         downgrades = graph.graph["downgrades"]
-        for node in tree.nodes:
+        for node, unbound_node in zip(tree.nodes, graph.graph["shape"].nodes):
             if node.same_as is not None:
                 tree.keys[node.id] = tree.keys[node.same_as]
             else:
@@ -96,7 +97,7 @@ def plan_trees(roots: Sequence[Case]) -> TreePlan:
                 if problem:  # a root id near the length limit
                     raise TraceError(f"case {root.id}: its sub-case id {sub_id}: {problem}")
                 sub = (root.model_copy(update={"id": sub_id}) if node.parent is None
-                       else node_case(root, node, downgrades, sub_id))
+                       else node_case(root, node, downgrades, sub_id, node_shape(unbound_node.formula)))
                 tree.keys[node.id] = _key(sub)
                 cases.setdefault(tree.keys[node.id], sub)
             occurrences.append(NodeOccurrence(case_id=cases[tree.keys[node.id]].id, root=root.id, node=node.id))
@@ -418,13 +419,14 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
 
     root_images = {c.id: str(p.resolve()) for c in roots if (p := generated_image(run.root, c.id))}
     synthetic = synthetic_profile(generator_spec) is not None  # the zoo, in process or behind trace serve
-    causes = None
-    if synthetic:
-        def causes(case: Case, image: str) -> dict[str, tuple[str, ...]] | None:
-            path = Path(image) if Path(image).is_absolute() else out / image
-            return _zoo_causes(case, str(path))
+
+    def causes(case: Case, image: str) -> dict[str, tuple[str, ...]] | None:
+        path = Path(image) if Path(image).is_absolute() else out / image
+        return _zoo_causes(case, str(path))
+
     trees = diagnose(roots, run.verdicts, evaluate, strategy=strategy, roots_from_run=roots_from_run,
-                     root_images=root_images, causes=causes, plan=plan, root_reasons=run.reasons)
+                     root_images=root_images, causes=causes if synthetic else None, plan=plan,
+                     root_reasons=run.reasons)
     TREES.write(out, trees)
     result = summarize(trees, generator=generator_spec, judges=judge_specs, strategy=strategy, synthetic=synthetic)
     SUMMARY.write(out, result)

@@ -12,6 +12,9 @@ the root's ids, recompiled so they name the node's images and entities.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import lru_cache
+
 from ..checklist import compile_checklist
 from ..errors import TraceError
 from ..formula import Anchor, AnchorBinding, Apply, Compose, Disentangle, DisentangleBinding, Expr, Text, analyze
@@ -20,9 +23,9 @@ from ..operators import ENTITY_ROLES, Family, Role
 from ..realize import realize
 from ..records import Case, TermBinding
 from ._rules import Downgrades
-from ._tree import TreeNode
+from ._tree import TreeNode, unbound
 
-__all__ = ["compositions_of", "node_case", "root_formula"]
+__all__ = ["NodeShape", "compositions_of", "node_case", "node_shape", "root_formula"]
 
 
 def root_formula(case: Case) -> Expr:
@@ -71,7 +74,8 @@ def _words_symbol(g_symbol: str) -> str:
     return "T_" + g_symbol.removeprefix("g_").removeprefix("g")
 
 
-def _node_terms(root: Case, kept: set[str], dg: Downgrades) -> tuple[TermBinding, ...]:
+def _node_terms(root: Case, kept: frozenset[str], dg: Downgrades) -> list[tuple[TermBinding, dict]]:
+    """Each root term and the update that makes it the node's term (kept, or stated in words)."""
     renamed = {t.symbol: symbol(dg.anchors[t.symbol]) for t in root.terms if t.op == "f" and t.symbol not in kept}
     renamed |= {t.symbol: symbol(dg.relations[t.symbol]) for t in root.terms
                 if t.op is Family.DISENTANGLE and t.role is Role.RELATION and t.symbol not in kept}
@@ -83,7 +87,7 @@ def _node_terms(root: Case, kept: set[str], dg: Downgrades) -> tuple[TermBinding
     terms = []
     for t in root.terms:
         if t.op == "T" or t.symbol in kept:
-            terms.append(t.model_copy(update=moved(t)))
+            terms.append((t, moved(t)))
             continue
         words = {"op": Family.TEXT, "image": None, "source_id": None, "entity": None, "entity_index": None,
                  "source_entities": None, "replaces": t.symbol, **moved(t)}
@@ -93,32 +97,49 @@ def _node_terms(root: Case, kept: set[str], dg: Downgrades) -> tuple[TermBinding
             words |= {"symbol": renamed[t.symbol]}
         else:
             words |= {"symbol": _words_symbol(t.symbol)}
-        terms.append(t.model_copy(update=words))
-    return tuple(terms)
+        terms.append((t, words))
+    return terms
 
 
-def node_case(root: Case, node: TreeNode, dg: Downgrades, case_id: str) -> Case:
-    """The case a diagnostic node asks a generator for (``case_id`` names it)."""
-    kept = {t.symbol for t in analyze(node.formula) if t.op in ("f", "g")}
-    terms = _node_terms(root, kept, dg)
-    order: list[str] = []
-    for t in terms:
-        if t.image is not None and t.image not in order:
-            order.append(t.image)
-    label = {old: f"Image {k + 1}" for k, old in enumerate(order)}
-    terms = tuple(t.model_copy(update={"image": label[t.image]}) if t.image else t for t in terms)
+@dataclass(frozen=True)
+class NodeShape:
+    """What a node's case takes from the node's unbound formula alone (the same for every case
+    whose tree has that node): the f and g symbols it keeps, its compositions, its template."""
+
+    kept: frozenset[str]
+    compositions: tuple[tuple[str, tuple[str, ...], str | None], ...]
+    template: str
+
+
+@lru_cache(maxsize=4096)
+def node_shape(formula: Expr) -> NodeShape:
+    """:class:`NodeShape` of a node's formula (bound or not: bindings play no part)."""
+    formula = unbound(formula)
+    return NodeShape(frozenset(t.symbol for t in analyze(formula) if t.op in ("f", "g")), compositions_of(formula),
+                     to_text(template_of(formula)))
+
+
+def node_case(root: Case, node: TreeNode, dg: Downgrades, case_id: str, shape: NodeShape | None = None) -> Case:
+    """The case a diagnostic node asks a generator for (``case_id`` names it); ``shape`` is
+    :func:`node_shape` of the node's formula, when the caller holds it."""
+    shape = shape or node_shape(node.formula)
+    updates = _node_terms(root, shape.kept, dg)
+    images = [update.get("image", t.image) for t, update in updates]  # after the update
+    label = {old: f"Image {k + 1}" for k, old in enumerate(dict.fromkeys(i for i in images if i is not None))}
+    terms = tuple(t.model_copy(update=update | {"image": label[image]} if image else update)
+                  for (t, update), image in zip(updates, images))
     number = {int(old.split()[-1]): int(new.split()[-1]) for old, new in label.items()}
     references = tuple(sorted((r.model_copy(update={"image": label[r.image]}) for r in root.references
                                if r.image in label), key=lambda r: int(r.image.split()[-1])))
-    formula = _relabel_formula(node.formula, number)
-    compositions = compositions_of(formula)
-    prompts = realize(terms, bool(compositions), scene=root.scene)
+    formula = node.formula if all(k == v for k, v in number.items()) else _relabel_formula(node.formula, number)
+    prompts = realize(terms, bool(shape.compositions), scene=root.scene)
     wanted = {t for _, t in node.targets}
     root_ids = {q.id for q in root.checklist}
-    questions = [q for q in compile_checklist(terms, compositions) if q.id in root_ids and q.target in wanted]
+    questions = [q for q in compile_checklist(terms, shape.compositions) if q.id in root_ids and q.target in wanted]
     ids = {q.id for q in questions}
-    checklist = tuple(q.model_copy(update={"depends_on": tuple(d for d in q.depends_on if d in ids)})
+    checklist = tuple(q if all(d in ids for d in q.depends_on)
+                      else q.model_copy(update={"depends_on": tuple(d for d in q.depends_on if d in ids)})
                       for q in questions)
-    return Case(id=case_id, slot=node.slot, template=to_text(template_of(formula)), formula=to_text(formula),
+    return Case(id=case_id, slot=node.slot, template=shape.template, formula=to_text(formula),
                 application=root.application, prompt=prompts.prompt, text_only_prompt=prompts.text_only,
                 scene=root.scene, references=references, terms=terms, checklist=checklist)

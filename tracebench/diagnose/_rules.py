@@ -173,6 +173,15 @@ class Downgrades:
                 relations[t.symbol] = Text("rel", used["rel"], text)
         return cls({t.symbol: t.role for t in terms}, anchors, relations)
 
+    def described(self, describe: Callable[[str], str | None] | None) -> "Downgrades":
+        """These downgrades with the descriptions ``describe`` gives: ``Downgrades.of(root,
+        describe)`` is ``Downgrades.of(unbound root).described(describe)``, since the symbols
+        and numbers depend only on the formula's structure."""
+        if describe is None:
+            return self
+        return Downgrades(self.roles, {s: Text(t.name, t.index, describe(s)) for s, t in self.anchors.items()},
+                          {s: Text(t.name, t.index, describe(s)) for s, t in self.relations.items()})
+
     def role(self, node: Node) -> str | None:
         return self.roles.get(symbol(node))
 

@@ -7,6 +7,11 @@ one slot, or to which no rule applies, is a leaf. Nodes are named as the paper n
 node already in the tree is kept as a node (``same_as`` names the first) but not expanded
 and not generated again. The tree is a networkx DiGraph whose nodes carry a
 :class:`TreeNode` and whose edges carry the rule applied.
+
+The rules read only a formula's structure (roles, slots, symbols), never its bindings, so a
+tree is built once per numbered formula stripped of its bindings (its *shape*, memoized) and
+each case's tree puts the case's own bound terms back into the shape's nodes. Two nodes have
+the same canonical form unbound exactly when they do bound: every numbered symbol is one term.
 """
 
 from __future__ import annotations
@@ -14,15 +19,18 @@ from __future__ import annotations
 import string
 from collections import deque
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Callable
 
 import networkx as nx
 
-from ..formula import Expr, analyze, canonical, slot_count, to_text
+from ..formula import Anchor, Apply, Compose, Disentangle, Expr, Text, analyze, canonical, slot_count, symbol, to_text
+from ..formula import walk
 from ..operators import Instance
 from ._rules import Downgrades, number_terms, rules, targets
 
-__all__ = ["TreeNode", "build_tree", "draw_tree", "tree_json", "tree_nodes"]
+__all__ = ["TreeNode", "TreeShape", "bound_tree", "build_tree", "draw_tree", "tree_json", "tree_nodes", "tree_shape", "unbound",
+           "grow_tree"]
 
 
 @dataclass(frozen=True)
@@ -54,22 +62,43 @@ def _label(parent_suffix: str, k: int) -> str:
     return str(k + 1)
 
 
-def build_tree(formula: Expr, *, describe: Callable[[str], str | None] | None = None) -> nx.DiGraph:
-    """The diagnostic tree of a formula (bound or a bare template, numbered here if need be).
+def unbound(expr: Expr) -> Expr:
+    """The formula without bindings or descriptions, numbers kept: what its tree depends on."""
+    if isinstance(expr, Compose):
+        return Compose(tuple(unbound(a) for a in expr.args), expr.index)
+    if isinstance(expr, Apply):
+        return Apply(unbound(expr.carrier), tuple(unbound(m) for m in expr.modifiers))  # type: ignore[misc]
+    if isinstance(expr, Anchor):
+        return expr if expr.binding is None else Anchor(expr.index)
+    if isinstance(expr, Disentangle):
+        return expr if expr.binding is None else Disentangle(expr.kind, expr.index)
+    return expr if expr.description is None else Text(expr.name, expr.index)
 
-    ``describe(symbol)`` gives the words a dropped anchor or relation is stated in (the
-    case's grounding phrase or relation); without it, text terms carry no description.
-    Raises :class:`~tracebench.formula.FormulaError` for a formula outside the language.
-    """
-    root = number_terms(formula)
-    analyze(root)
-    dg = Downgrades.of(root, describe)
-    graph = nx.DiGraph(root="N0", formula=root, downgrades=dg)
-    graph.add_node("N0", node=TreeNode("N0", None, None, 0, root, targets(root)))
+
+@dataclass(frozen=True)
+class TreeShape:
+    """The tree of an unbound formula: its nodes breadth first (each node's edge is from its
+    ``parent`` by its ``rule``) and its downgrades, undescribed."""
+
+    nodes: tuple[TreeNode, ...]
+    downgrades: Downgrades
+
+
+@lru_cache(maxsize=512)
+def tree_shape(root: Expr) -> TreeShape:
+    """The tree of an unbound, numbered, valid formula (:func:`unbound`), memoized."""
+    dg = Downgrades.of(root)
+    return TreeShape(grow_tree(root, dg), dg)
+
+
+def grow_tree(root: Expr, dg: Downgrades) -> tuple[TreeNode, ...]:
+    """The rules applied to a numbered, valid formula, breadth first, bound or not: the tree
+    :func:`tree_shape` memoizes, and :func:`bound_tree` rebinds."""
+    nodes = [TreeNode("N0", None, None, 0, root, targets(root))]
     seen = {canonical(root): "N0"}
-    queue = deque(["N0"])
+    queue = deque([nodes[0]])
     while queue:
-        node: TreeNode = graph.nodes[queue.popleft()]["node"]
+        node = queue.popleft()
         if node.same_as is not None or node.slot <= 1:
             continue
         for rule in rules():
@@ -81,13 +110,46 @@ def build_tree(formula: Expr, *, describe: Callable[[str], str | None] | None = 
         for k, child in enumerate(children):
             suffix = node.suffix + (_label(node.suffix, k) if len(children) > 1 else "")
             child_id = f"N{node.depth + 1}{suffix}"
-            key = canonical(child)
-            same = seen.setdefault(key, child_id)
-            graph.add_node(child_id, node=TreeNode(child_id, node.id, rule.name, node.depth + 1, child,
-                                                   targets(child, root), suffix,
-                                                   None if same == child_id else same))
-            graph.add_edge(node.id, child_id, rule=rule.name)
-            queue.append(child_id)
+            same = seen.setdefault(canonical(child), child_id)
+            nodes.append(TreeNode(child_id, node.id, rule.name, node.depth + 1, child, targets(child, root), suffix,
+                                  None if same == child_id else same))
+            queue.append(nodes[-1])
+    return tuple(nodes)
+
+
+def _bind(expr: Expr, leaves: dict[str, Expr]) -> Expr:
+    """An unbound formula of a tree's shape with the tree's own bound terms put back."""
+    if isinstance(expr, Compose):
+        return Compose(tuple(_bind(a, leaves) for a in expr.args), expr.index)
+    if isinstance(expr, Apply):
+        return Apply(_bind(expr.carrier, leaves), tuple(leaves[symbol(m)] for m in expr.modifiers))  # type: ignore[misc]
+    return leaves[symbol(expr)]
+
+
+def build_tree(formula: Expr, *, describe: Callable[[str], str | None] | None = None) -> nx.DiGraph:
+    """The diagnostic tree of a formula (bound or a bare template, numbered here if need be).
+
+    ``describe(symbol)`` gives the words a dropped anchor or relation is stated in (the
+    case's grounding phrase or relation); without it, text terms carry no description.
+    Raises :class:`~tracebench.formula.FormulaError` for a formula outside the language.
+    The graph's ``shape`` is the tree of the unbound formula (:func:`tree_shape`).
+    """
+    root = number_terms(formula)
+    analyze(root)
+    return bound_tree(root, describe)
+
+
+def bound_tree(root: Expr, describe: Callable[[str], str | None] | None = None) -> nx.DiGraph:
+    """:func:`build_tree` of a numbered formula already known to be valid (a parsed case's)."""
+    shape = tree_shape(unbound(root))
+    dg = shape.downgrades.described(describe)
+    leaves: dict[str, Expr] = {symbol(n): n for n in walk(root) if isinstance(n, (Anchor, Disentangle, Text))}
+    leaves.update((symbol(t), t) for t in (*dg.anchors.values(), *dg.relations.values()))
+    graph = nx.DiGraph(root="N0", formula=root, downgrades=dg, shape=shape)
+    graph.add_nodes_from((n.id, {"node": TreeNode(n.id, n.parent, n.rule, n.depth,
+                                                  root if n.parent is None else _bind(n.formula, leaves), n.targets,
+                                                  n.suffix, n.same_as)}) for n in shape.nodes)
+    graph.add_edges_from((n.parent, n.id, {"rule": n.rule}) for n in shape.nodes[1:])
     return graph
 
 

@@ -24,9 +24,7 @@ from pathlib import Path
 from statistics import fmean
 from typing import Mapping
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
-from scipy import stats
 
 from ..errors import TraceError
 from ..operators import OPERATORS, Instance, Operator
@@ -151,6 +149,9 @@ def _mean(values: list[float]) -> float | None:
 def _ci(values: list[float], seed: int) -> tuple[float, float] | None:
     if len(values) < 2 or len(set(values)) == 1:
         return (round(values[0], 4),) * 2 if values else None  # type: ignore[return-value]
+    import numpy as np  # only the intervals need them; keep them off the import path of trace diagnose
+    from scipy import stats
+
     result = stats.bootstrap((np.asarray(values),), np.mean, n_resamples=1000, confidence_level=0.95,
                              method="percentile", random_state=np.random.default_rng(seed))
     return round(float(result.confidence_interval.low), 4), round(float(result.confidence_interval.high), 4)

@@ -8,7 +8,7 @@ import re
 import pytest
 from hypothesis import assume, example, given, strategies as st
 from hypothesis.extra.lark import from_lark
-from lark import Token
+from lark import Lark, Token
 from lark.exceptions import UnexpectedInput
 
 from strategies import KINDS, LANG, any_exprs, shuffled, valid_exprs
@@ -30,17 +30,18 @@ from tracebench.formula import (
     template_of,
     to_text,
 )
-from tracebench.formula._grammar import split_index, terminal, tree_parser
+from tracebench.formula._grammar import GRAMMAR_FILE, lark_options, split_index, terminal, tree_parser
 from tracebench.formula._language import check_spellings, load_language
-from tracebench.formula._parser import lark_parser
-from tracebench.resources import read_toml
+from tracebench.resources import read_text, read_toml
 
 # Symbols the grammar's regexes allow but the vocabulary does not know are a vocabulary
 # error, not a syntax one: draw g kinds and text names from the taxonomy.
 _G_SPELLINGS = ["g"] + [f"g_{s}" for s in LANG.kind_aliases]
 _T_SPELLINGS = ["Te"] + [f"T_{n}" for n in LANG.texts]
 _grammar_strings = from_lark(
-    lark_parser(build_ast=False),
+    # built from the grammar text: Hypothesis reads the grammar's rules, which a parser loaded
+    # from the parse-table cache (tracebench.derived) does not keep
+    Lark(read_text("grammar", GRAMMAR_FILE), **lark_options()),
     explicit={
         "GSYM": st.tuples(st.sampled_from(_G_SPELLINGS), st.sampled_from(["", "1", "2", "12"])).map("".join),
         "TSYM": st.tuples(st.sampled_from(_T_SPELLINGS), st.sampled_from(["", "1", "3"])).map("".join),

@@ -84,6 +84,17 @@ def test_renders_without_errors_or_network(page):
     assert [u for u in page["requests"] if u != page["url"] and not u.startswith("data:")] == []
 
 
+def test_a_case_body_enters_the_dom_when_the_case_is_opened(page):
+    closed = page["page"].locator("details.case:not([open])").last.get_attribute("data-case")
+    case = page["page"].locator(f"details.case[data-case='{closed}']")
+    assert case.locator(".prompt, table.questions, img").count() == 0 and case.locator("script.tb-body").count() == 1
+    open_case(case)
+    assert case.locator(".prompt").first.is_visible() and case.locator("table.questions tbody tr").count() > 0
+    assert case.locator("script.tb-body").count() == 0
+    sources = case.locator("img").evaluate_all("els => els.map(e => e.getAttribute('src'))")
+    assert sources and all(s.startswith("data:image/") for s in sources)
+
+
 def test_headline_table_holds_the_scores_trace_score_prints(page, report):
     table = page["page"].locator("#headline")
     for folder in ("run", "perfect"):

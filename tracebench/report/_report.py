@@ -51,20 +51,22 @@ WEBP = {"format": "WEBP", "quality": 75, "method": 2}  # thumbnails: a fifth of 
 
 class _Images:
     """Every image of a page, embedded once: an image whose bytes equal another's (a reference
-    shared by cases, a node's image equal to its parent's or to the run's) gets the other's
-    key. ``add`` gives the key of a file's image; new images wait in ``fresh`` until ``take``
+    shared by cases, a node's image equal to its parent's or to the run's), or whose thumbnail
+    does, gets the other's key. ``add`` gives the key of a file's image; new images wait in ``fresh`` until ``take``
     hands them to the page being written, and ``uris`` (key -> data URI) holds them all unless
     ``keep`` is false (a page streamed out keeps none in memory). The page's script puts them
     into <img> elements when a case is opened, so the browser decodes only what is looked at."""
 
-    def __init__(self, full: bool, *, keep: bool = True) -> None:
+    def __init__(self, full: bool, *, side: int = THUMBNAIL, small: int = 0, keep: bool = True) -> None:
         self.full = full
+        self.side = side  # longest side of a thumbnail
+        self.small = small  # a PNG, JPEG or WebP file of at most this many bytes is embedded as it is
         self.keep = keep
         self.uris: dict[str, str] = {}
         self.fresh: list[tuple[str, str]] = []
         self._count = 0
         self._paths: dict[Path, str | None] = {}
-        self._digests: dict[bytes, str | None] = {}
+        self._digests: dict[bytes, str | None] = {}  # SHA-256 of a file, or of a data URI -> key
 
     def add(self, path: Path | None) -> str | None:
         """The key of the image at ``path``; None when there is no image to show."""
@@ -89,27 +91,31 @@ class _Images:
         if digest not in self._digests:
             uri = self._uri(data)
             key = None
-            if uri:
-                key = f"i{self._count}"
-                self._count += 1
-                self.fresh.append((key, uri))
-                if self.keep:
-                    self.uris[key] = uri
+            if uri:  # two files can make one thumbnail: that too is embedded once
+                embedded = hashlib.sha256(uri.encode()).digest()
+                key = self._digests.get(embedded)
+                if key is None:
+                    key = f"i{self._count}"
+                    self._count += 1
+                    self.fresh.append((key, uri))
+                    if self.keep:
+                        self.uris[key] = uri
+                    self._digests[embedded] = key
             self._digests[digest] = key
         return self._digests[digest]
 
     def _uri(self, data: bytes) -> str | None:
-        """The file as it is with ``full`` (a PNG, JPEG or WebP); else a WebP thumbnail, or the
-        file itself when it is already that small in pixels and in bytes."""
+        """The file as it is with ``full`` or when ``small`` (a PNG, JPEG or WebP); else a WebP
+        thumbnail, or the file itself when it is already that small in pixels and in bytes."""
         kind = ("png" if data.startswith(b"\x89PNG") else "jpeg" if data.startswith(b"\xff\xd8")
                 else "webp" if data[8:12] == b"WEBP" else None)
-        if kind and self.full:
+        if kind and (self.full or len(data) <= self.small):
             return f"data:image/{kind};base64," + base64.b64encode(data).decode()
         try:
             with Image.open(io.BytesIO(data)) as image:
-                fits = max(image.size) <= THUMBNAIL
+                fits = max(image.size) <= self.side
                 image = image.convert("RGB")
-                image.thumbnail((THUMBNAIL, THUMBNAIL))
+                image.thumbnail((self.side, self.side))
                 out = io.BytesIO()
                 image.save(out, **WEBP)
         except (OSError, UnidentifiedImageError, ValueError):

@@ -52,9 +52,9 @@ WEBP = {"format": "WEBP", "quality": 75, "method": 2}  # thumbnails: a fifth of 
 class _Images:
     """Every image of a page, embedded once: an image whose bytes equal another's (a reference
     shared by cases, a node's image equal to its parent's or to the run's), or whose thumbnail
-    does, gets the other's key. ``add`` gives the key of a file's image; new images wait in ``fresh`` until ``take``
-    hands them to the page being written, and ``uris`` (key -> data URI) holds them all unless
-    ``keep`` is false (a page streamed out keeps none in memory). The page's script puts them
+    does, gets the other's key. ``add`` gives the key of a file's image; new images wait in
+    ``fresh`` until ``take`` hands them to the page being written, and ``uris`` (key -> data
+    URI) holds them all unless ``keep`` is false (a page streamed out keeps none in memory). The page's script puts them
     into <img> elements when a case is opened, so the browser decodes only what is looked at."""
 
     def __init__(self, full: bool, *, side: int = THUMBNAIL, small: int = 0, keep: bool = True) -> None:
@@ -66,7 +66,8 @@ class _Images:
         self.fresh: list[tuple[str, str]] = []
         self._count = 0
         self._paths: dict[Path, str | None] = {}
-        self._digests: dict[bytes, str | None] = {}  # SHA-256 of a file, or of a data URI -> key
+        self._files: dict[bytes, str | None] = {}  # SHA-256 of a file's bytes -> key
+        self._embedded: dict[bytes, str] = {}  # SHA-256 of a data URI -> key
 
     def add(self, path: Path | None) -> str | None:
         """The key of the image at ``path``; None when there is no image to show."""
@@ -88,21 +89,21 @@ class _Images:
         except OSError:
             return None
         digest = hashlib.sha256(data).digest()
-        if digest not in self._digests:
+        if digest not in self._files:
             uri = self._uri(data)
             key = None
             if uri:  # two files can make one thumbnail: that too is embedded once
                 embedded = hashlib.sha256(uri.encode()).digest()
-                key = self._digests.get(embedded)
+                key = self._embedded.get(embedded)
                 if key is None:
                     key = f"i{self._count}"
                     self._count += 1
                     self.fresh.append((key, uri))
                     if self.keep:
                         self.uris[key] = uri
-                    self._digests[embedded] = key
-            self._digests[digest] = key
-        return self._digests[digest]
+                    self._embedded[embedded] = key
+            self._files[digest] = key
+        return self._files[digest]
 
     def _uri(self, data: bytes) -> str | None:
         """The file as it is with ``full`` or when ``small`` (a PNG, JPEG or WebP); else a WebP

@@ -51,7 +51,8 @@ IMPORTS = """
 import sys
 from tracebench.cli import main
 code = main(sys.argv[1:])
-print(sorted(m for m in ("sklearn", "scipy") if m in sys.modules))
+import tracebench
+print(tracebench.__file__, sorted(m for m in ("sklearn", "scipy") if m in sys.modules))
 sys.exit(code)
 """
 
@@ -60,8 +61,10 @@ def _env(code: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(code)}
 
 
-def _trace(code: Path, *args: str) -> None:
-    subprocess.run([sys.executable, "-m", "tracebench", *args], env=_env(code), check=True,
+# every process runs in the work folder: `python -m` puts the current folder first on sys.path,
+# which from the repository root would import this checkout whatever PYTHONPATH says
+def _trace(code: Path, work: Path, *args: str) -> None:
+    subprocess.run([sys.executable, "-m", "tracebench", *args], env=_env(code), cwd=work, check=True,
                    stdout=subprocess.DEVNULL)
 
 
@@ -70,11 +73,11 @@ def make_inputs(work: Path) -> dict[str, Path]:
     bench, run, diag = work / "B", work / "R", work / "D"
     if not (bench / "cases.jsonl").is_file():
         shutil.rmtree(bench, ignore_errors=True)
-        _trace(ROOT, "sample", "--slots", "1-8", "--out", str(bench))
+        _trace(ROOT, work, "sample", "--slots", "1-8", "--out", str(bench))
     if not (run / "run.json").is_file():
-        _trace(ROOT, "run", str(bench), "--generator", GENERATOR, "--judge", "oracle", "--out", str(run))
+        _trace(ROOT, work, "run", str(bench), "--generator", GENERATOR, "--judge", "oracle", "--out", str(run))
     if not (diag / "summary.json").is_file():
-        _trace(ROOT, "diagnose", str(run), "--strategy", "adaptive", "--out", str(diag))
+        _trace(ROOT, work, "diagnose", str(run), "--strategy", "adaptive", "--out", str(diag))
     return {"bench": bench, "run": run, "diag": diag}
 
 
@@ -83,7 +86,7 @@ def build(code: Path, inputs: dict[str, Path], out: Path) -> dict[str, float]:
     start = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "tracebench", "report", str(inputs["run"]), "--diagnosis",
                              str(inputs["diag"]), "--out", str(out), "--force"], env=_env(code),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            cwd=out.parent, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - start
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -96,8 +99,11 @@ def build(code: Path, inputs: dict[str, Path], out: Path) -> dict[str, float]:
 def imported(code: Path, inputs: dict[str, Path], out: Path) -> list[str]:
     result = subprocess.run([sys.executable, "-c", IMPORTS, "report", str(inputs["run"]), "--diagnosis",
                              str(inputs["diag"]), "--out", str(out), "--force"], env=_env(code),
-                            capture_output=True, text=True, check=True)
-    return json.loads(result.stdout.strip().splitlines()[-1].replace("'", '"'))
+                            cwd=out.parent, capture_output=True, text=True, check=True)
+    where, modules = result.stdout.strip().splitlines()[-1].split(" ", 1)
+    if not Path(where).resolve().is_relative_to(code):
+        raise SystemExit(f"{code}: the report imported {where}")
+    return json.loads(modules.replace("'", '"'))
 
 
 def load_time(browser, page_file: Path) -> float:
@@ -121,7 +127,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    work = args.work or Path(tempfile.mkdtemp(prefix="report-cost-"))
+    work = (args.work or Path(tempfile.mkdtemp(prefix="report-cost-"))).resolve()
     work.mkdir(parents=True, exist_ok=True)
     inputs = make_inputs(work)
     versions = {"this": ROOT, **({"base": args.base.resolve()} if args.base else {})}

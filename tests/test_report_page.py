@@ -23,9 +23,8 @@ from tracebench.report import build_report
 from tracebench.report._report import THUMBNAIL, _node_image, reference_file
 from tracebench.run import generated_image, load_run
 
-IMAGE = re.compile(r'<script type="text/plain" class="tb-image" id="tb-img-(\w+)">(.*?)</script>', re.S)
-CASE = re.compile(r'<details class="case"[^>]* data-case="([^"]+)"[^>]*>.*?'
-                  r'<script type="text/plain" class="tb-body">(.*?)</script>\s*</details>', re.S)
+IMAGE = re.compile(r'<data class="tb-image" id="tb-img-(\w+)" value="([^"]*)"></data>')
+CASE = re.compile(r'<details class="case"[^>]* data-case="([^"]+)"[^>]* data-body="([^"]*)">')
 
 
 def unpack(html: str) -> tuple[dict[str, bytes], dict[str, str]]:

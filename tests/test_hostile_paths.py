@@ -197,7 +197,8 @@ def test_a_report_never_embeds_a_reference_or_an_image_linking_out(bench, finish
     result = run_trace("report", str(finished), "--out", str(tmp_path / "work" / "report.html"))
     _one_line_error(result, f"generated image: images/{generated.name}: a link that leaves the run folder")
     generated.unlink()
-    result = run_trace("report", str(finished), "--out", str(tmp_path / "work" / "report.html"))
+    # images as they are (not thumbnails), so that the page would hold the canary's bytes
+    result = run_trace("report", str(finished), "--full-images", "--out", str(tmp_path / "work" / "report.html"))
     assert result.returncode == 0, result.stderr
     page = (tmp_path / "work" / "report.html").read_bytes()
     assert base64.b64encode(canary)[:200] in page  # the copy inside the benchmark is embedded: the check can see it
@@ -223,7 +224,7 @@ def test_a_diagnosis_node_image_naming_another_file_is_refused(bench, tmp_path):
     tree["nodes"][-1]["image"] = None
     lines[0] = json.dumps(tree)
     (diag / "trees.jsonl").write_text("\n".join(lines) + "\n")
-    result = run_trace("report", str(run), "--diagnosis", str(diag), "--out", str(out))
+    result = run_trace("report", str(run), "--diagnosis", str(diag), "--full-images", "--out", str(out))
     assert result.returncode == 0, result.stderr  # the images diagnose recorded are run folders' images
     assert base64.b64encode(canary)[:200] not in out.read_bytes()
 

@@ -30,6 +30,14 @@ def _chromium() -> str:
     return path
 
 
+def open_case(case) -> None:
+    """Open a case of the page as a user does (a click on its summary) unless it is open, and wait
+    until its body, kept packed in the page until then, is in the DOM."""
+    if not case.evaluate("e => e.open"):
+        case.locator("summary").click()
+    case.locator("xpath=self::*[@data-loaded]").wait_for(state="attached")
+
+
 @pytest.fixture(scope="module")
 def report(default_world, tmp_path_factory) -> dict:
     world = default_world  # tests/conftest.py: the benchmark, its two runs and the diagnosis, made once
@@ -69,10 +77,22 @@ def page(report):
 
 
 def test_renders_without_errors_or_network(page):
-    page["page"].locator("details.case").first.click()  # opening a case loads its images
+    open_case(page["page"].locator("details.case").first)  # opening a case unpacks its body and loads its images
     page["page"].wait_for_timeout(200)
+    assert page["page"].locator("details.case").first.locator("img[src^='data:image/']").count() > 0
     assert page["problems"] == []
     assert [u for u in page["requests"] if u != page["url"] and not u.startswith("data:")] == []
+
+
+def test_a_case_body_enters_the_dom_when_the_case_is_opened(page):
+    closed = page["page"].locator("details.case:not([open])").last.get_attribute("data-case")
+    case = page["page"].locator(f"details.case[data-case='{closed}']")
+    assert case.locator(".prompt, table.questions, img").count() == 0 and case.get_attribute("data-body")
+    open_case(case)
+    assert case.locator(".prompt").first.is_visible() and case.locator("table.questions tbody tr").count() > 0
+    assert case.get_attribute("data-body") is None  # unpacked once
+    sources = case.locator("img").evaluate_all("els => els.map(e => e.getAttribute('src'))")
+    assert sources and all(s.startswith("data:image/") for s in sources)
 
 
 def test_headline_table_holds_the_scores_trace_score_prints(page, report):
@@ -185,6 +205,10 @@ def test_every_breakdown_plot_shows_n(page, report):
 
 
 def test_attributions_under_trees_use_the_source_titles(page):
+    trees = page["page"].locator("details.case[data-tree]")
+    assert trees.count() > 0
+    for k in range(trees.count()):
+        open_case(trees.nth(k))
     items = page["page"].locator("ul.attributions li[data-source]")
     titles = {name: s.title for name, s in sources().items()}  # diagnose/sources.toml
     pairs = items.evaluate_all("els => els.map(e => [e.dataset.source, e.textContent])")
@@ -228,15 +252,18 @@ def test_filters(page):
 def test_text_from_prompts_is_escaped(page, report):
     p = page["page"]
     case = p.locator(f"details.case[data-case='{report['first']}']")
+    open_case(case)
     assert report["injected"] in case.locator(".prompt").first.inner_text()
-    assert p.locator("script").count() == 2  # the page's own: the image map and the script
+    assert p.locator("script").count() == 1  # the page's own (case bodies and images are data attributes)
+    assert case.locator("img[src='x']").count() == 0
     assert page["problems"] == []
 
 
 def test_tree_nodes_show_their_image_and_prompt(page):
     p = page["page"]
-    case = p.locator("details.case:has(svg.tree)").first
-    case.locator("summary").click()
+    case = p.locator("details.case[data-tree]").first
+    open_case(case)
+    assert case.locator("svg.tree").count() == 1
     node = case.locator("g.node[data-node='N1'], g.node[data-node='N1a']").first
     node_id = node.get_attribute("data-node")
     node.click()

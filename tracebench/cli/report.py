@@ -16,7 +16,8 @@ def register(sub) -> None:
                    help="other runs of the same benchmark, one row each in the score table and one line in the plots "
                         "(several after one --compare, or --compare repeated)")
     p.add_argument("--full-images", action="store_true",
-                   help="embed images as they are (default: 320-pixel JPEG thumbnails, a smaller file)")
+                   help="embed images as they are (default: WebP thumbnails of at most 192 pixels a side, a "
+                        "smaller file)")
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap intervals")
     p.add_argument("--out", type=Path, required=True, help="the HTML file to write (not an existing one, "
                                                             "unless --force)")

@@ -47,7 +47,7 @@ def stratified(cases: list[Case], n: int, rng: random.Random) -> list[Case]:
 def export_sample(cases_dir: Path, out: Path, n: int, *, run_dir: Path | None = None, seed: int = 0) -> list[Case]:
     """Write ``out/annotate.html`` and ``out/sample.jsonl`` for ``n`` stratified cases."""
     cases = list(read_cases(Path(cases_dir)))
-    images = _Images(full=False)
+    images = _Images(full=False, side=320, small=48_000)  # a labeller judges details: small files as they are
     run = load_run(run_dir) if run_dir is not None else None
     if run is not None and run.cases_dir.resolve() != Path(cases_dir).resolve():
         raise TraceError(f"--judge {run_dir}: a run of {run.cases_dir}, not of {cases_dir}")

@@ -1,22 +1,31 @@
 """``trace report``: one self-contained HTML page of a run (and its diagnosis, and runs to compare).
 
-Everything the page shows is embedded: images as data URIs (downscaled thumbnails unless
-``full_images``), plots as inline SVG, styles and the small filtering script inline. It
-makes no network request and opens from a file:// URL. Every text that comes from a
-prompt, a tag, a model or a judge reaches the page through Jinja2's autoescaping
-(``templates/report/report.html.j2``); the SVG of plots and trees is built here from
-escaped parts.
+Everything the page shows is embedded: images as data URIs (WebP thumbnails unless
+``full_images``), each distinct image once; plots as inline SVG, styles and the small
+filtering script inline. It makes no network request and opens from a file:// URL. Every
+text that comes from a prompt, a tag, a model or a judge reaches the page through Jinja2's
+autoescaping (``templates/report/report.html.j2`` and ``case.html.j2``); the SVG of plots
+and trees is built here from escaped parts.
+
+The page is written as it is rendered: each case's body (``case.html.j2``) is rendered
+one case at a time and compressed (zlib, base64) into an attribute of the case's element,
+inert data that the page's script unpacks when the case is opened; each image goes out, as
+a ``<data>`` element, just before the first case that shows it. Memory holds the run's
+records, not the page. (Attributes, not one ``<script type="text/plain">`` per case or
+image: Chromium parses thousands of script elements markedly slower.)
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import io
 import json
 import stat
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from markupsafe import Markup, escape
 from PIL import Image, UnidentifiedImageError
@@ -24,62 +33,99 @@ from PIL import Image, UnidentifiedImageError
 from .. import __version__
 from ..errors import TraceError
 from ..records import (DIAGNOSIS_MANIFEST, RUN_FILE, SUMMARY, TREES, Case, DiagnosticNode, DiagnosticTree, RunManifest,
-                       Verdict, read_verdicts)
+                       read_verdicts)
 from ..run import IMAGES_DIR, generated_image, load_run
 from ..safepaths import inside
 from ..cache import write_atomic
 from ..operators import OPERATORS
-from ..outcomes import Status
+from ..outcomes import Outcome, Status
 from ..score import instance_results, score_folder
-from ..templating import render_html
+from ..templating import html_environment
 from . import _plots
 
 __all__ = ["build_report"]
 
 TEMPLATE = "report/report.html.j2"
-THUMBNAIL = 320  # longest side of embedded images, in pixels
-
-
-SMALL = 48_000  # an image file this small is embedded as it is
+CASE_TEMPLATE = "report/case.html.j2"  # one case's body, unpacked by the page when the case is opened
+THUMBNAIL = 192  # longest side of embedded images (references, generated, nodes), in pixels
+WEBP = {"format": "WEBP", "quality": 75, "method": 2}  # thumbnails: a fifth of a 256-pixel PNG's bytes
 
 
 class _Images:
-    """Every image of the page, embedded once (a case's references are shared with other
-    cases): key -> data URI. The page's script puts them into <img> elements when a case is
-    opened, so the browser decodes only what is looked at."""
+    """Every image of a page, embedded once: an image whose bytes equal another's (a reference
+    shared by cases, a node's image equal to its parent's or to the run's), or whose thumbnail
+    does, gets the other's key. ``add`` gives the key of a file's image; new images wait in
+    ``fresh`` until ``take`` hands them to the page being written, and ``uris`` (key -> data
+    URI) holds them all unless ``keep`` is false (a page streamed out keeps none in memory). The page's script puts them
+    into <img> elements when a case is opened, so the browser decodes only what is looked at."""
 
-    def __init__(self, full: bool) -> None:
+    def __init__(self, full: bool, *, side: int = THUMBNAIL, small: int = 0, keep: bool = True) -> None:
         self.full = full
+        self.side = side  # longest side of a thumbnail
+        self.small = small  # a PNG, JPEG or WebP file of at most this many bytes is embedded as it is
+        self.keep = keep
         self.uris: dict[str, str] = {}
-        self._keys: dict[Path, str | None] = {}
+        self.fresh: list[tuple[str, str]] = []
+        self._count = 0
+        self._paths: dict[Path, str | None] = {}
+        self._files: dict[bytes, str | None] = {}  # SHA-256 of a file's bytes -> key
+        self._embedded: dict[bytes, str] = {}  # SHA-256 of a data URI -> key
 
     def add(self, path: Path | None) -> str | None:
+        """The key of the image at ``path``; None when there is no image to show."""
         if path is None:
             return None
         path = Path(path).resolve()
-        if path not in self._keys:
-            uri = self._uri(path)
-            key = f"i{len(self.uris)}" if uri else None
-            if key:
-                self.uris[key] = uri
-            self._keys[path] = key
-        return self._keys[path]
+        if path not in self._paths:
+            self._paths[path] = self._key(path)
+        return self._paths[path]
 
-    def _uri(self, path: Path) -> str | None:
+    def take(self) -> list[tuple[str, str]]:
+        """The (key, data URI) pairs added since the last call."""
+        fresh, self.fresh = self.fresh, []
+        return fresh
+
+    def _key(self, path: Path) -> str | None:
         try:
             data = path.read_bytes()
-            kind = ("png" if data.startswith(b"\x89PNG") else "jpeg" if data.startswith(b"\xff\xd8")
-                    else "webp" if data[8:12] == b"WEBP" else None)
-            if kind and (self.full or len(data) <= SMALL):
-                return f"data:image/{kind};base64," + base64.b64encode(data).decode()
-            with Image.open(io.BytesIO(data)) as image:
-                image = image.convert("RGB")
-                image.thumbnail((THUMBNAIL, THUMBNAIL))
-                out = io.BytesIO()
-                image.save(out, format="JPEG", quality=80)
-            return "data:image/jpeg;base64," + base64.b64encode(out.getvalue()).decode()
-        except (OSError, UnidentifiedImageError):
+        except OSError:
             return None
+        digest = hashlib.sha256(data).digest()
+        if digest not in self._files:
+            uri = self._uri(data)
+            key = None
+            if uri:  # two files can make one thumbnail: that too is embedded once
+                embedded = hashlib.sha256(uri.encode()).digest()
+                key = self._embedded.get(embedded)
+                if key is None:
+                    key = f"i{self._count}"
+                    self._count += 1
+                    self.fresh.append((key, uri))
+                    if self.keep:
+                        self.uris[key] = uri
+                    self._embedded[embedded] = key
+            self._files[digest] = key
+        return self._files[digest]
+
+    def _uri(self, data: bytes) -> str | None:
+        """The file as it is with ``full`` or when ``small`` (a PNG, JPEG or WebP); else a WebP
+        thumbnail, or the file itself when it is already that small in pixels and in bytes."""
+        kind = ("png" if data.startswith(b"\x89PNG") else "jpeg" if data.startswith(b"\xff\xd8")
+                else "webp" if data[8:12] == b"WEBP" else None)
+        if kind and (self.full or len(data) <= self.small):
+            return f"data:image/{kind};base64," + base64.b64encode(data).decode()
+        try:
+            with Image.open(io.BytesIO(data)) as image:
+                fits = max(image.size) <= self.side
+                image = image.convert("RGB")
+                image.thumbnail((self.side, self.side))
+                out = io.BytesIO()
+                image.save(out, **WEBP)
+        except (OSError, UnidentifiedImageError, ValueError):
+            return None
+        if kind and fits and len(data) <= out.tell():
+            return f"data:image/{kind};base64," + base64.b64encode(data).decode()
+        return "data:image/webp;base64," + base64.b64encode(out.getvalue()).decode()
 
     def json(self) -> Markup:
         return Markup(json.dumps(self.uris, separators=(",", ":")).replace("</", "<\\/"))
@@ -143,18 +189,19 @@ def _run_name(manifest) -> str:
     return manifest.generator.removeprefix("openai:")
 
 
-def _case_view(case: Case, verdicts: list[Verdict], run_root: Path, cases_dir: Path, images: _Images,
-               tree: DiagnosticTree | None, diag_dir: Path | None) -> dict[str, Any]:
-    by_question = {v.question_id: v for v in verdicts}
-    results = instance_results(case, {qid: v.outcome for qid, v in by_question.items()})
+def _case_view(case: Case, outcomes: dict[str, Outcome], shown: dict[str, tuple[Status, tuple[str, ...]]],
+               run_root: Path, cases_dir: Path, images: _Images, tree: DiagnosticTree | None,
+               diag_dir: Path | None) -> dict[str, Any]:
+    """What the page shows of one case. ``outcomes``: question id -> outcome (the run's);
+    ``shown``: question id -> (verdict, each judge's answer and reason as a line)."""
+    results = instance_results(case, outcomes)
     failing_ops = sorted({op.value for (op, _), outcome in results.items() if outcome.failed})
     image = generated_image(run_root, case.id)
     questions = []
     for q in case.checklist:
-        v = by_question.get(q.id)
+        verdict, reasons = shown.get(q.id, ("missing", ()))
         questions.append({"id": q.id, "op": q.op, "text": q.question, "expected": q.expected,
-                          "verdict": v.verdict if v else "missing",
-                          "reasons": [f"{vote.judge}: {vote.answer or '-'} — {vote.reason}" for vote in v.votes] if v else []})
+                          "verdict": verdict, "reasons": reasons})
     view: dict[str, Any] = {
         "id": case.id, "slot": case.slot, "application": case.application or "", "formula": case.formula,
         "template": case.template, "prompt": case.prompt, "failing_ops": failing_ops,
@@ -281,12 +328,12 @@ def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, com
                                                      {op: int(v["instances"]) for op, v in summary.by_operator.items()}))
                        if summary else None),
     }
-    verdicts: dict[str, list[Verdict]] = {}
+    # what the page shows of each verdict, without the records: a run's verdicts as records
+    # would be the largest thing in memory
+    shown: dict[str, dict[str, tuple[Status, tuple[str, ...]]]] = {}
     for v in read_verdicts(run_dir):
-        verdicts.setdefault(v.case_id, []).append(v)
-    images = _Images(full_images)
-    cases = [_case_view(run.cases[cid], verdicts[cid], Path(run_dir), run.cases_dir, images, trees.get(cid),
-                        diagnosis) for cid in verdicts]
+        shown.setdefault(v.case_id, {})[v.question_id] = (
+            v.verdict, tuple(f"{vote.judge}: {vote.answer or '-'} — {vote.reason}" for vote in v.votes))
     from ..diagnose import rules, sources as source_catalogue
 
     # the one mapping from a source's key to its display name: diagnose/sources.toml, for the
@@ -294,10 +341,39 @@ def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, com
     sources = [{"name": name, "title": s.title, "means": s.means} for name, s in source_catalogue().items()]
     titles = {s["name"]: s["title"] for s in sources}
     rule_titles = {r.name: r.title for r in rules()}  # likewise diagnose/rules.toml for the rules
-    html = render_html(TEMPLATE, tool=f"tracebench {__version__}", runs=headline, best=best, operators=OPERATORS,
-                       plots=plots, cases=cases, summary=summary.model_dump(mode="json") if summary else None,
-                       sources=sources, titles=titles, rule_titles=rule_titles,
-                       manifests=[r.manifest.model_dump(mode="json") for r in runs],
-                       slots=sorted({c["slot"] for c in cases}), run_dir=str(run_dir), images=images.json())
-    write_atomic(out, html.encode("utf-8"), mode=stat.S_IMODE(out.stat().st_mode) if out.exists() else None)
+    images = _Images(full_images, keep=False)
+    body = html_environment().get_template(CASE_TEMPLATE)
+
+    def cases() -> Iterator[dict[str, Any]]:
+        """The cases as the page lists them, one at a time: each with its body rendered and
+        packed, and the images it shows first."""
+        for cid in shown:
+            view = _case_view(run.cases[cid], run.verdicts.get(cid, {}), shown[cid], Path(run_dir), run.cases_dir,
+                              images, trees.get(cid), diagnosis)
+            html = body.render(case=view, titles=titles, rule_titles=rule_titles)
+            yield {"id": view["id"], "slot": view["slot"], "application": view["application"],
+                   "failing_ops": view["failing_ops"], "tree": view["tree"] is not None,
+                   "body": base64.b64encode(zlib.compress(html.encode("utf-8"), 9)).decode(),
+                   "images": images.take()}
+
+    page = html_environment().get_template(TEMPLATE).generate(
+        tool=f"tracebench {__version__}", runs=headline, best=best, operators=OPERATORS, plots=plots, cases=cases(),
+        summary=summary.model_dump(mode="json") if summary else None, sources=sources,
+        manifests=[r.manifest.model_dump(mode="json") for r in runs],
+        slots=sorted({run.cases[cid].slot for cid in shown}), run_dir=str(run_dir))
+    write_atomic(out, _chunks(page), mode=stat.S_IMODE(out.stat().st_mode) if out.exists() else None)
     return out
+
+
+def _chunks(parts: Iterable[str], size: int = 1 << 16) -> Iterator[bytes]:
+    """The page's text as UTF-8 chunks of about ``size`` characters (Jinja2 yields many small parts)."""
+    buffer: list[str] = []
+    held = 0
+    for part in parts:
+        buffer.append(part)
+        held += len(part)
+        if held >= size:
+            yield "".join(buffer).encode("utf-8")
+            buffer, held = [], 0
+    if buffer:
+        yield "".join(buffer).encode("utf-8")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from functools import cache
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -90,7 +91,14 @@ class Taxonomy:
 
     def of_role(self, role: str) -> list[SubtypeSpec]:
         """Subtypes and specials bound in one formula role (``local``, ``global``, ``attach`` ...)."""
-        return [s for s in (*self.subtypes.values(), *self.special.values()) if s.role == role]
+        return list(self._by_role.get(role, ()))
+
+    @cached_property
+    def _by_role(self) -> dict[str, tuple[SubtypeSpec, ...]]:  # binding asks for every term
+        roles: dict[str, list[SubtypeSpec]] = {}
+        for spec in (*self.subtypes.values(), *self.special.values()):
+            roles.setdefault(spec.role, []).append(spec)
+        return {role: tuple(specs) for role, specs in roles.items()}
 
     def subtypes_of_kind(self, kind: str) -> list[SubtypeSpec]:
         """The subtypes (and specials) a g kind extracts: ``style`` -> 4.1_style."""

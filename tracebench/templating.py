@@ -13,7 +13,7 @@ words written for a singular subject, made to agree in number with a noun,
 from __future__ import annotations
 
 from functools import cache
-from typing import Any
+from typing import Any, Callable
 
 import jinja2
 
@@ -105,18 +105,23 @@ def compile_string(text: str):
         template = env.from_string(text)
         return lambda context: template.render(context)
 
-    def evaluate(part: tuple, context: dict):
-        kind = part[0]
+    def getter(part: tuple) -> Callable[[dict], Any]:  # a part as a function of the context
+        kind, value = part[0], part[1]
         if kind == "name":
-            try:
-                return context[part[1]]
-            except KeyError:
-                raise jinja2.UndefinedError(f"{part[1]!r} is undefined") from None
+            def get(context: dict, name: str = value):
+                try:
+                    return context[name]
+                except KeyError:
+                    raise jinja2.UndefinedError(f"{name!r} is undefined") from None
+            return get
         if kind == "filter":
-            return part[1](*(evaluate(operand, context) for operand in part[2]))
-        return part[1]
+            operands = [getter(operand) for operand in part[2]]
+            return lambda context: value(*[g(context) for g in operands])
+        return lambda context: value
+
+    pieces = [(part[1], None) if part[0] == "text" else ("", getter(part)) for part in parts]
 
     def render_simple(context: dict) -> str:
-        return "".join(part[1] if part[0] == "text" else str(evaluate(part, context)) for part in parts)
+        return "".join([text if get is None else str(get(context)) for text, get in pieces])
 
     return render_simple

@@ -34,7 +34,7 @@ __all__ = [
 def _check_label(value: str, what: str) -> None:
     if not isinstance(value, str):
         raise TypeError(f"{what} must be a string, got {type(value).__name__}")
-    if any(ch in value for ch in "\n\r"):
+    if "\n" in value or "\r" in value:
         raise ValueError(f"{what} may not contain a line break: {value!r}")
 
 

@@ -123,3 +123,25 @@ def test_the_stored_space_is_the_enumerated_one():
             for p in positions[:20]:
                 assert space.template(p) == templates[p]
                 assert _quotas._cell(templates[p], {}) == cell
+
+
+def test_a_library_is_checked_again_once_any_of_its_files_changes(tmp_path):
+    from library_helpers import make_library, sample_records
+
+    library = make_library(tmp_path / "lib", sample_records())
+    first = run_sample(library, tmp_path / "one")
+    assert first.returncode == 0, first.stderr
+    again = run_sample(library, tmp_path / "two")  # remembered valid: the same benchmark
+    assert again.returncode == 0 and (tmp_path / "one" / "cases.jsonl").read_bytes() == \
+        (tmp_path / "two" / "cases.jsonl").read_bytes()
+    image = sorted((library / "images").iterdir())[0]
+    image.write_bytes(b"not an image any more")
+    broken = run_sample(library, tmp_path / "three")
+    assert broken.returncode == 2 and "cannot read image" in broken.stderr and not (tmp_path / "three").exists()
+
+
+def run_sample(library: Path, out: Path) -> subprocess.CompletedProcess:
+    from test_cli import run_trace
+
+    return run_trace("sample", "--slots", "1-2", "--per-slot", "3", "--no-applications", "--library", str(library),
+                     "--out", str(out))

@@ -216,10 +216,53 @@ def validate_library(root: Path) -> list[str]:
     return errors
 
 
-def read_valid_library(root: Path) -> tuple[LibraryInfo, list[TaggedImage]]:
+def read_valid_library(root: Path, *, remember: bool = False) -> tuple[LibraryInfo, list[TaggedImage]]:
     """Check the library at ``root``, then read it: :class:`~tracebench.errors.ValidationFailed`
-    listing every problem, or its info and images."""
+    listing every problem, or its info and images.
+
+    ``remember``: a library found valid before, with every file of its folder as it was then
+    (names, sizes, modification times; a folder holding a link is always checked) and the same
+    checking code and taxonomy,
+    is not checked again (the fact is derived data, :mod:`tracebench.derived`). ``trace
+    sample`` remembers; ``trace library validate`` always checks."""
+    from ..derived import read_json, write_json
+
+    key = _validation_key(Path(root)) if remember else None
+    if key is not None and read_json("library-valid", key) == {"valid": True}:
+        return load_library(root)
     problems = validate_library(root)
     if problems:
         raise ValidationFailed(problems, what=f"problem in library {root}")
+    if key is not None:
+        write_json("library-valid", key, {"valid": True})
     return load_library(root)
+
+
+def _validation_key(root: Path) -> str | None:
+    """A hash of everything validity depends on: the folder's every entry (path, type, size,
+    modification time), the checking code and the taxonomy; None if unreadable or if the
+    folder holds a symbolic link (what it points at could change unseen: always checked)."""
+    import hashlib
+    import os
+    import stat
+
+    from ..derived import source_hash
+    from ..resources import data_hash
+
+    digest = hashlib.sha256()
+    try:
+        base = root.resolve(strict=True)
+        digest.update(f"{base}\0{source_hash('library/_validate.py', 'library/_models.py', 'library/_io.py', 'safepaths.py')}"
+                      f"\0{data_hash(('taxonomy', 'categories.toml'), ('taxonomy', 'subtypes.toml'))}\0".encode())
+        for folder, dirs, files in os.walk(base):
+            dirs.sort()
+            for name in sorted(dirs + files):
+                path = os.path.join(folder, name)
+                st = os.lstat(path)
+                if stat.S_ISLNK(st.st_mode):
+                    return None
+                digest.update(f"{os.path.relpath(path, base)}\0{st.st_mode}\0{st.st_size}\0{st.st_mtime_ns}\0"
+                              f"{st.st_ino}\n".encode("utf-8", "surrogateescape"))
+    except OSError:
+        return None
+    return digest.hexdigest()

@@ -276,7 +276,7 @@ def sample_benchmark(out: Path, *, slots: tuple[int, ...], per_slot: int | None 
 
         library = default_library()
     library = Path(library)
-    info, images = read_valid_library(library)
+    info, images = read_valid_library(library, remember=True)
     if not images:
         raise TraceError(f"{library}: library '{info.name}' holds no image; add tagged images (trace library import)")
     index = LibraryIndex.build(library, info, images)

@@ -21,8 +21,10 @@ import base64
 import hashlib
 import io
 import json
+import os
 import stat
 import zlib
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -47,6 +49,7 @@ __all__ = ["build_report"]
 
 TEMPLATE = "report/report.html.j2"
 CASE_TEMPLATE = "report/case.html.j2"  # one case's body, unpacked by the page when the case is opened
+PREFETCH = 8  # cases ahead whose images threads make while a case renders
 THUMBNAIL = 192  # longest side of embedded images (references, generated, nodes), in pixels
 WEBP = {"format": "WEBP", "quality": 75, "method": 2}  # thumbnails: a fifth of a 256-pixel PNG's bytes
 
@@ -70,6 +73,33 @@ class _Images:
         self._paths: dict[Path, str | None] = {}
         self._files: dict[bytes, str | None] = {}  # SHA-256 of a file's bytes -> key
         self._embedded: dict[bytes, str] = {}  # SHA-256 of a data URI -> key
+        self._coming: dict[Path, Future] = {}  # path -> (bytes, data URI), made ahead by threads
+        self._pool: ThreadPoolExecutor | None = None
+
+    def prefetch(self, paths: Iterable[Path | None]) -> None:
+        """Start making the data URIs of ``paths`` in threads (Pillow decodes, resizes and
+        encodes without the GIL), so that :meth:`add` finds them made. The keys and bytes are
+        those :meth:`add` alone gives; only the time differs."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=max(1, min(os.cpu_count() or 1, 4)))
+        for path in paths:
+            if path is not None:
+                path = Path(path).resolve()
+                if path not in self._paths and path not in self._coming:
+                    self._coming[path] = self._pool.submit(self._read, path)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        self._coming.clear()
+
+    def _read(self, path: Path) -> tuple[bytes, str | None] | None:
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return None
+        return data, self._uri(data)
 
     def add(self, path: Path | None) -> str | None:
         """The key of the image at ``path``; None when there is no image to show."""
@@ -86,13 +116,21 @@ class _Images:
         return fresh
 
     def _key(self, path: Path) -> str | None:
-        try:
-            data = path.read_bytes()
-        except OSError:
-            return None
+        coming = self._coming.pop(path, None)
+        if coming is not None:
+            made = coming.result()
+            if made is None:
+                return None
+            data, uri = made
+        else:
+            try:
+                data = path.read_bytes()
+            except OSError:
+                return None
         digest = hashlib.sha256(data).digest()
         if digest not in self._files:
-            uri = self._uri(data)
+            if coming is None:
+                uri = self._uri(data)
             key = None
             if uri:  # two files can make one thumbnail: that too is embedded once
                 embedded = hashlib.sha256(uri.encode()).digest()
@@ -222,6 +260,23 @@ def _case_view(case: Case, outcomes: dict[str, Outcome], shown: dict[str, tuple[
     return view
 
 
+def _case_images(case: Case, run_root: Path, cases_dir: Path, tree: DiagnosticTree | None,
+                 diag_dir: Path | None) -> list[Path | None]:
+    """The image files :func:`_case_view` embeds for ``case``, for making them ahead; a path
+    that is refused is left for :func:`_case_view` to report in its turn."""
+    finders: list[Callable[[], Path | None]] = [lambda: generated_image(run_root, case.id)]
+    finders += [lambda path=ref.path: reference_file(cases_dir, case, path) for ref in case.references]
+    if tree is not None and diag_dir is not None:
+        finders += [lambda node=node: _node_image(diag_dir, tree, node) for node in tree.nodes]
+    paths = []
+    for find in finders:
+        try:
+            paths.append(find())
+        except TraceError:
+            pass
+    return paths
+
+
 def reference_file(cases_dir: Path, case: Case, path: str) -> Path:
     """A case's reference image, which a page embeds: inside the benchmark folder, else a TraceError."""
     return inside(cases_dir, path, f"{cases_dir}: case {case.id}: reference", "benchmark folder")
@@ -344,10 +399,20 @@ def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, com
     images = _Images(full_images, keep=False)
     body = html_environment().get_template(CASE_TEMPLATE)
 
+    order = list(shown)
+
+    def ahead(k: int) -> None:  # the images of case k, made by threads while earlier cases render
+        if k < len(order):
+            case = run.cases[order[k]]
+            images.prefetch(_case_images(case, Path(run_dir), run.cases_dir, trees.get(case.id), diagnosis))
+
     def cases() -> Iterator[dict[str, Any]]:
         """The cases as the page lists them, one at a time: each with its body rendered and
         packed, and the images it shows first."""
-        for cid in shown:
+        for k in range(PREFETCH):
+            ahead(k)
+        for k, cid in enumerate(order):
+            ahead(k + PREFETCH)
             view = _case_view(run.cases[cid], run.verdicts.get(cid, {}), shown[cid], Path(run_dir), run.cases_dir,
                               images, trees.get(cid), diagnosis)
             html = body.render(case=view, titles=titles, rule_titles=rule_titles)
@@ -361,7 +426,10 @@ def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, com
         summary=summary.model_dump(mode="json") if summary else None, sources=sources,
         manifests=[r.manifest.model_dump(mode="json") for r in runs],
         slots=sorted({run.cases[cid].slot for cid in shown}), run_dir=str(run_dir))
-    write_atomic(out, _chunks(page), mode=stat.S_IMODE(out.stat().st_mode) if out.exists() else None)
+    try:
+        write_atomic(out, _chunks(page), mode=stat.S_IMODE(out.stat().st_mode) if out.exists() else None)
+    finally:
+        images.close()
     return out
 
 

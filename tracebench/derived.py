@@ -16,6 +16,7 @@ is a model-call cache (that is :mod:`tracebench.cache`, one folder per run).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from functools import cache
 from pathlib import Path
@@ -66,8 +67,6 @@ def derived_path(name: str, key: str, suffix: str) -> Path | None:
 
 def read_json(name: str, key: str) -> Any | None:
     """The stored value, or None when it is absent or cannot be read."""
-    import json
-
     path = derived_path(name, key, ".json")
     if path is None:
         return None
@@ -79,8 +78,6 @@ def read_json(name: str, key: str) -> Any | None:
 
 def write_json(name: str, key: str, value: Any) -> None:
     """Store ``value`` for ``key``, atomically; a folder that cannot be written is skipped."""
-    import json
-
     path = derived_path(name, key, ".json")
     if path is None:
         return

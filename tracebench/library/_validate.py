@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, NamedTuple
 
+import PIL
 from PIL import Image, UnidentifiedImageError
 from pydantic import ValidationError
 
@@ -252,8 +253,10 @@ def _validation_key(root: Path) -> str | None:
     digest = hashlib.sha256()
     try:
         base = root.resolve(strict=True)
-        digest.update(f"{base}\0{source_hash('library/_validate.py', 'library/_models.py', 'library/_io.py', 'safepaths.py')}"
-                      f"\0{data_hash(('taxonomy', 'categories.toml'), ('taxonomy', 'subtypes.toml'))}\0".encode())
+        code = source_hash("library/_validate.py", "library/_models.py", "library/_io.py", "safepaths.py",
+                           "jsonfiles.py", "taxonomy.py")
+        data = data_hash(("taxonomy", "categories.toml"), ("taxonomy", "subtypes.toml"))
+        digest.update(f"{base}\0{code}\0{data}\0{PIL.__version__}\0".encode())
         for folder, dirs, files in os.walk(base):
             dirs.sort()
             for name in sorted(dirs + files):

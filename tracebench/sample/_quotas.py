@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 from dataclasses import dataclass
 from functools import cache
@@ -277,8 +278,14 @@ def draw_templates(slot: int, n: int, rng: random.Random, q: Quotas | None = Non
 def _stored_joint_counts(rows: list[int], cols: list[int], feasible: set[tuple[int, int]]) -> dict | None:
     """:func:`_joint_counts`, kept in the derived-data folder (solving the flow is quick;
     importing networkx to do it is not)."""
+    from importlib.util import find_spec
+
     problem = [rows, cols, sorted(feasible)]
-    key = hashlib.sha256(f"{problem}:{source_hash('sample/_quotas.py')}".encode()).hexdigest()
+    # the installed networkx too (where flows tie, which one its solver returns is its choice),
+    # found without importing it: its package file and when it was installed
+    origin = find_spec("networkx").origin or ""
+    installed = f"{origin}:{os.stat(origin).st_mtime_ns if origin else 0}"
+    key = hashlib.sha256(f"{problem}:{source_hash('sample/_quotas.py')}:{installed}".encode()).hexdigest()
     stored = read_json("quota-joint-counts", key)
     if isinstance(stored, dict) and stored.get("problem") == [rows, cols, [list(c) for c in sorted(feasible)]]:
         try:

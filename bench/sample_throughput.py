@@ -15,7 +15,12 @@ Measurements, each a fresh process (as a user runs it), on the shipped synthetic
 Peak memory is the process's maximum resident set size (``ru_maxrss`` of the child; with
 workers, the largest of the writer and its workers).
 
-    python bench/sample_throughput.py [--rounds 5] [--large-per-slot 12500] [--json]
+4. with ``--against DIR`` (a checkout of another commit, e.g. ``git worktree add DIR 7f95597``):
+   ``trace parse f``, the default benchmark and ``--per-slot 2500 --no-applications``
+   (20,000 cases), each timed for that tree and for this one (``python -P -m tracebench``
+   with ``PYTHONPATH`` set to the tree), interleaved round by round.
+
+    python bench/sample_throughput.py [--rounds 5] [--large-per-slot 12500] [--against DIR] [--json]
 """
 
 from __future__ import annotations
@@ -76,10 +81,29 @@ def first_run() -> tuple[float, float, int]:
         return timed_run(["--slots", "1-8"], {**os.environ, "TRACEBENCH_CACHE": tmp})
 
 
+def against(other: Path, rounds: int) -> dict:
+    """Wall seconds per round of three commands for ``other`` and for this tree, interleaved."""
+    here = Path(__file__).resolve().parent.parent
+    trees = {"against": Path(other).resolve(), "this": here}
+    commands = {"parse f": ["parse", "f"], "default benchmark": ["sample", "--slots", "1-8"],
+                "20,000 cases": ["sample", "--slots", "1-8", "--per-slot", "2500", "--no-applications"]}
+    times: dict = {name: {tree: [] for tree in trees} for name in commands}
+    for _ in range(rounds):
+        for name, command in commands.items():
+            for tree, root in trees.items():
+                with tempfile.TemporaryDirectory() as tmp:
+                    out = ["--out", str(Path(tmp) / "bench")] if command[0] == "sample" else []
+                    env = {**os.environ, "PYTHONPATH": str(root)}
+                    wall, _ = timed([sys.executable, "-P", "-m", "tracebench", *command, *out], env)
+                    times[name][tree].append(round(wall, 2))
+    return times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--large-per-slot", type=int, default=12500)
+    parser.add_argument("--against", type=Path, help="another source tree (a folder holding tracebench/) to time")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
@@ -109,6 +133,8 @@ def main() -> None:
         "large": {"cases": large[2], "wall_s": round(large[0], 1), "cases_per_s": round(large[2] / large[0]),
                   "max_rss_mib": round(large[1], 1)},
     }
+    if args.against is not None:
+        result["against"] = against(args.against, args.rounds)
     result["ratio_to_parse"] = round(result["default"]["median_wall_s"] / result["parse"]["median_wall_s"], 2)
     result["ratio_to_parse_jobs_1"] = round(result["default_jobs_1"]["median_wall_s"] / result["parse"]["median_wall_s"], 2)
     if args.json:
@@ -125,6 +151,8 @@ def main() -> None:
           f"{result['ratio_to_parse_jobs_1']}x parse")
     c = result["first_run"]
     print(f"first run (empty derived-data folder): {c['wall_s']} s wall, peak RSS {c['max_rss_mib']} MiB")
+    for name, trees in result.get("against", {}).items():
+        print(f"{name}: " + "; ".join(f"{tree} {runs}" for tree, runs in trees.items()))
     g = result["large"]
     print(f"large benchmark:   {g['cases']} cases in {g['wall_s']} s = {g['cases_per_s']} cases/s, "
           f"peak RSS {g['max_rss_mib']} MiB")

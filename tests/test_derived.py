@@ -69,7 +69,14 @@ def test_stored_quota_flows_equal_the_solved_ones(monkeypatch, tmp_path):
     solved = _quotas._joint_counts(*problem)
     assert _quotas._stored_joint_counts(*problem) == solved  # computed and stored
     assert list((tmp_path / "derived").glob("quota-joint-counts-*.json"))
+
+    def unsolvable(*_):
+        raise AssertionError("solved again instead of read back")
+
+    monkeypatch.setattr(_quotas, "_joint_counts", unsolvable)
     assert _quotas._stored_joint_counts(*problem) == solved  # read back
+    monkeypatch.undo()
+    monkeypatch.setenv("TRACEBENCH_CACHE", str(tmp_path))
     impossible = ([2, 0, 0], [0, 2, 0], {(0, 0)})
     assert _quotas._joint_counts(*impossible) is None
     assert _quotas._stored_joint_counts(*impossible) is None
@@ -92,10 +99,12 @@ def test_sampling_gives_the_same_bytes_cold_warm_and_from_a_damaged_folder(cache
     stamps = {p: p.stat().st_mtime_ns for p in spaces}
     assert _sample(cache_root, tmp_path / "warm") == cold
     assert {p: p.stat().st_mtime_ns for p in spaces} == stamps  # read, not rewritten
-    # damage every kind of stored file: truncated, garbage, a valid file of another slot
+    # a valid file of another slot level under slot 8's name, alone (nothing else rewrites it first)
+    spaces[7].write_bytes(spaces[6].read_bytes())
+    assert _sample(cache_root, tmp_path / "other-slot") == cold
+    # damage every other kind of stored file: truncated, garbage
     spaces[0].write_bytes(spaces[0].read_bytes()[:-40])
     spaces[1].write_bytes(b"\x00not json")
-    spaces[7].write_bytes(spaces[6].read_bytes())
     for path in derived.glob("lark-*.pickle"):
         path.write_bytes(b"garbage")
     for path in derived.glob("quota-joint-counts-*"):
@@ -118,30 +127,30 @@ def test_the_stored_space_is_the_enumerated_one():
         assert len(space.codes) == len(templates)
         fresh = _quotas.SlotSpace.classify(templates)
         assert fresh.codes == space.codes and fresh.cells == space.cells and fresh.needs == space.needs
-        assert _quotas.SlotSpace.from_json(fresh.to_json()).cells == fresh.cells
+        assert _quotas.SlotSpace.from_json(fresh.to_json(slot), slot).cells == fresh.cells
+        assert _quotas.SlotSpace.from_json(fresh.to_json(slot), slot + 1) is None  # another level's file
         for cell, positions in list(space.cells.items())[:5]:
             for p in positions[:20]:
                 assert space.template(p) == templates[p]
                 assert _quotas._cell(templates[p], {}) == cell
 
 
-def test_a_library_is_checked_again_once_any_of_its_files_changes(tmp_path):
+def test_a_library_is_checked_again_once_any_of_its_files_changes(cache_root, tmp_path):
     from library_helpers import make_library, sample_records
 
     library = make_library(tmp_path / "lib", sample_records())
-    first = run_sample(library, tmp_path / "one")
+    first = run_sample(cache_root, library, tmp_path / "one")
     assert first.returncode == 0, first.stderr
-    again = run_sample(library, tmp_path / "two")  # remembered valid: the same benchmark
+    assert len(list((cache_root / "derived").glob("library-valid-*"))) == 1  # remembered
+    again = run_sample(cache_root, library, tmp_path / "two")  # remembered valid: the same benchmark
     assert again.returncode == 0 and (tmp_path / "one" / "cases.jsonl").read_bytes() == \
         (tmp_path / "two" / "cases.jsonl").read_bytes()
     image = sorted((library / "images").iterdir())[0]
     image.write_bytes(b"not an image any more")
-    broken = run_sample(library, tmp_path / "three")
+    broken = run_sample(cache_root, library, tmp_path / "three")
     assert broken.returncode == 2 and "cannot read image" in broken.stderr and not (tmp_path / "three").exists()
 
 
-def run_sample(library: Path, out: Path) -> subprocess.CompletedProcess:
-    from test_cli import run_trace
-
-    return run_trace("sample", "--slots", "1-2", "--per-slot", "3", "--no-applications", "--library", str(library),
-                     "--out", str(out))
+def run_sample(cache: Path, library: Path, out: Path) -> subprocess.CompletedProcess:
+    return _trace(cache, "sample", "--slots", "1-2", "--per-slot", "3", "--no-applications", "--library", str(library),
+                  "--out", str(out))

@@ -7,7 +7,8 @@ so they are stored under a name that hashes both, in the ``derived`` folder of t
 per-user cache (:func:`cache_root`: ``$TRACEBENCH_CACHE``, else ``$XDG_CACHE_HOME/tracebench``,
 else ``~/.cache/tracebench``; the default synthetic library is built there too).
 
-The folder is created private (0700). A file that is missing, unreadable or not what its
+The folder is created private (0700), and one that is not (another user's, or readable or
+writable by others) is not used. A file that is missing, unreadable or not what its
 reader expects is computed again and rewritten (atomically); a folder that cannot be
 written is no error: the data are then computed in memory for every process. Nothing here
 is a model-call cache (that is :mod:`tracebench.cache`, one folder per run).
@@ -43,9 +44,13 @@ def derived_dir() -> Path | None:
     folder = cache_root() / "derived"
     try:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = folder.stat()
     except OSError:
         return None
-    return folder if os.access(folder, os.W_OK | os.X_OK) else None
+    # what is read back includes Lark's pickled tables: only from a folder that is this user's alone
+    if st.st_uid != os.getuid() or st.st_mode & 0o077 or not os.access(folder, os.W_OK | os.X_OK):
+        return None
+    return folder
 
 
 @cache

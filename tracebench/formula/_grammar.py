@@ -32,21 +32,26 @@ def build_lark(transformer=None) -> Lark:
     Building the LALR tables takes about 0.3 s; they are kept in the derived-data folder
     (:mod:`tracebench.derived`) by Lark's own cache, which checks them against the grammar
     text, the options and Lark's version before use and rebuilds them when they differ."""
-    import hashlib
     import sys
 
     import lark
 
+    from ..cache import cache_key
     from ..derived import derived_path
 
     text = read_text("grammar", GRAMMAR_FILE)
     options = lark_options()
-    key = hashlib.sha256(f"{text}\0{sorted(options.items())}\0{lark.__version__}\0{sys.version_info[:2]}"
-                         .encode()).hexdigest()
+    key = cache_key(grammar=text, options=options, lark=lark.__version__, python=list(sys.version_info[:2]))
     path = derived_path("lark", key, ".pickle")
     if path is not None:
         options["cache"] = str(path)
-    return Lark(text, transformer=transformer, **options)
+    parser = Lark(text, transformer=transformer, **options)
+    if path is not None and path.exists():
+        try:
+            path.chmod(0o600)  # Lark writes it with the umask's permissions
+        except OSError:
+            pass
+    return parser
 
 
 @cache

@@ -234,14 +234,14 @@ def read_valid_library(root: Path, *, remember: bool = False) -> tuple[LibraryIn
     problems = validate_library(root)
     if problems:
         raise ValidationFailed(problems, what=f"problem in library {root}")
-    if key is not None:
+    if key is not None and _validation_key(Path(root)) == key:  # nothing changed while it was checked
         write_json("library-valid", key, {"valid": True})
     return load_library(root)
 
 
 def _validation_key(root: Path) -> str | None:
     """A hash of everything validity depends on: the folder's every entry (path, type, size,
-    modification time), the checking code and the taxonomy; None if unreadable or if the
+    modification and change times: ``touch -r`` cannot hide an edit), the checking code and the taxonomy; None if unreadable or if the
     folder holds a symbolic link (what it points at could change unseen: always checked)."""
     import hashlib
     import os
@@ -265,7 +265,7 @@ def _validation_key(root: Path) -> str | None:
                 if stat.S_ISLNK(st.st_mode):
                     return None
                 digest.update(f"{os.path.relpath(path, base)}\0{st.st_mode}\0{st.st_size}\0{st.st_mtime_ns}\0"
-                              f"{st.st_ino}\n".encode("utf-8", "surrogateescape"))
+                              f"{st.st_ctime_ns}\0{st.st_ino}\n".encode("utf-8", "surrogateescape"))
     except OSError:
         return None
     return digest.hexdigest()

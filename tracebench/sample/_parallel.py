@@ -15,9 +15,11 @@ import os
 import signal
 from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from typing import Callable, Iterator, NamedTuple
 
+from ..errors import TraceError
 from ..jsonfiles import record_line
 from ..records import Case
 
@@ -82,27 +84,33 @@ def made_in_order(make: Callable[[int], Case], count: int, jobs: int) -> Iterato
     if jobs <= 1 or count < PARALLEL_FROM or "fork" not in multiprocessing.get_all_start_methods():
         yield (written(make(i)) for i in range(count))
         return
-    _MAKE = make
-    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("fork"), initializer=_quiet)
     starts = iter(range(0, count, CHUNK))
     pending: deque[Future] = deque()
+    pool: ProcessPoolExecutor | None = None
 
     def submit() -> None:
         start = next(starts, None)
         if start is not None:
             pending.append(pool.submit(_chunk, start, min(start + CHUNK, count)))
 
+    def results() -> Iterator[Written]:
+        while pending:
+            try:
+                chunk = pending.popleft().result()
+            except BrokenProcessPool:
+                raise TraceError("a process making cases died (out of memory, or killed); run the same command "
+                                 "again, or with --jobs 1") from None
+            submit()
+            yield from chunk
+
     try:
+        _MAKE = make  # inherited by the forked workers
+        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("fork"),
+                                   initializer=_quiet)
         for _ in range(jobs * WINDOW):
             submit()  # the first submission forks the workers
-
-        def results() -> Iterator[Written]:
-            while pending:
-                chunk = pending.popleft().result()
-                submit()
-                yield from chunk
-
         yield results()
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
         _MAKE = None

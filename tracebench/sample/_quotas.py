@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from ..errors import TraceError
+from ..cache import cache_key
 from ..derived import read_json, source_hash, write_json
 from ..formula import Apply, Compose, Disentangle, Expr, decode_template, encode_template, space_bounds, space_by_slot
 from ..resources import data_hash, read_toml
@@ -87,7 +88,8 @@ Cell = tuple[int, int, bool]  # (g_rel terms, g_global terms, has g_attach or g_
 _SPACE_FILES = (("templates", "space.toml"), ("taxonomy", "kinds.toml"), ("grammar", "trace.lark"),
                 ("grammar", "language.toml"))
 _SPACE_CODE = ("formula/_space.py", "formula/_ast.py", "formula/_canonical.py", "formula/_language.py",
-               "formula/_analysis.py", "sample/_quotas.py", "sample/_capabilities.py")
+               "formula/_analysis.py", "formula/_grammar.py", "formula/_printer.py", "operators.py",
+               "sample/_quotas.py", "sample/_capabilities.py")
 _SPACE_FORMAT = 1
 
 
@@ -124,18 +126,21 @@ class SlotSpace:
         return cls([encode_template(t, code_memo) for t in templates], cells,
                    [needs_of(t, needs_memo) for t in templates])
 
-    def to_json(self) -> dict:
+    def to_json(self, slot: int) -> dict:
         table = sorted({n for ns in self.needs for n in ns}, key=str)
         bit = {n: 1 << k for k, n in enumerate(table)}
-        return {"format": _SPACE_FORMAT, "digest": _digest(self.codes), "codes": self.codes,
+        return {"format": _SPACE_FORMAT, "key": _space_key(), "slot": slot, "digest": _digest(self.codes),
+                "codes": self.codes,
                 "cells": [[r, g, w, positions] for (r, g, w), positions in self.cells.items()],
                 "need_table": [list(n) for n in table], "needs": [sum(bit[n] for n in ns) for ns in self.needs]}
 
     @classmethod
-    def from_json(cls, raw) -> "SlotSpace | None":
-        """The stored space, or None when ``raw`` is not one this code wrote."""
+    def from_json(cls, raw, slot: int) -> "SlotSpace | None":
+        """The stored space of slot level ``slot``, or None when ``raw`` is not the one this code
+        wrote for it (another level's file under its name, another space's, a damaged one)."""
         try:
-            if raw.get("format") != _SPACE_FORMAT or raw.get("digest") != _digest(raw["codes"]):
+            if (raw.get("format") != _SPACE_FORMAT or raw.get("key") != _space_key() or raw.get("slot") != slot
+                    or raw.get("digest") != _digest(raw["codes"])):
                 return None
             codes = raw["codes"]
             table = [(kind, role) for kind, role in raw["need_table"]]
@@ -160,25 +165,25 @@ def _digest(codes: list[str]) -> str:
 
 @cache
 def _space_key() -> str:
-    return hashlib.sha256(f"{data_hash(*_SPACE_FILES)}:{source_hash(*_SPACE_CODE)}:{_SPACE_FORMAT}".encode()).hexdigest()
+    return cache_key(data=data_hash(*_SPACE_FILES), code=source_hash(*_SPACE_CODE), format=_SPACE_FORMAT)
 
 
 @cache
 def slot_space(slot: int) -> SlotSpace:
     """The classified templates of slot level ``slot``: read from the derived-data folder, or
-    enumerated, classified and stored there (every level of one enumeration at once)."""
-    name = f"template-space-slot{slot}"
-    stored = SlotSpace.from_json(read_json(name, _space_key()))
-    if stored is not None:
-        return stored
+    taken from the whole classified space (:func:`_classified`)."""
+    stored = SlotSpace.from_json(read_json(f"template-space-slot{slot}", _space_key()), slot)
+    return stored if stored is not None else _classified().get(slot, SlotSpace([], {}, []))
+
+
+@cache
+def _classified() -> dict[int, SlotSpace]:
+    """Every slot level enumerated and classified, once per process, and each stored."""
     levels = space_by_slot(range(space_bounds().min_slot, space_bounds().max_slot + 1))
-    made = None
-    for level, templates in levels.items():
-        space = SlotSpace.classify(templates)
-        write_json(f"template-space-slot{level}", _space_key(), space.to_json())
-        if level == slot:
-            made = space
-    return made if made is not None else SlotSpace([], {}, [])
+    spaces = {level: SlotSpace.classify(templates) for level, templates in levels.items()}
+    for level, space in spaces.items():
+        write_json(f"template-space-slot{level}", _space_key(), space.to_json(level))
+    return spaces
 
 
 @cache
@@ -278,14 +283,8 @@ def draw_templates(slot: int, n: int, rng: random.Random, q: Quotas | None = Non
 def _stored_joint_counts(rows: list[int], cols: list[int], feasible: set[tuple[int, int]]) -> dict | None:
     """:func:`_joint_counts`, kept in the derived-data folder (solving the flow is quick;
     importing networkx to do it is not)."""
-    from importlib.util import find_spec
-
     problem = [rows, cols, sorted(feasible)]
-    # the installed networkx too (where flows tie, which one its solver returns is its choice),
-    # found without importing it: its package file and when it was installed
-    origin = find_spec("networkx").origin or ""
-    installed = f"{origin}:{os.stat(origin).st_mtime_ns if origin else 0}"
-    key = hashlib.sha256(f"{problem}:{source_hash('sample/_quotas.py')}:{installed}".encode()).hexdigest()
+    key = cache_key(problem=problem, code=source_hash("sample/_quotas.py"), networkx=_networkx_installed())
     stored = read_json("quota-joint-counts", key)
     if isinstance(stored, dict) and stored.get("problem") == [rows, cols, [list(c) for c in sorted(feasible)]]:
         try:
@@ -296,6 +295,19 @@ def _stored_joint_counts(rows: list[int], cols: list[int], feasible: set[tuple[i
     write_json("quota-joint-counts", key, {"problem": problem, "counts": None if counts is None else
                                            [[r, g, n] for (r, g), n in counts.items()]})
     return counts
+
+
+@cache
+def _networkx_installed() -> str:
+    """Which networkx would solve the flows (where flows tie, the one returned is its solver's
+    choice), found without importing it: its package file and when it was written."""
+    from importlib.util import find_spec
+
+    try:
+        origin = find_spec("networkx").origin
+        return f"{origin}:{os.stat(origin).st_mtime_ns}"
+    except (AttributeError, OSError, TypeError, ValueError):
+        return "unknown"
 
 
 def _joint_counts(rows: list[int], cols: list[int], feasible: set[tuple[int, int]]) -> dict | None:

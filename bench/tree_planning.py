@@ -47,7 +47,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _machine import machine
+from _machine import compile_bytecode, machine
 
 ROOT = Path(__file__).resolve().parent.parent
 GENERATOR = "synthetic:global-interference,noise:0.05"
@@ -136,6 +136,8 @@ def main() -> int:
             ap.error(f"--against {args.against}: holds no tracebench/ package")
         sources["against"] = args.against.resolve()
 
+    for source in sources.values():
+        compile_bytecode(source)  # imports timed as an installed package has them
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="tree-planning-") as tmp:
         run_dir, run_cases, failing = build_input(Path(tmp), args.per_slot)

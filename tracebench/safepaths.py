@@ -15,6 +15,8 @@ write inside its folder:
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 from functools import lru_cache
 from pathlib import Path, PurePosixPath, PureWindowsPath
@@ -85,28 +87,40 @@ RelativePath = Annotated[str, AfterValidator(_check(relative_path_problem)),
 def path_problem(folder: Path, relative: str, what: str = "folder") -> str | None:
     """Why ``folder / relative`` is not a file inside ``folder`` once symlinks are resolved, or
     None; ``what`` names the folder in the message ("a link that leaves the library folder")."""
+    return _resolved_inside(folder, relative, what)[1]
+
+
+def _resolved_inside(folder: Path, relative: str, what: str) -> tuple[str | None, str]:
+    """``folder / relative`` resolved (or None) and why it is not inside ``folder`` (or None)."""
     problem = relative_path_problem(relative)
     if problem:
-        return problem
+        return None, problem
     try:
-        resolved = (Path(folder) / relative).resolve()
-        base = Path(folder).resolve()
-    except (OSError, RuntimeError) as err:  # a link loop
-        return f"cannot be resolved ({getattr(err, 'strerror', None) or err})"
-    if not resolved.is_relative_to(base):
-        return f"a link that leaves the {what}"
-    return None
+        resolved = os.path.realpath(os.path.join(folder, relative))
+        base = os.path.realpath(folder)
+    except (OSError, ValueError) as err:  # a NUL byte
+        return None, f"cannot be resolved ({getattr(err, 'strerror', None) or err})"
+    try:
+        os.stat(resolved)  # realpath leaves a link loop as it is; stat meets it
+    except OSError as err:  # a missing file is for whoever opens it to report
+        if err.errno == errno.ELOOP:
+            return None, "cannot be resolved (a loop of symbolic links)"
+    except ValueError:
+        pass
+    if resolved != base and not resolved.startswith(base.rstrip(os.sep) + os.sep):
+        return None, f"a link that leaves the {what}"
+    return resolved, None
 
 
 def inside(folder: Path, relative: str, where: str, what: str = "folder") -> Path:
     """``folder / relative`` with its symlinks resolved, when it stays inside ``folder``; else a
     TraceError ``WHERE: RELATIVE: why`` (``where`` names the case or record that gave the path).
     Every reader of a path found in a file opens it through this."""
-    problem = path_problem(folder, relative, what)
+    resolved, problem = _resolved_inside(folder, relative, what)
     if problem:
         shown = relative if len(relative) <= 200 else relative[:200] + "..."
         raise TraceError(f"{where}: {shown}: {problem}")
-    return (Path(folder) / relative).resolve()
+    return Path(resolved)
 
 
 def id_from_name(name: str) -> str:

@@ -13,7 +13,7 @@ words written for a singular subject, made to agree in number with a noun,
 from __future__ import annotations
 
 from functools import cache
-from typing import Any, Callable
+from typing import Any
 
 import jinja2
 
@@ -105,23 +105,35 @@ def compile_string(text: str):
         template = env.from_string(text)
         return lambda context: template.render(context)
 
-    def getter(part: tuple) -> Callable[[dict], Any]:  # a part as a function of the context
+    # The template as one f-string over the context ``_c``: text parts are constants, a name
+    # ``_c["name"]``, a filter a call of it; every value through str() (``!s``), as Jinja2 does.
+    namespace: dict[str, Any] = {}
+    names: set[str] = set()
+
+    def constant(value: Any) -> str:
+        key = f"_k{len(namespace)}"
+        namespace[key] = value
+        return key
+
+    def expression(part: tuple) -> str:
         kind, value = part[0], part[1]
         if kind == "name":
-            def get(context: dict, name: str = value):
-                try:
-                    return context[name]
-                except KeyError:
-                    raise jinja2.UndefinedError(f"{name!r} is undefined") from None
-            return get
+            names.add(value)
+            return f"_c[{value!r}]"
         if kind == "filter":
-            operands = [getter(operand) for operand in part[2]]
-            return lambda context: value(*[g(context) for g in operands])
-        return lambda context: value
+            return f"{constant(value)}({', '.join(expression(operand) for operand in part[2])})"
+        return constant(value)
 
-    pieces = [(part[1], None) if part[0] == "text" else ("", getter(part)) for part in parts]
+    fields = "".join("{" + (constant(part[1]) if part[0] == "text" else expression(part)) + "!s}" for part in parts)
+    fast = eval(f"lambda _c: f{fields!r}", namespace)  # noqa: S307 - built above from constants and names only
 
     def render_simple(context: dict) -> str:
-        return "".join([text if get is None else str(get(context)) for text, get in pieces])
+        try:
+            return fast(context)
+        except KeyError:
+            missing = sorted(name for name in names if name not in context)
+            if missing:
+                raise jinja2.UndefinedError(f"{missing[0]!r} is undefined") from None
+            raise
 
     return render_simple

@@ -23,7 +23,10 @@ QUESTION_FILE = "checklist/questions.toml"
 @cache
 def _templates() -> dict[str, list[dict]]:
     raw = read_toml("templates", QUESTION_FILE)
-    return {group: [{**q, "compiled": compile_string(q["question"])} for q in entries] for group, entries in raw.items()}
+    return {group: [{**q, "compiled": compile_string(q["question"]), "expected": q.get("expected", "yes"),
+                     "depends": tuple(dep.rpartition(".")[::2] for dep in q.get("depends_on", ())),
+                     "wanted": q.get("images")} for q in entries]
+            for group, entries in raw.items()}
 
 
 def _join(items: list[str]) -> str:
@@ -47,16 +50,13 @@ def compile_checklist(terms: tuple[TermBinding, ...],
     def emit(group: str, op: str, target: str, context: dict, links: dict[str, list[str]], image: str | None,
              all_images: tuple[str, ...] = ()) -> None:
         for entry in _templates()[group]:
-            depends: list[str] = []
-            for dep in entry.get("depends_on", ()):
-                scope, _, aspect = dep.rpartition(".")
-                depends += [question_id(t, aspect) for t in links.get(scope, [target])]
-            wanted = entry.get("images")
+            depends = tuple(question_id(t, aspect) for scope, aspect in entry["depends"]
+                            for t in links.get(scope, (target,)))
+            wanted = entry["wanted"]
             images = (image,) if wanted == "term" and image else all_images if wanted == "all" else ()
             questions.append(Question(
                 id=question_id(target, entry["aspect"]), op=op, target=target, aspect=entry["aspect"],
-                question=entry["compiled"](context), expected=entry.get("expected", "yes"),
-                depends_on=tuple(depends), images=images))
+                question=entry["compiled"](context), expected=entry["expected"], depends_on=depends, images=images))
 
     relation_of: dict[str, TermBinding] = {}
     for t in terms:

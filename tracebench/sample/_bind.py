@@ -178,6 +178,7 @@ class _Binder:
         named = {k for k in local if not lang.is_unspecified(k)}
         restrict = self.carrier_categories if isinstance(node, Anchor) else None
 
+        @cache  # a pure function of the category within this call: pick() may scan every entity
         def category_fits(category: str) -> bool:
             if restrict is not None and category not in restrict:
                 return False
@@ -325,7 +326,9 @@ def _candidates(kind: str | None, role: str) -> list[SubtypeSpec]:
 
 
 def _index_of(symbol: str) -> int:
-    return int(re.search(r"[0-9]+$", symbol).group())
+    """The number a symbol ends with: ``g_pattern12`` -> 12."""
+    stem = symbol.rstrip("0123456789")
+    return int(symbol[len(stem):])
 
 
 def _build(node: Expr, drafts, images: dict[int, int], c_numbers) -> Expr:

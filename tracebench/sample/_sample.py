@@ -18,7 +18,7 @@ import shutil
 import sys
 from collections import Counter
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -188,15 +188,28 @@ def _case(plan: Plan, bound: BoundCase, index: LibraryIndex, rng: random.Random)
     references = tuple(
         Reference(image=f"Image {k + 1}", path=_reference_path(index, lib), source_id=index.images[lib].id)
         for k, lib in enumerate(bound.images))
-    return Case(id=plan.case_id, slot=slot_count(bound.formula), template=to_text(template_of(bound.template)),
+    return Case(id=plan.case_id, slot=slot_count(bound.formula), template=_template_text(bound.template),
                 formula=to_text(bound.formula), application=plan.application, prompt=prompts.prompt,
                 text_only_prompt=prompts.text_only, scene=prompts.scene, references=references, terms=bound.terms,
                 checklist=compile_checklist(bound.terms, bound.compositions))
 
 
+@lru_cache(maxsize=8192)
+def _template_text(template: Expr) -> str:
+    """A drawn template as a case records it (templates repeat across the cases of a level)."""
+    return to_text(template_of(template))
+
+
 def _reference_path(index: LibraryIndex, lib: int) -> str:
     image = index.images[lib]
-    return f"{REFERENCES_DIR}/{image.id}{Path(image.path).suffix}"
+    return f"{REFERENCES_DIR}/{image.id}{_suffix(image.path)}"
+
+
+def _suffix(path: str) -> str:
+    """``Path(path).suffix`` without making a Path (once per reference of every case)."""
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    dot = name.rfind(".")
+    return name[dot:] if 0 < dot < len(name) - 1 else ""
 
 
 def write_benchmark(out: Path, cases: Iterable[Case | Written], *, source: Callable[[Case, Reference], Path], seed: int,

@@ -154,3 +154,31 @@ def test_a_library_is_checked_again_once_any_of_its_files_changes(cache_root, tm
 def run_sample(cache: Path, library: Path, out: Path) -> subprocess.CompletedProcess:
     return _trace(cache, "sample", "--slots", "1-2", "--per-slot", "3", "--no-applications", "--library", str(library),
                   "--out", str(out))
+
+
+def test_writing_a_derived_file_removes_old_files_of_its_name_only(monkeypatch, tmp_path):
+    from tracebench import derived
+    from tracebench.formula._grammar import build_lark
+
+    monkeypatch.setenv("TRACEBENCH_CACHE", str(tmp_path / "cache"))
+    folder = derived.derived_dir()
+    month = derived.PRUNE_AFTER_DAYS * 86400
+    old_key, recent_key = folder / f"space-slot1-{'a' * 24}.json", folder / f"space-slot1-{'b' * 24}.json"
+    other_name = folder / f"space-slot10-{'c' * 24}.json"  # a name that starts alike
+    longer_name = folder / f"space-slot1-extra-{'d' * 24}.json"
+    half_written = folder / f"lark-{'e' * 24}.pickle.123.tmp"  # a process died writing it
+    for path in (old_key, recent_key, other_name, longer_name, half_written):
+        path.write_text("{}")
+    for path in (old_key, other_name, longer_name, half_written):
+        os.utime(path, (path.stat().st_atime - month - 60,) * 2)
+    os.utime(recent_key, (recent_key.stat().st_atime - month + 3600,) * 2)
+
+    derived.write_json("space-slot1", "f" * 64, {"x": 1})
+    assert derived.read_json("space-slot1", "f" * 64) == {"x": 1}
+    assert not old_key.exists()
+    assert recent_key.exists() and other_name.exists() and longer_name.exists()
+
+    build_lark()  # no tables in this folder yet: Lark writes them, renamed into place
+    tables = list(folder.glob("lark-*.pickle"))
+    assert len(tables) == 1 and tables[0].stat().st_mode & 0o777 == 0o600
+    assert not half_written.exists() and not list(folder.glob("*.tmp"))

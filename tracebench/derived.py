@@ -12,6 +12,11 @@ writable by others) is not used. A file that is missing, unreadable or not what 
 reader expects is computed again and rewritten (atomically); a folder that cannot be
 written is no error: the data are then computed in memory for every process. Nothing here
 is a model-call cache (that is :mod:`tracebench.cache`, one folder per run).
+
+Files of older keys (another version of the code or of the data) are removed when a file of
+the same name is written and they have not been modified for :data:`PRUNE_AFTER_DAYS`: two
+installations sharing the folder keep theirs, and a file removed while still in use is only
+computed once more.
 """
 
 from __future__ import annotations
@@ -19,15 +24,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from .cache import write_atomic
 
-__all__ = ["cache_root", "derived_dir", "derived_path", "read_json", "source_hash", "write_json"]
+__all__ = ["PRUNE_AFTER_DAYS", "cache_root", "derived_dir", "derived_path", "prune", "read_json", "source_hash",
+           "write_json"]
 
 _PACKAGE = Path(__file__).resolve().parent
+PRUNE_AFTER_DAYS = 30
 
 
 def cache_root() -> Path:
@@ -89,4 +97,23 @@ def write_json(name: str, key: str, value: Any) -> None:
     try:
         write_atomic(path, json.dumps(value, separators=(",", ":")).encode(), mode=0o600)
     except OSError:
-        pass
+        return
+    prune(path)
+
+
+def prune(written: Path, *, now: float | None = None) -> list[Path]:
+    """Remove the files of other keys of ``written``'s name (``NAME-KEY.SUFFIX`` beside it, and
+    files a process left half-written) unmodified for :data:`PRUNE_AFTER_DAYS`; returns them."""
+    name = written.name.rsplit("-", 1)[0]
+    cutoff = (time.time() if now is None else now) - PRUNE_AFTER_DAYS * 86400
+    removed = []
+    for path in written.parent.glob(f"{name}-*"):
+        try:
+            # the key is the last part of the name: another name that merely starts alike is not ours
+            if path == written or "-" in path.name[len(name) + 1:].split(".")[0] or path.stat().st_mtime >= cutoff:
+                continue
+            path.unlink()
+        except OSError:
+            continue
+        removed.append(path)
+    return removed

@@ -12,7 +12,7 @@ Names are imported from their module on first use: drawing one formula's tree
 
 from __future__ import annotations
 
-from importlib import import_module
+from ..lazy import lazy_exports
 
 _WHERE = {
     "..records": ("DIAGNOSIS_FILE", "NODES_FILE", "SUMMARY_FILE", "TREES_FILE"),
@@ -28,14 +28,4 @@ _MODULE_OF = {name: module for module, names in _WHERE.items() for name in names
 __all__ = sorted(_MODULE_OF)
 
 
-def __getattr__(name: str):
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_MODULE_OF))
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _MODULE_OF)

@@ -32,25 +32,33 @@ def build_lark(transformer=None) -> Lark:
     Building the LALR tables takes about 0.3 s; they are kept in the derived-data folder
     (:mod:`tracebench.derived`) by Lark's own cache, which checks them against the grammar
     text, the options and Lark's version before use and rebuilds them when they differ."""
+    import os
     import sys
 
     import lark
 
     from ..cache import cache_key
-    from ..derived import derived_path
+    from ..derived import derived_path, prune
 
     text = read_text("grammar", GRAMMAR_FILE)
     options = lark_options()
     key = cache_key(grammar=text, options=options, lark=lark.__version__, python=list(sys.version_info[:2]))
     path = derived_path("lark", key, ".pickle")
-    if path is not None:
-        options["cache"] = str(path)
+    # Lark writes a missing cache file in place; written under a name of this process's own and
+    # renamed, a process starting meanwhile never reads half of it
+    fresh = path is not None and not path.exists()
+    target = path.with_name(f"{path.name}.{os.getpid()}.tmp") if fresh else path
+    if target is not None:
+        options["cache"] = str(target)
     parser = Lark(text, transformer=transformer, **options)
-    if path is not None and path.exists():
+    if fresh and target.exists():
         try:
-            path.chmod(0o600)  # Lark writes it with the umask's permissions
+            target.chmod(0o600)  # Lark writes it with the umask's permissions
+            os.replace(target, path)
         except OSError:
-            pass
+            target.unlink(missing_ok=True)
+        else:
+            prune(path)
     return parser
 
 

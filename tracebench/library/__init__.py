@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..lazy import lazy_exports
 from ._io import INFO_FILE, TAGS_FILE, content_hash, load_library, staged_output, write_library
 from ._models import Entity, GlobalTag, LibraryInfo, TagDict, TaggedImage
 from ._validate import check_records, read_records, read_valid_library, validate_library
@@ -46,10 +47,4 @@ _LAZY = {"tag_images": "_tag", "TagReport": "_tag", "SkippedImage": "_tag", "Mod
          "plan_scene": "synth", "render_scene": "synth"}
 
 
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
-
-    return getattr(import_module(f".{module}", __name__), name)
+__getattr__, __dir__ = lazy_exports(__name__, globals(), {name: f".{module}" for name, module in _LAZY.items()})

@@ -5,8 +5,7 @@ krippendorff, which a report does not: they are imported on first use."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from ..lazy import lazy_exports
 from ._annotate import export_sample, stratified
 from ._report import build_report
 
@@ -15,10 +14,4 @@ __all__ = ["Label", "SourceLabel", "agree", "build_report", "export_sample", "fo
 
 _AGREE = {"Label", "SourceLabel", "agree", "format_agreement", "read_labels"}
 
-
-def __getattr__(name: str) -> Any:
-    if name in _AGREE:
-        from . import _agree
-
-        return getattr(_agree, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, globals(), dict.fromkeys(_AGREE, "._agree"))

@@ -97,11 +97,13 @@ class LibraryIndex:
     by_use: dict[str, list[EntityRef]] = field(default_factory=dict)  # "attach", "ip": entities usable whole
     globals_by_subtype: dict[str, list[GlobalRef]] = field(default_factory=dict)
     relations: list[RelationRef] = field(default_factory=list)
+    by_id: dict[str, TaggedImage] = field(default_factory=dict)  # the images by their id
 
     @classmethod
     def build(cls, root: Path, info: LibraryInfo, images: list[TaggedImage]) -> "LibraryIndex":
         tax = taxonomy()
         index = cls(Path(root), info, list(images))
+        index.by_id = {image.id: image for image in index.images}
         index.by_use = {key: [] for key, s in tax.special.items() if s.record == "usable_as"}
         relation_keys = [s.key for s in tax.global_subtypes() if s.role == "relation"]
         backgrounds = [s.key for s in tax.special.values() if s.record == "background"]

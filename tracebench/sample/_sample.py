@@ -306,7 +306,7 @@ def sample_benchmark(out: Path, *, slots: tuple[int, ...], per_slot: int | None 
         if report is not None:
             report(left_out_line(entry))
     plans = plan_cases(tuple(slots), per_slot, seed, applications, without)
-    by_id = {image.id: image for image in images}
+    by_id = index.by_id
     if progress is None:
         progress = sys.stderr.isatty()
     hashes = {

@@ -18,7 +18,6 @@ import re
 from typing import Any
 
 from ..errors import TraceError
-from ..library import TaggedImage
 from ..library.synth import (RENDER_VERSION, World, entity_options, load_world, new_entity, relation_tag,
                              set_attribute, slot_boxes, world_hash)
 from ..records import Case, TermBinding
@@ -56,25 +55,11 @@ def _choices(world: World, e: dict, dim: str) -> list[Any]:
 
 # ------------------------------------------------------------------------------ library content
 
-_INDEXED: list[tuple[list[TaggedImage], int, dict[str, TaggedImage]]] = []  # a few libraries' images by id
-
-
-def _by_id(images: list[TaggedImage]) -> dict[str, TaggedImage]:
-    """A library's images by id, built once per image list (every case of a run shares one;
-    a list that has grown since is indexed again)."""
-    for held, count, by_id in _INDEXED:
-        if held is images and count == len(images):
-            return by_id
-    by_id = {image.id: image for image in images}
-    _INDEXED[:] = [*_INDEXED[-3:], (images, len(images), by_id)]
-    return by_id
-
-
 class _Sources:
     """Library images by id, and the plan parts a term takes content from."""
 
     def __init__(self, index: LibraryIndex) -> None:
-        self.images = _by_id(index.images)
+        self.images = index.by_id
 
     def plan(self, t: TermBinding) -> dict:
         image = self.images.get(t.source_id or "")

@@ -31,6 +31,7 @@ The modules, each importing only those above it (``_figures`` names ``World`` in
 
 from __future__ import annotations
 
+from ...lazy import lazy_exports
 from ._build import DEFAULT_N, DEFAULT_SEED, cache_root, default_library, synthesize_image, synthesize_library
 from ._world import SYNTH_FILE, World, load_world, world_hash
 
@@ -40,13 +41,7 @@ _LAZY = {"FINE_MIN_PX": "_plan", "RENDER_VERSION": "_plan", "entity_options": "_
          "relation_tag": "_tags"}
 
 
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
-
-    return getattr(import_module(f".{module}", __name__), name)
+__getattr__, __dir__ = lazy_exports(__name__, globals(), {name: f".{module}" for name, module in _LAZY.items()})
 
 __all__ = [
     "DEFAULT_N",

@@ -193,11 +193,13 @@ def _weighted(rng: random.Random, weights: dict[Any, float]) -> Any:
 @cache
 def world_hash() -> str:
     """What the library depends on: the world file and the taxonomy its tags follow, the renderer
-    (every module of this package, in name order) and Pillow's version."""
+    (every module of this package in name order, but ``__init__``, which only re-exports) and
+    Pillow's version."""
     digest = hashlib.sha256()
     for name in (SYNTH_FILE, "subtypes.toml", "categories.toml"):
         digest.update(data_path("taxonomy", name).read_bytes())
-    for module in sorted(Path(__file__).parent.glob("*.py"), key=lambda p: p.name):
+    for module in sorted((p for p in Path(__file__).parent.glob("*.py") if p.name != "__init__.py"),
+                         key=lambda p: p.name):
         digest.update(b"\0" + module.name.encode() + b"\0" + module.read_bytes())
     digest.update(b"\0" + PIL.__version__.encode())
     return digest.hexdigest()

@@ -6,6 +6,7 @@ import base64
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -15,6 +16,7 @@ import pytest
 
 from openai_server import OpenAIStub
 from test_cli import _trace_executable, run_trace
+from tracebench.errors import TraceError
 from tracebench.records import RunManifest, Verdict
 from tracebench.providers import ModelSettings
 from tracebench.run import run_benchmark
@@ -85,6 +87,32 @@ def test_a_second_run_makes_no_call(bench, tmp_path):
     third = _run(bench, tmp_path / "again", "synthetic:noise:0.1", cache_dir=tmp_path / "run" / "cache")
     assert third.calls == {} and third.cache_hits > 0
     assert (tmp_path / "again" / "verdicts.jsonl").read_bytes() == before
+
+
+def test_resume_keeps_cases_whose_lines_are_apart_and_refuses_a_question_twice(bench, tmp_path):
+    """Resume reads where each case's lines lie: a case whose lines were moved apart is still
+    complete (no call, the same lines in case order), and one question twice within a case's
+    lines is an error naming both lines, leaving the file as it was."""
+    first = _run(bench, tmp_path / "run", "synthetic:noise:0.1")
+    path = tmp_path / "run" / "verdicts.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    cases = [Verdict.model_validate_json(line).case_id for line in lines]
+    assert cases[0] == cases[1] != cases[-1]
+    moved = lines[1:] + lines[:1]  # the first case's first line after every other case's lines
+    path.write_bytes(b"".join(moved))
+    again = _run(bench, tmp_path / "run", "synthetic:noise:0.1")
+    assert again.calls == {} and again.cases == first.cases and again.verdicts == first.verdicts
+    assert sorted(path.read_bytes().splitlines()) == sorted(line.rstrip(b"\n") for line in lines)
+    assert [Verdict.model_validate_json(line).case_id for line in path.read_bytes().splitlines()] == sorted(
+        cases, key=cases.index)
+
+    twice = lines[:2] + lines[1:]  # the first case's second question again, right after itself
+    path.write_bytes(b"".join(twice))
+    question = Verdict.model_validate_json(lines[1]).question_id
+    with pytest.raises(TraceError, match=rf"verdicts.jsonl:3: question_id: case '{cases[0]}' question "
+                                         rf"'{re.escape(question)}' appears twice \(first on line 2\)"):
+        _run(bench, tmp_path / "run", "synthetic:noise:0.1")
+    assert path.read_bytes() == b"".join(twice)
 
 
 _KILLING_GENERATOR = r"""

@@ -28,8 +28,8 @@ from .cache import write_atomic
 from .errors import TraceError
 
 __all__ = ["JsonFile", "JsonLinesFile", "decode", "explain", "field_path", "json_members", "json_text", "line_of",
-           "loads", "numbered_jsonl", "problems_of", "read_json", "read_jsonl", "record_line", "write_json",
-           "write_jsonl"]
+           "loads", "numbered_jsonl", "problems_of", "read_json", "read_jsonl", "record_line", "spanned_jsonl",
+           "write_json", "write_jsonl"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -82,14 +82,26 @@ def numbered_jsonl(path: Path, model: type[M], *, check: Callable[[M], str | Non
                    ) -> Iterator[tuple[int, M]]:
     """(line number, record) of each record of a JSONL file, for checks that name the line
     themselves; otherwise as :func:`read_jsonl`."""
+    return ((lineno, record) for lineno, _, _, record in spanned_jsonl(path, model, check=check, torn_tail=torn_tail,
+                                                                       unique=unique))
+
+
+def spanned_jsonl(path: Path, model: type[M], *, check: Callable[[M], str | None] | None = None,
+                  torn_tail: bool = False, unique: Callable[[M], tuple[str, str]] | None = None
+                  ) -> Iterator[tuple[int, int, int, M]]:
+    """(line number, first byte, byte after the newline, record) of each record of a JSONL
+    file: where each line lies, for a reader that copies lines instead of keeping them;
+    otherwise as :func:`read_jsonl`."""
     path = Path(path)
     try:
         handle = open(path, "rb")
     except OSError as err:
         raise TraceError(f"{path}: cannot read ({err.strerror})") from None
     first: dict[tuple[str, str], int] = {}
+    end = 0
     with handle:
         for lineno, raw in enumerate(handle, 1):  # a binary file splits on b"\n" alone
+            start, end = end, end + len(raw)
             torn = torn_tail and not raw.endswith(b"\n")
             try:
                 line = raw.decode("utf-8")
@@ -113,7 +125,7 @@ def numbered_jsonl(path: Path, model: type[M], *, check: Callable[[M], str | Non
                 seen = first.setdefault((field, what), lineno)
                 if seen != lineno:
                     raise TraceError(f"{path}:{lineno}: {field}: {what} appears twice (first on line {seen})")
-            yield lineno, record
+            yield lineno, start, end, record
 
 
 def read_json(path: Path, model: type[M]) -> M:
@@ -258,6 +270,17 @@ class JsonLinesFile(Generic[M]):
         if not path.is_file():
             raise TraceError(f"{folder}: {self.missing}")
         return numbered_jsonl(path, self.model, check=self.check, torn_tail=torn_tail, unique=self.unique)
+
+    def read_spanned(self, folder: Path, *, torn_tail: bool = False,
+                     unique: bool = True) -> Iterator[tuple[int, int, int, M]]:
+        """(line number, first byte, byte after the line, record) of each record of ``folder``'s
+        file; ``unique=False``: the caller checks what must not repeat (remembering every key of a
+        large file would cost more memory than its reader should)."""
+        path = self.path(folder)
+        if not path.is_file():
+            raise TraceError(f"{folder}: {self.missing}")
+        return spanned_jsonl(path, self.model, check=self.check, torn_tail=torn_tail,
+                             unique=self.unique if unique else None)
 
     def write(self, folder: Path, records: Iterable[M]) -> None:
         write_jsonl(self.path(folder), records)

@@ -10,19 +10,25 @@ Resuming: verdicts are appended case by case (all lines of a case in one write).
 lines of cases left incomplete by a kill are dropped; complete cases are skipped; every
 model call that had finished is in the cache. At the end the file is rewritten in case
 order, so an interrupted-and-resumed run ends with the same bytes as an uninterrupted one.
+
+Memory does not grow with the benchmark: the cases are read from their file as they run (at
+most twice the concurrency in flight), and of each case finished the run keeps only where
+its lines lie in the appended file and how many there are; the final file is copied from
+those places in case order.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import hashlib
 import json
 import sys
 import zlib
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from tqdm import tqdm
 
@@ -37,7 +43,7 @@ from ..outcomes import ABSTAINED, Outcome, Status, majority
 from ..providers import (JUDGE_TEMPLATES, CallFailed, Generator, ImageBytes, Judge, ModelAccess, ModelSettings,
                          ReferenceFiles, clip, image_suffix, make_generator, make_judge)
 from ..sample import read_cases, read_sample_manifest
-from ..cache import TEMPORARY_PREFIX, Cache, sha256, write_atomic
+from ..cache import TEMPORARY_PREFIX, Cache, file_sha256, write_atomic
 from ..safepaths import inside
 
 __all__ = ["IMAGES_DIR", "RunFolder", "abstention_reason", "abstention_reasons", "generated_image", "library_of", "load_run", "make_providers", "parse_reply",
@@ -171,9 +177,10 @@ class _Runner:
         return verdicts
 
 
-def _append(handle, data: bytes) -> None:
-    """Append ``data`` to an unbuffered file whole or not at all: a write cut short (a full
-    disk) is truncated away, so the file ends with a whole case and resumes cleanly."""
+def _append(handle, data: bytes) -> int:
+    """Append ``data`` to an unbuffered file whole or not at all (returns where it starts): a
+    write cut short (a full disk) is truncated away, so the file ends with a whole case and
+    resumes cleanly."""
     start = handle.seek(0, 2)
     try:
         done = 0
@@ -182,6 +189,7 @@ def _append(handle, data: bytes) -> None:
     except OSError:
         handle.truncate(start)
         raise
+    return start
 
 
 def _settle(finished: set[asyncio.Future]) -> None:
@@ -235,7 +243,7 @@ def load_run(run_dir: Path, *, cases_dir: Path | None = None) -> RunFolder:
     if not CASES.path(cases_dir).is_file():
         raise TraceError(f"{cases_dir}: not a benchmark folder (no {CASES.name}); give it with --cases")
     cases = {case.id: case for case in read_cases(cases_dir)}  # a broken line is named before the hash
-    if sha256(CASES.path(cases_dir).read_bytes()) != manifest.cases_hash:
+    if file_sha256(CASES.path(cases_dir)) != manifest.cases_hash:
         raise TraceError(f"{cases_dir}: not the benchmark this run was made from (its {CASES.name} differs)")
     verdicts: dict[str, dict[str, Outcome]] = {}
     reasons: dict[str, dict[str, str]] = {}
@@ -246,23 +254,79 @@ def load_run(run_dir: Path, *, cases_dir: Path | None = None) -> RunFolder:
     return RunFolder(run_dir, manifest, cases_dir, cases, verdicts, reasons)
 
 
-def _existing(out: Path, cases: dict[str, Case], retry_abstained: bool) -> dict[str, list[Verdict]]:
-    """Complete cases already in verdicts.jsonl: a last line torn by a kill and a half-written
-    case are dropped; a broken line anywhere else is an error."""
-    done: dict[str, list[Verdict]] = {}
+def _question_digest(ids) -> tuple[int, int]:
+    """How many question ids, and an order-free 64-bit digest of them: what a case's verdicts
+    must match to be complete, held in a few bytes per case instead of every id."""
+    count, digest = 0, 0
+    for question_id in ids:
+        digest ^= int.from_bytes(hashlib.blake2b(question_id.encode(), digest_size=8).digest(), "big")
+        count += 1
+    return count, digest
+
+
+@dataclass
+class _Lines:
+    """Where one case's verdict lines lie in verdicts.jsonl (byte spans), and what they hold."""
+
+    spans: list[tuple[int, int]] = field(default_factory=list)
+    verdicts: int = 0
+    abstained: int = 0
+    digest: int = 0
+
+    def add(self, start: int, end: int, question_id: str, answered: bool) -> None:
+        if self.spans and self.spans[-1][1] == start:
+            self.spans[-1] = (self.spans[-1][0], end)
+        else:
+            self.spans.append((start, end))
+        self.verdicts += 1
+        self.abstained += not answered
+        self.digest ^= _question_digest((question_id,))[1]
+
+
+def _existing(out: Path, checklists: dict[str, tuple[int, int]], retry_abstained: bool) -> dict[str, _Lines]:
+    """Complete cases already in verdicts.jsonl, as where their lines lie: a last line torn by
+    a kill and a half-written case are dropped; a broken line anywhere else is an error, and
+    so is a question twice within a case's lines. Nothing but spans and counts is kept."""
+    found: dict[str, _Lines] = {}
     if not VERDICTS.path(out).is_file():
-        return done
-    for verdict in VERDICTS.read(out, torn_tail=True):
-        done.setdefault(verdict.case_id, []).append(verdict)
-    complete = {}
-    for case_id, verdicts in done.items():
-        case = cases.get(case_id)
-        if case is None or {v.question_id for v in verdicts} != {q.id for q in case.checklist}:
-            continue
-        if retry_abstained and any(not v.outcome.answered for v in verdicts):
-            continue
-        complete[case_id] = verdicts
-    return complete
+        return found
+    current, first_line = None, {}
+    for lineno, start, end, verdict in VERDICTS.read_spanned(out, torn_tail=True, unique=False):
+        if verdict.case_id != current:  # a case's lines are written together
+            current, first_line = verdict.case_id, {}
+        seen = first_line.setdefault(verdict.question_id, lineno)
+        if seen != lineno:
+            raise TraceError(f"{VERDICTS.path(out)}:{lineno}: question_id: case {verdict.case_id!r} question "
+                             f"{verdict.question_id!r} appears twice (first on line {seen})")
+        found.setdefault(verdict.case_id, _Lines()).add(start, end, verdict.question_id, verdict.outcome.answered)
+    return {case_id: lines for case_id, lines in found.items()
+            if (lines.verdicts, lines.digest) == checklists.get(case_id)
+            and not (retry_abstained and lines.abstained)}
+
+
+def _copy_spans(source, spans) -> Iterator[bytes]:
+    """The bytes of ``spans`` of the open file ``source``, in the order given, a span at a time."""
+    for start, end in spans:
+        source.seek(start)
+        yield source.read(end - start)
+
+
+def _keep_only(path: Path, kept: dict[str, _Lines]) -> None:
+    """Rewrite ``path`` to hold the lines of ``kept`` alone, in their order, and point each
+    case at its new place."""
+    offset = 0
+    moved = {}
+    for case_id, lines in kept.items():
+        size = sum(end - start for start, end in lines.spans)
+        moved[case_id] = [(offset, offset + size)]
+        offset += size
+    if path.is_file():
+        with open(path, "rb") as source:
+            write_atomic(path, _copy_spans(source, [span for lines in kept.values() for span in lines.spans]))
+    else:
+        write_atomic(path, b"")
+    for case_id, lines in kept.items():
+        lines.spans = moved[case_id]
 
 
 def abstention_reasons(run_dir: Path) -> Counter:
@@ -311,24 +375,30 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
         raise TraceError(f"--out {out}: is a file, not a folder")
     if CASES.path(out).exists():
         raise TraceError(f"--out {out}: is a benchmark folder; write the run elsewhere")
-    all_cases = list(read_cases(cases_dir))
-    if not all_cases:
-        raise TraceError(f"{CASES.path(cases_dir)}: holds no case; sample a benchmark with trace sample")
-    if shard is not None:
-        i, n = shard
-        all_cases = [c for c in all_cases if shard_of(c.id, n) == i]
+    # the cases are read twice, never held: here for their ids, checklists and references
+    # (checked before anything is written or any call is made), then one at a time as they run
+    order: list[str] = []
+    checklists: dict[str, tuple[int, int]] = {}
     checked: set[str] = set()
-    for case in all_cases:  # before anything is written or any call is made
+    any_case = False
+    for case in read_cases(cases_dir):
+        any_case = True
+        if shard is not None and shard_of(case.id, shard[1]) != shard[0]:
+            continue
+        order.append(case.id)
+        checklists[case.id] = _question_digest(q.id for q in case.checklist)
         for ref in case.references:
             if ref.path not in checked and not inside(cases_dir, ref.path, f"{cases_dir}: case {case.id}: reference",
                                                       "benchmark folder").is_file():
                 raise TraceError(f"{cases_dir}: case {case.id}: reference image {ref.path} is missing")
             checked.add(ref.path)
+    if not any_case:
+        raise TraceError(f"{CASES.path(cases_dir)}: holds no case; sample a benchmark with trace sample")
     settings = settings or ModelSettings()
     if settings.library is None:
         settings = replace(settings, library=library_of(cases_dir))
     gen, judge_list = make_providers(generator, judges, settings)
-    cases_hash = sha256(CASES.path(cases_dir).read_bytes())
+    cases_hash = file_sha256(CASES.path(cases_dir))
     identity = RunManifest(
         tool=f"tracebench {__version__}", cases_dir=str(cases_dir), cases_hash=cases_hash, generator=gen.spec,
         seed=settings.seed if gen.spec.startswith("synthetic:") else None,
@@ -347,23 +417,27 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
         raise TraceError(f"{out}: holds verdicts but no {RUN_FILE}; choose another --out")
     elif out.is_dir() and any(not p.name.startswith(TEMPORARY_PREFIX) for p in out.iterdir()):
         raise TraceError(f"--out {out}: is not empty and not a run folder (no {RUN_FILE}); choose another --out")
-    by_id = {c.id: c for c in all_cases}
-    previous = _existing(out, by_id, retry_abstained)
+    previous = _existing(out, checklists, retry_abstained)
     out.mkdir(parents=True, exist_ok=True)
     # the identity first: a run killed before its end can only be resumed by the same run
     RUN_MANIFEST.write(out, identity)
     (out / IMAGES_DIR).mkdir(exist_ok=True)
     access = ModelAccess(Cache(cache_dir or out / CACHE_DIR), concurrency=concurrency, max_retries=settings.max_retries)
     runner = _Runner(out, cases_dir, gen, judge_list, access, judge_batch)
-    todo = [c for c in all_cases if c.id not in previous]
     if progress is None:
         progress = sys.stderr.isatty()
     # keep only complete cases, then append new ones case by case
     verdict_path = VERDICTS.path(out)
-    VERDICTS.write(out, (v for vs in previous.values() for v in vs))
+    _keep_only(verdict_path, previous)
+    done: dict[str, _Lines] = dict(previous)  # every case with its lines in the file, where they lie
+
+    def todo() -> Iterator[Case]:
+        for case in read_cases(cases_dir):
+            if case.id in checklists and case.id not in done:
+                yield case
 
     async def main() -> None:
-        bar = tqdm(total=len(all_cases), initial=len(previous), desc="running", unit="case", disable=not progress,
+        bar = tqdm(total=len(order), initial=len(previous), desc="running", unit="case", disable=not progress,
                    file=sys.stderr)
         pending = set()
         with open(verdict_path, "ab", buffering=0) as handle:
@@ -372,15 +446,15 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
                 unanswered = sum(not v.outcome.answered for v in verdicts)
                 if unanswered:
                     abstained_new[case.id] = unanswered
-                lines = "".join(map(record_line, verdicts))
-                _append(handle, lines.encode())
-                written[case.id] = lines
+                data = "".join(map(record_line, verdicts)).encode()
+                start = _append(handle, data)
+                done[case.id] = _Lines([(start, start + len(data))], len(verdicts), unanswered)
                 bar.update(1)
                 bar.set_postfix(calls=sum(access.stats.calls.values()), errors=access.stats.failures,
                                 abstained=runner.abstentions)
 
             try:
-                for case in todo:  # at most 2 x concurrency cases in flight: memory stays flat
+                for case in todo():  # at most 2 x concurrency cases in flight: memory stays flat
                     if access.stopped is not None:
                         break
                     if len(pending) >= 2 * concurrency:
@@ -398,14 +472,12 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
                 for provider in (gen, *judge_list):
                     await provider.aclose()
 
-    # the final file, in case order, from the lines written (no re-reading, no second serialisation)
-    written: dict[str, str] = {case_id: "".join(map(record_line, vs)) for case_id, vs in previous.items()}
     abstained_new: dict[str, int] = {}  # cases of this invocation with abstentions: how many
-    gc.freeze()  # the cases read are long-lived: the run's garbage collections need not walk them
+    gc.freeze()  # what is loaded by now is long-lived: the run's garbage collections need not walk it
     try:
         asyncio.run(main())
     except OSError as err:  # a full disk: what was appended is whole cases, so the same command resumes
-        problem = disk_full(err, f"{len(written)} of {len(all_cases)} cases kept; free some space and run the "
+        problem = disk_full(err, f"{len(done)} of {len(order)} cases kept; free some space and run the "
                                  f"same command to resume", where=out)
         if problem is None:
             raise
@@ -414,16 +486,19 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
         gc.unfreeze()
     if access.stopped is not None:  # what failed is not kept: the same command asks again once the endpoint is fixed
         for case_id in abstained_new:
-            del written[case_id]
+            del done[case_id]
         runner.abstentions -= sum(abstained_new.values())
-    write_atomic(verdict_path, (written[c.id].encode() for c in all_cases if c.id in written))
+    # the final file in case order, copied from the lines appended (no record held, none serialised again)
+    with open(verdict_path, "rb") as source:
+        write_atomic(verdict_path, _copy_spans(source, [span for case_id in order if case_id in done
+                                                        for span in done[case_id].spans]))
     manifest = identity.model_copy(update={
-        "cases": len(written), "verdicts": sum(lines.count("\n") for lines in written.values()),
+        "cases": len(done), "verdicts": sum(lines.verdicts for lines in done.values()),
         "calls": dict(access.stats.calls),
         "cache_hits": access.stats.cache_hits, "tokens": access.stats.tokens,
-        "abstentions": sum(not v.outcome.answered for vs in previous.values() for v in vs) + runner.abstentions})
+        "abstentions": sum(lines.abstained for lines in previous.values()) + runner.abstentions})
     RUN_MANIFEST.write(out, manifest)
     if access.stopped is not None:
-        raise TraceError(f"stopped early, {access.stopped}; {len(written)} of {len(all_cases)} cases done, none kept "
+        raise TraceError(f"stopped early, {access.stopped}; {len(done)} of {len(order)} cases done, none kept "
                          f"with a failed call. Fix the endpoint, model or key and run the same command to resume")
     return manifest

@@ -1,0 +1,113 @@
+"""Peak memory of `trace run` as the benchmark grows, for this tree and (``--against``) another.
+
+For each size (``--sizes``, cases of ``trace sample --slots 1-8 --no-applications``; default
+1,600 and 14,560), a benchmark is sampled once, then each tree runs it in a fresh process
+(``python -P -m tracebench run BENCH --generator synthetic:perfect --judge oracle``, the
+tree on ``PYTHONPATH``) and the same command is started again on the finished folder (a
+resume with nothing left to do). Peak memory is the child's maximum resident set size
+(``os.wait4``); wall time is printed beside it but is not the point (the machine may be
+loaded: memory is far less sensitive to that than time).
+
+The ``verdicts.jsonl`` of both trees must be byte-identical for every size (else exit 1);
+the ratio the fixed-memory target reads is peak(largest size) / peak(smallest size).
+
+    git worktree add /tmp/run-base <commit>
+    python bench/run_memory.py [--against /tmp/run-base] [--sizes 1600 14560] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _machine import compile_bytecode, machine
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def measured(command: list[str], env: dict) -> tuple[float, float]:
+    """(wall seconds, peak RSS MiB) of one command in a fresh process."""
+    with tempfile.TemporaryFile("w+") as errors:
+        start = time.perf_counter()
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=errors, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        if status != 0:
+            errors.seek(0)
+            raise SystemExit(f"{' '.join(command)} failed: {errors.read()[-2000:]}")
+    return wall, usage.ru_maxrss / 1024
+
+
+def trace(*args: str) -> list[str]:
+    """``trace ARGS`` of the tree on ``PYTHONPATH`` (``-P``: not a checkout in the working folder)."""
+    return [sys.executable, "-P", "-m", "tracebench", *args]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--against", type=Path, help="another source tree (a folder holding tracebench/)")
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1600, 14560],
+                    help="benchmark sizes in cases (multiples of 8: slot levels 1-8, no application cases)")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    trees = {"this tree": ROOT}
+    if args.against is not None:
+        if not (args.against / "tracebench" / "__init__.py").is_file():
+            ap.error(f"--against {args.against}: holds no tracebench/ package")
+        trees["against"] = args.against.resolve()
+    for tree in trees.values():
+        compile_bytecode(tree)
+    results: dict = {name: {} for name in trees}
+    identical = True
+    with tempfile.TemporaryDirectory(prefix="run-memory-") as tmp:
+        for size in args.sizes:
+            if size % 8:
+                ap.error(f"--sizes {size}: not a multiple of 8")
+            bench = Path(tmp) / f"bench-{size}"
+            env = {**os.environ, "PYTHONPATH": str(ROOT)}
+            measured(trace("sample", "--slots", "1-8", "--per-slot", str(size // 8), "--no-applications",
+                           "--out", str(bench)), env)
+            verdicts = {}
+            for name, tree in trees.items():
+                env = {**os.environ, "PYTHONPATH": str(tree)}
+                out = Path(tmp) / f"run-{size}-{name.replace(' ', '-')}"
+                command = trace("run", str(bench), "--generator", "synthetic:perfect", "--judge", "oracle",
+                                "--out", str(out))
+                wall, rss = measured(command, env)
+                resume_wall, resume_rss = measured(command, env)
+                results[name][size] = {"run_peak_mib": round(rss, 1), "run_wall_s": round(wall, 1),
+                                       "resume_peak_mib": round(resume_rss, 1), "resume_wall_s": round(resume_wall, 1)}
+                verdicts[name] = (out / "verdicts.jsonl").read_bytes()
+                print(f"{size:>7} cases  {name:10s} run {rss:7.1f} MiB ({wall:6.1f} s)   "
+                      f"resume {resume_rss:7.1f} MiB ({resume_wall:5.1f} s)", file=sys.stderr)
+            identical = identical and len(set(verdicts.values())) == 1
+    small, large = min(args.sizes), max(args.sizes)
+    report = {"machine": machine(), "load_average_1min_after": round(os.getloadavg()[0], 2), "sizes": args.sizes,
+              "trees": {name: {"path": str(trees[name]), "by_size": results[name],
+                               "run_ratio_largest_over_smallest": round(
+                                   results[name][large]["run_peak_mib"] / results[name][small]["run_peak_mib"], 2),
+                               "resume_ratio_largest_over_smallest": round(
+                                   results[name][large]["resume_peak_mib"] / results[name][small]["resume_peak_mib"],
+                                   2)}
+                        for name in trees},
+              "verdicts_identical": identical}
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        m = report["machine"]
+        print(f"{m['cpu']}, {m['cores']} cores, {m['python']}; load after {report['load_average_1min_after']}")
+        for name, part in report["trees"].items():
+            print(f"{name:10s} peak {small} -> {large} cases: run x{part['run_ratio_largest_over_smallest']}, "
+                  f"resume x{part['resume_ratio_largest_over_smallest']}   [{part['path']}]")
+        print(f"verdicts byte-identical across trees: {'yes' if identical else 'NO'}")
+    return 0 if identical else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,15 +1,18 @@
-"""Peak memory of `trace run` as the benchmark grows, for this tree and (``--against``) another.
+"""Peak memory of `trace run`, `trace score` and `trace report` as the benchmark grows, for this tree and another.
 
 For each size (``--sizes``, cases of ``trace sample --slots 1-8 --no-applications``; default
 1,600 and 14,560), a benchmark is sampled once, then each tree runs it in a fresh process
 (``python -P -m tracebench run BENCH --generator synthetic:perfect --judge oracle``, the
 tree on ``PYTHONPATH``) and the same command is started again on the finished folder (a
-resume with nothing left to do). Peak memory is the child's maximum resident set size
+resume with nothing left to do), then ``trace score RUN --json`` and ``trace report RUN``
+read the finished run. Peak memory is the child's maximum resident set size
 (``os.wait4``); wall time is printed beside it but is not the point (the machine may be
 loaded: memory is far less sensitive to that than time).
 
-The ``verdicts.jsonl`` of both trees must be byte-identical for every size (else exit 1);
-the ratio the fixed-memory target reads is peak(largest size) / peak(smallest size).
+The ``verdicts.jsonl`` (but for each vote's ``cache_key``, a hash of the generated image,
+whose record names the renderer's source), the scores and the report pages of both trees
+must be byte-identical for every size (else exit 1); the ratio the fixed-memory target reads is peak(largest size)
+/ peak(smallest size), per command.
 
     git worktree add /tmp/run-base <commit>
     python bench/run_memory.py [--against /tmp/run-base] [--sizes 1600 14560] [--json]
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,17 +35,32 @@ from _machine import compile_bytecode, machine
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def measured(command: list[str], env: dict) -> tuple[float, float]:
-    """(wall seconds, peak RSS MiB) of one command in a fresh process."""
-    with tempfile.TemporaryFile("w+") as errors:
+STEPS = ("run", "resume", "score", "report")
+
+
+def measured(command: list[str], env: dict, stdout: Path | None = None) -> tuple[float, float]:
+    """(wall seconds, peak RSS MiB) of one command in a fresh process (its output to ``stdout``)."""
+    with tempfile.TemporaryFile("w+") as errors, open(stdout or os.devnull, "wb") as output:
         start = time.perf_counter()
-        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=errors, env=env)
+        proc = subprocess.Popen(command, stdout=output, stderr=errors, env=env)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - start
         if status != 0:
             errors.seek(0)
             raise SystemExit(f"{' '.join(command)} failed: {errors.read()[-2000:]}")
     return wall, usage.ru_maxrss / 1024
+
+
+def _without_image_keys(path: Path) -> bytes:
+    """``verdicts.jsonl`` without each vote's ``cache_key``: it hashes the generated image, whose
+    embedded record names the renderer's source (two trees may differ there and nowhere else)."""
+    lines = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        verdict = json.loads(line)
+        for vote in verdict["votes"]:
+            vote.pop("cache_key", None)
+        lines.append(json.dumps(verdict, sort_keys=True))
+    return "\n".join(lines).encode()
 
 
 def trace(*args: str) -> list[str]:
@@ -76,25 +95,30 @@ def main() -> int:
             verdicts = {}
             for name, tree in trees.items():
                 env = {**os.environ, "PYTHONPATH": str(tree)}
-                out = Path(tmp) / f"run-{size}-{name.replace(' ', '-')}"
+                out = Path(tmp) / f"run-{size}"  # one path for every tree: the page names its run folder
                 command = trace("run", str(bench), "--generator", "synthetic:perfect", "--judge", "oracle",
                                 "--out", str(out))
-                wall, rss = measured(command, env)
-                resume_wall, resume_rss = measured(command, env)
-                results[name][size] = {"run_peak_mib": round(rss, 1), "run_wall_s": round(wall, 1),
-                                       "resume_peak_mib": round(resume_rss, 1), "resume_wall_s": round(resume_wall, 1)}
-                verdicts[name] = (out / "verdicts.jsonl").read_bytes()
-                print(f"{size:>7} cases  {name:10s} run {rss:7.1f} MiB ({wall:6.1f} s)   "
-                      f"resume {resume_rss:7.1f} MiB ({resume_wall:5.1f} s)", file=sys.stderr)
+                part = results[name][size] = {}
+                scores, page = out.parent / f"{out.name}.scores.json", out.parent / f"{out.name}.html"
+                for step, argv, stdout in (("run", command, None), ("resume", command, None),
+                                           ("score", trace("score", str(out), "--json"), scores),
+                                           ("report", trace("report", str(out), "--out", str(page)), None)):
+                    wall, rss = measured(argv, env, stdout)
+                    part[f"{step}_peak_mib"], part[f"{step}_wall_s"] = round(rss, 1), round(wall, 1)
+                verdicts[name] = (_without_image_keys(out / "verdicts.jsonl"), scores.read_bytes(), page.read_bytes())
+                shutil.rmtree(out)  # with its call cache: the next tree starts afresh
+                scores.unlink()
+                page.unlink()
+                print(f"{size:>7} cases  {name:10s} " + "   ".join(
+                    f"{step} {part[f'{step}_peak_mib']:7.1f} MiB ({part[f'{step}_wall_s']:6.1f} s)"
+                    for step in STEPS), file=sys.stderr)
             identical = identical and len(set(verdicts.values())) == 1
     small, large = min(args.sizes), max(args.sizes)
     report = {"machine": machine(), "load_average_1min_after": round(os.getloadavg()[0], 2), "sizes": args.sizes,
               "trees": {name: {"path": str(trees[name]), "by_size": results[name],
-                               "run_ratio_largest_over_smallest": round(
-                                   results[name][large]["run_peak_mib"] / results[name][small]["run_peak_mib"], 2),
-                               "resume_ratio_largest_over_smallest": round(
-                                   results[name][large]["resume_peak_mib"] / results[name][small]["resume_peak_mib"],
-                                   2)}
+                               **{f"{step}_ratio_largest_over_smallest": round(
+                                   results[name][large][f"{step}_peak_mib"] / results[name][small][f"{step}_peak_mib"],
+                                   2) for step in STEPS}}
                         for name in trees},
               "verdicts_identical": identical}
     if args.json:
@@ -103,9 +127,9 @@ def main() -> int:
         m = report["machine"]
         print(f"{m['cpu']}, {m['cores']} cores, {m['python']}; load after {report['load_average_1min_after']}")
         for name, part in report["trees"].items():
-            print(f"{name:10s} peak {small} -> {large} cases: run x{part['run_ratio_largest_over_smallest']}, "
-                  f"resume x{part['resume_ratio_largest_over_smallest']}   [{part['path']}]")
-        print(f"verdicts byte-identical across trees: {'yes' if identical else 'NO'}")
+            print(f"{name:10s} peak {small} -> {large} cases: " + ", ".join(
+                f"{step} x{part[f'{step}_ratio_largest_over_smallest']}" for step in STEPS) + f"   [{part['path']}]")
+        print(f"verdicts, scores and report pages byte-identical across trees: {'yes' if identical else 'NO'}")
     return 0 if identical else 1
 
 

@@ -115,6 +115,33 @@ def test_resume_keeps_cases_whose_lines_are_apart_and_refuses_a_question_twice(b
     assert path.read_bytes() == b"".join(twice)
 
 
+def test_scores_read_as_a_stream_equal_scores_of_the_run_held_whole(bench, tmp_path):
+    """score_run streams the run (a case and its verdicts at a time); score_folder scores the
+    run read whole. They agree on a run as written, on one whose cases' lines were moved
+    apart (read whole then), and both refuse a question twice anywhere."""
+    import shutil
+
+    from tracebench.run import load_run, stream_run
+    from tracebench.score import score_folder
+
+    _run(bench, tmp_path / "run", "synthetic:global-interference,noise:0.2")
+    whole = score_folder(load_run(tmp_path / "run")).model_dump()
+    assert score_run(tmp_path / "run").model_dump() == whole
+    assert [item.case.id for item in stream_run(tmp_path / "run")] == list(load_run(tmp_path / "run").verdicts)
+
+    shutil.copytree(tmp_path / "run", tmp_path / "apart")
+    path = tmp_path / "apart" / "verdicts.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[1:2] + lines[:1] + lines[2:]))  # two lines of the first case swapped
+    assert score_run(tmp_path / "apart").model_dump() == whole  # only the order within a case moved
+    path.write_bytes(b"".join(lines[1:] + lines[:1]))  # the first case's first line after every other case
+    assert score_run(tmp_path / "apart").model_dump() == score_folder(load_run(tmp_path / "apart")).model_dump()
+    path.write_bytes(b"".join(lines + lines[:1]))  # a question twice, far apart
+    for score in (score_run, lambda run: score_folder(load_run(run))):
+        with pytest.raises(TraceError, match=rf"verdicts.jsonl:{len(lines) + 1}: question_id: .* appears twice"):
+            score(tmp_path / "apart")
+
+
 _KILLING_GENERATOR = r"""
 import json, os, signal, sys
 from pathlib import Path

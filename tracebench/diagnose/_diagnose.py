@@ -22,7 +22,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import networkx as nx
 
@@ -35,7 +35,8 @@ from ..resources import data_hash
 from ..safepaths import inside, safe_id_problem
 from ..outcomes import Outcome
 from ..providers import ModelSettings, synthetic_profile, with_endpoints
-from ..run import abstention_reason, generated_image, library_of, load_run, make_providers, run_benchmark, shard_of
+from ..run import (abstention_reason, generated_image, library_of, make_providers, run_benchmark, shard_of,
+                   stream_run)
 from ..cache import sha256
 from ..jsonfiles import record_line
 from ..sample import read_sample_manifest, write_benchmark
@@ -128,21 +129,59 @@ def _write_node_folder(target: Path, cases: list[Case], source_dir: Path, sample
 
 # ------------------------------------------------------------------------------ selection
 
-def _select(run, which: str, shard: tuple[int, int] | None) -> list[Case]:
-    ids = list(run.verdicts)  # run order
-    if which == "failing":
-        chosen = [i for i in ids if any(v.failed for v in instance_results(run.cases[i], run.verdicts[i]).values())]
-    elif which == "all":
-        chosen = ids
-    else:
-        chosen = [i.strip() for i in which.split(",") if i.strip()]
-        unknown = [i for i in chosen if i not in run.verdicts]
-        if unknown or not chosen:
-            named = ", ".join(unknown) if unknown else repr(which)
-            raise TraceError(f"--cases: {named}: not a case of run {run.root}")
+@dataclass
+class _Chosen:
+    """The cases a diagnosis starts from, with their run verdicts, read from a stream of the run."""
+
+    roots: list[Case]
+    verdicts: dict[str, dict[str, Outcome]]  # of the roots
+    reasons: dict[str, dict[str, str]]  # of the roots: why a verdict abstained
+    cases: int  # cases of the run with verdicts
+    unanswered: int  # of those, cases whose every verdict abstained
+
+
+def _choose(items: Iterable[tuple[Case, dict[str, Outcome], dict[str, str]]], which: str,
+            shard: tuple[int, int] | None, root: Path) -> _Chosen:
+    """The chosen cases of a run given as (case, outcomes, abstention reasons) in run order,
+    consumed one at a time: only the chosen ones are kept."""
+    explicit = None if which in ("failing", "all") else [i.strip() for i in which.split(",") if i.strip()]
+    if explicit is not None and not explicit:
+        raise TraceError(f"--cases: {which!r}: not a case of run {root}")
+    wanted = set(explicit or ())
+    seen: set[str] = set()
+    picked: dict[str, tuple[Case, dict[str, Outcome], dict[str, str]]] = {}
+    unanswered = 0
+    for case, outcomes, reasons in items:
+        seen.add(case.id)
+        unanswered += not any(o.answered for o in outcomes.values())
+        if which == "failing":
+            take = any(v.failed for v in instance_results(case, outcomes).values())
+        else:
+            take = which == "all" or case.id in wanted
+        if take:
+            picked[case.id] = (case, outcomes, reasons)
+    if explicit is not None:
+        unknown = [i for i in explicit if i not in seen]
+        if unknown:
+            raise TraceError(f"--cases: {', '.join(unknown)}: not a case of run {root}")
+    chosen = explicit if explicit is not None else list(picked)
     if shard is not None:
         chosen = [i for i in chosen if shard_of(i, shard[1]) == shard[0]]
-    return [run.cases[i] for i in chosen]
+    return _Chosen([picked[i][0] for i in chosen], {i: picked[i][1] for i in chosen},
+                   {i: picked[i][2] for i in chosen if picked[i][2]}, len(seen), unanswered)
+
+
+def _streamed(run) -> Iterator[tuple[Case, dict[str, Outcome], dict[str, str]]]:
+    """A run stream's cases as :func:`_choose` takes them."""
+    for item in run:
+        yield item.case, item.outcomes, {v.question_id: abstention_reason(v) for v in item.verdicts
+                                         if not v.outcome.answered}
+
+
+def _select(run, which: str, shard: tuple[int, int] | None) -> list[Case]:
+    """The chosen cases of a run folder read whole (:func:`~tracebench.run.load_run`)."""
+    items = ((run.cases[i], run.verdicts[i], run.reasons.get(i, {})) for i in run.verdicts)
+    return _choose(items, which, shard, run.root).roots
 
 
 # ------------------------------------------------------------------------------ the diagnosis
@@ -344,8 +383,8 @@ def export_nodes(run_dir: Path, out: Path, *, cases: str = "failing", shard: tup
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise TraceError(f"--export-nodes {out}: exists and is not empty; choose a new folder")
-    run = load_run(run_dir)
-    plan = plan_trees(_select(run, cases, shard))
+    run = stream_run(run_dir)
+    plan = plan_trees(_choose(_streamed(run), cases, shard, run.root).roots)
     _write_node_folder(Path(out), list(plan.cases.values()), run.cases_dir, read_sample_manifest(run.cases_dir),
                        {"diagnosis_of": str(Path(run_dir).resolve()), "cases": cases}, plan.occurrences)
     return len(plan.cases)
@@ -359,7 +398,7 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
     """Diagnose the cases of a run folder into ``out`` (see the module docstring)."""
     if strategy not in STRATEGIES:
         raise TraceError(f"--strategy: {strategy!r} is neither full nor adaptive")
-    run = load_run(run_dir)
+    run = stream_run(run_dir)  # read as a stream: only the chosen cases are kept
     manifest = run.manifest
     settings = with_endpoints(settings or ModelSettings(seed=manifest.seed or 0), manifest.endpoints,
                               generator=manifest.generator, judges=manifest.judges)
@@ -375,7 +414,8 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
     generator_spec, judge_specs = gen.spec, tuple(j.spec for j in judge_list)
     roots_from_run = (generator_spec == manifest.generator and judge_specs == tuple(manifest.judges)
                       and judge_batch == manifest.judge_batch and seed == manifest.seed)
-    roots = _select(run, cases, shard)
+    chosen = _choose(_streamed(run), cases, shard, run.root)
+    roots = chosen.roots
     out = Path(out)
     identity = DiagnosisManifest(
         tool=f"tracebench {__version__}", run_dir=str(Path(run_dir).resolve()), cases_dir=str(run.cases_dir),
@@ -391,8 +431,8 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
     elif out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise TraceError(f"--out {out}: exists and holds no diagnosis; choose another --out")
     if not roots:
-        unanswered = sum(1 for v in run.verdicts.values() if not any(o.answered for o in v.values()))
-        why = (f"; {unanswered} of {len(run.verdicts)} cases have only abstained verdicts: ask again with "
+        unanswered = chosen.unanswered
+        why = (f"; {unanswered} of {chosen.cases} cases have only abstained verdicts: ask again with "
                f"trace run ... --retry-abstained" if unanswered else "")
         raise TraceError(f"{run.root}: no case to diagnose ({cases}){why}")
     plan = plan_trees(roots)
@@ -424,9 +464,9 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
         path = Path(image) if Path(image).is_absolute() else out / image
         return _zoo_causes(case, str(path))
 
-    trees = diagnose(roots, run.verdicts, evaluate, strategy=strategy, roots_from_run=roots_from_run,
+    trees = diagnose(roots, chosen.verdicts, evaluate, strategy=strategy, roots_from_run=roots_from_run,
                      root_images=root_images, causes=causes if synthetic else None, plan=plan,
-                     root_reasons=run.reasons)
+                     root_reasons=chosen.reasons)
     TREES.write(out, trees)
     result = summarize(trees, generator=generator_spec, judges=judge_specs, strategy=strategy, synthetic=synthetic)
     SUMMARY.write(out, result)
@@ -453,7 +493,7 @@ def merge_diagnoses(folders: Sequence[Path], out: Path) -> DiagnosisSummary:
                 raise TraceError(f"{folder}: case {tree.case_id} is in two of the folders")
             nodes = tuple(n.model_copy(update={"image": _moved(n.image, folder, out)}) for n in tree.nodes)
             trees[tree.case_id] = tree.model_copy(update={"nodes": nodes})
-    order = {case_id: k for k, case_id in enumerate(load_run(Path(first.run_dir)).verdicts)}
+    order = {item.case.id: k for k, item in enumerate(stream_run(Path(first.run_dir)))}
     merged = sorted(trees.values(), key=lambda t: order.get(t.case_id, len(order)))
     identity = first.model_copy(update={"shard": None})
     summary = summarize(merged, generator=first.generator, judges=first.judges, strategy=first.strategy,

@@ -24,6 +24,7 @@ import json
 import os
 import stat
 import zlib
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,14 +35,13 @@ from PIL import Image, UnidentifiedImageError
 
 from .. import __version__
 from ..errors import TraceError
-from ..records import (DIAGNOSIS_MANIFEST, RUN_FILE, SUMMARY, TREES, Case, DiagnosticNode, DiagnosticTree, RunManifest,
-                       read_verdicts)
-from ..run import IMAGES_DIR, generated_image, load_run
+from ..records import DIAGNOSIS_MANIFEST, RUN_FILE, SUMMARY, TREES, Case, DiagnosticNode, DiagnosticTree, RunManifest
+from ..run import IMAGES_DIR, RecordIndex, generated_image, stream_run
 from ..safepaths import inside
 from ..cache import write_atomic
 from ..operators import OPERATORS
 from ..outcomes import Outcome, Status
-from ..score import instance_results, score_folder
+from ..score import instance_results, score_cases
 from ..templating import html_environment
 from . import _plots
 
@@ -330,25 +330,29 @@ def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, com
         raise TraceError(f"--out {out}: already exists; choose another file or replace it with --force")
     if not out.parent.is_dir():
         raise TraceError(f"--out {out}: the folder {out.parent} does not exist")
-    run = load_run(run_dir)
-    others = [load_run(other) for other in compare]
+    # every run is read as a stream (a case and its verdicts at a time): once for its scores,
+    # and the reported run once more for its cases, so memory does not grow with the benchmark
+    run = stream_run(run_dir)
+    others = [stream_run(other) for other in compare]
     for other in others:
         if other.manifest.cases_hash != run.manifest.cases_hash:
             raise TraceError(f"--compare {other.root}: a run of another benchmark ({other.cases_dir}, not the "
                              f"cases of {run_dir})")
     runs = [_RunView(_run_name(r.manifest) + (f" (shard {r.manifest.shard})" if r.manifest.shard else ""),
-                     r.root, r.manifest, score_folder(r, seed=seed).model_dump(mode="json")) for r in (run, *others)]
+                     r.root, r.manifest, score_cases(r.manifest, ((item.case, item.outcomes) for item in r),
+                                                     root=r.root, seed=seed).model_dump(mode="json"))
+            for r in (run, *others)]
     names = [r.name for r in runs]
     if len(set(names)) < len(names):  # the same model twice (another seed, another judge): number the rows
         for k, r in enumerate(runs, 1):
             r.name = f"{r.name} #{k}"
-    trees: dict[str, DiagnosticTree] = {}
+    trees: RecordIndex[DiagnosticTree] | None = None  # read one at a time, by case
     summary = None
     if diagnosis is not None:
         diagnosis = Path(diagnosis)
         identity = DIAGNOSIS_MANIFEST.read(diagnosis)
         summary = SUMMARY.read(diagnosis)
-        trees = {tree.case_id: tree for tree in TREES.read(diagnosis)}
+        trees = RecordIndex(TREES, diagnosis, lambda tree: tree.case_id)
         same_run = Path(identity.run_dir).resolve() == Path(run_dir).resolve() or (
             identity.cases_hash == run.manifest.cases_hash and identity.generator == run.manifest.generator
             and identity.judges == run.manifest.judges)
@@ -383,12 +387,6 @@ def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, com
                                                      {op: int(v["instances"]) for op, v in summary.by_operator.items()}))
                        if summary else None),
     }
-    # what the page shows of each verdict, without the records: a run's verdicts as records
-    # would be the largest thing in memory
-    shown: dict[str, dict[str, tuple[Status, tuple[str, ...]]]] = {}
-    for v in read_verdicts(run_dir):
-        shown.setdefault(v.case_id, {})[v.question_id] = (
-            v.verdict, tuple(f"{vote.judge}: {vote.answer or '-'} — {vote.reason}" for vote in v.votes))
     from ..diagnose import rules, sources as source_catalogue
 
     # the one mapping from a source's key to its display name: diagnose/sources.toml, for the
@@ -399,22 +397,32 @@ def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, com
     images = _Images(full_images, keep=False)
     body = html_environment().get_template(CASE_TEMPLATE)
 
-    order = list(shown)
-
-    def ahead(k: int) -> None:  # the images of case k, made by threads while earlier cases render
-        if k < len(order):
-            case = run.cases[order[k]]
-            images.prefetch(_case_images(case, Path(run_dir), run.cases_dir, trees.get(case.id), diagnosis))
+    def tree_of(case_id: str) -> DiagnosticTree | None:
+        return trees.get(case_id) if trees is not None else None
 
     def cases() -> Iterator[dict[str, Any]]:
         """The cases as the page lists them, one at a time: each with its body rendered and
-        packed, and the images it shows first."""
-        for k in range(PREFETCH):
-            ahead(k)
-        for k, cid in enumerate(order):
-            ahead(k + PREFETCH)
-            view = _case_view(run.cases[cid], run.verdicts.get(cid, {}), shown[cid], Path(run_dir), run.cases_dir,
-                              images, trees.get(cid), diagnosis)
+        packed, and the images it shows first; threads make the images of the next cases."""
+        items = iter(run)
+        window: deque[tuple[Any, DiagnosticTree | None]] = deque()
+
+        def ahead() -> None:  # the images of the next cases, made by threads while earlier cases render
+            while len(window) <= PREFETCH:
+                item = next(items, None)
+                if item is None:
+                    return
+                tree = tree_of(item.case.id)
+                window.append((item, tree))
+                images.prefetch(_case_images(item.case, Path(run_dir), run.cases_dir, tree, diagnosis))
+
+        ahead()
+        while window:
+            item, tree = window.popleft()
+            ahead()
+            # what the page shows of each verdict: its status and each judge's answer and reason
+            shown = {v.question_id: (v.verdict, tuple(f"{vote.judge}: {vote.answer or '-'} — {vote.reason}"
+                                                      for vote in v.votes)) for v in item.verdicts}
+            view = _case_view(item.case, item.outcomes, shown, Path(run_dir), run.cases_dir, images, tree, diagnosis)
             html = body.render(case=view, titles=titles, rule_titles=rule_titles)
             yield {"id": view["id"], "slot": view["slot"], "application": view["application"],
                    "failing_ops": view["failing_ops"], "tree": view["tree"] is not None,
@@ -425,7 +433,7 @@ def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, com
         tool=f"tracebench {__version__}", runs=headline, best=best, operators=OPERATORS, plots=plots, cases=cases(),
         summary=summary.model_dump(mode="json") if summary else None, sources=sources,
         manifests=[r.manifest.model_dump(mode="json") for r in runs],
-        slots=sorted({run.cases[cid].slot for cid in shown}), run_dir=str(run_dir))
+        slots=sorted(int(slot) for slot in runs[0].scores["by_slot"]), run_dir=str(run_dir))
     try:
         write_atomic(out, _chunks(page), mode=stat.S_IMODE(out.stat().st_mode) if out.exists() else None)
     finally:

@@ -7,11 +7,16 @@ from ..records import RUN_FILE, VERDICTS_FILE, read_verdicts
 from ._harness import (IMAGES_DIR, RunFolder, abstention_reason, abstention_reasons, generated_image, library_of, load_run, make_providers, parse_reply,
                        run_benchmark, shard_of)
 from ._merge import merge_runs
+from ._stream import CaseIndex, RecordIndex, RunCase, RunStream, stream_run
 
 __all__ = [
+    "CaseIndex",
     "IMAGES_DIR",
     "RUN_FILE",
+    "RecordIndex",
+    "RunCase",
     "RunFolder",
+    "RunStream",
     "abstention_reason", "abstention_reasons",
     "VERDICTS_FILE",
     "generated_image",
@@ -23,4 +28,5 @@ __all__ = [
     "read_verdicts",
     "run_benchmark",
     "shard_of",
+    "stream_run",
 ]

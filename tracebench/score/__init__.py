@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from ._score import (OPERATORS, Abstentions, EntityCountScore, GroupScores, RunIdentity, Scores, SubtypeScore,
-                     effective_outcomes, format_scores, instance_results, instance_scores, score_folder, score_run)
+                     effective_outcomes, format_scores, instance_results, instance_scores, score_cases,
+                     score_folder, score_run)
 
 __all__ = ["Abstentions", "EntityCountScore", "GroupScores", "OPERATORS", "RunIdentity", "Scores", "SubtypeScore",
-           "effective_outcomes", "format_scores", "instance_results", "instance_scores", "score_folder", "score_run"]
+           "effective_outcomes", "format_scores", "instance_results", "instance_scores", "score_cases", "score_folder",
+           "score_run"]

@@ -23,18 +23,19 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 from statistics import fmean
-from typing import Mapping
+from typing import Iterable, Mapping, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import TraceError
 from ..operators import OPERATORS, Instance, Operator
 from ..outcomes import ABSTAINED, FAILED, Outcome
-from ..records import Case
-from ..run import RunFolder, load_run
+from ..records import Case, RunManifest
+from ..run import RunFolder
 
 __all__ = ["Abstentions", "EntityCountScore", "GroupScores", "OPERATORS", "RunIdentity", "Scores", "SubtypeScore",
-           "effective_outcomes", "format_scores", "instance_results", "instance_scores", "score_folder", "score_run"]
+           "effective_outcomes", "format_scores", "instance_results", "instance_scores", "score_cases", "score_folder",
+           "score_run"]
 
 
 # ------------------------------------------------------------------------------------ records
@@ -175,40 +176,62 @@ def _bootstrap_interval(values: list[float], seed: int, resamples: int = 1000,
     return float(low), float(high)
 
 
-def _group(rows: list[dict], key: str) -> dict[str, GroupScores]:
-    groups: dict[str, list[dict]] = defaultdict(list)
+class _Row(NamedTuple):
+    """What scoring keeps of a case: its groups and its scores (None where it has no instance)."""
+
+    slot: int
+    application: str | None
+    anchor: float | None
+    disentangle: float | None
+    apply: float | None
+    compose: float | None
+    overall: float | None
+
+
+def _group(rows: list[_Row], key: str) -> dict[str, GroupScores]:
+    groups: dict[str, list[_Row]] = defaultdict(list)
     for row in rows:
-        if row[key] is not None:
-            groups[str(row[key])].append(row)
+        if getattr(row, key) is not None:
+            groups[str(getattr(row, key))].append(row)
     out = {}
     for name in sorted(groups, key=lambda k: (len(k), k)):
         members = groups[name]
-        out[name] = GroupScores(**{op: _mean([r[op] for r in members if r[op] is not None]) for op in OPERATORS},
-                                overall=_mean([r["overall"] for r in members if r["overall"] is not None]),
+        out[name] = GroupScores(**{op: _mean([getattr(r, op) for r in members if getattr(r, op) is not None])
+                                   for op in OPERATORS},
+                                overall=_mean([r.overall for r in members if r.overall is not None]),
                                 cases=len(members))
     return out
 
 
 def score_run(run_dir: Path, *, cases_dir: Path | None = None, seed: int = 0) -> Scores:
-    """The scores of a run folder (``trace run``'s output)."""
-    return score_folder(load_run(run_dir, cases_dir=cases_dir), seed=seed)
+    """The scores of a run folder (``trace run``'s output), read as a stream: memory holds a few
+    numbers a case, never the cases or their verdicts."""
+    from ..run import stream_run
+
+    stream = stream_run(run_dir, cases_dir=cases_dir)
+    return score_cases(stream.manifest, ((item.case, item.outcomes) for item in stream), root=stream.root, seed=seed)
 
 
 def score_folder(run: RunFolder, *, seed: int = 0) -> Scores:
     """The scores of a run folder already read (:func:`~tracebench.run.load_run`)."""
-    manifest, cases, verdicts = run.manifest, run.cases, run.verdicts
-    total = sum(len(v) for v in verdicts.values())
-    abstained = sum(not outcome.answered for v in verdicts.values() for outcome in v.values())
-    rows, subtype_scores, entity_scores = [], defaultdict(list), defaultdict(list)
-    for case_id in verdicts:
-        case = cases[case_id]
-        instances = instance_scores(case, verdicts[case_id])
+    return score_cases(run.manifest, ((run.cases[case_id], run.verdicts[case_id]) for case_id in run.verdicts),
+                       root=run.root, seed=seed)
+
+
+def score_cases(manifest: RunManifest, cases: Iterable[tuple[Case, Mapping[str, Outcome]]], *, root: Path,
+                seed: int = 0) -> Scores:
+    """The scores of a run's cases with their outcomes, in run order, consumed one at a time."""
+    total = abstained = 0
+    rows: list[_Row] = []
+    subtype_scores, entity_scores = defaultdict(list), defaultdict(list)
+    for case, outcomes in cases:
+        total += len(outcomes)
+        abstained += sum(not outcome.answered for outcome in outcomes.values())
+        instances = instance_scores(case, outcomes)
         terms = {t.symbol: t for t in case.terms}
-        row = {"slot": case.slot, "application": case.application}
-        for op in OPERATORS:
-            row[op] = _mean([s for (o, _), s in instances.items() if o == op])
-        row["overall"] = _mean(list(instances.values()))
-        rows.append(row)
+        rows.append(_Row(case.slot, case.application,
+                         *(_mean([s for (o, _), s in instances.items() if o == op]) for op in OPERATORS),
+                         _mean(list(instances.values()))))
         for (op, target), value in instances.items():
             term = terms.get(target)
             if op == Operator.DISENTANGLE and term is not None and term.subtype:
@@ -216,13 +239,13 @@ def score_folder(run: RunFolder, *, seed: int = 0) -> Scores:
             if op == Operator.ANCHOR and term is not None and term.source_entities is not None:
                 entity_scores[term.source_entities].append(value)
     if not rows:
-        raise TraceError(f"{run.root}: no verdicts to score")
+        raise TraceError(f"{root}: no verdicts to score")
     ci95: dict[str, tuple[float, float] | None] = {
-        op.value: _ci([r[op] for r in rows if r[op] is not None], seed) for op in OPERATORS}
-    ci95["overall"] = _ci([r["overall"] for r in rows if r["overall"] is not None], seed)
+        op.value: _ci([getattr(r, op) for r in rows if getattr(r, op) is not None], seed) for op in OPERATORS}
+    ci95["overall"] = _ci([r.overall for r in rows if r.overall is not None], seed)
     return Scores(
-        overall=_mean([r["overall"] for r in rows if r["overall"] is not None]),
-        operators={op: _mean([r[op] for r in rows if r[op] is not None]) for op in OPERATORS},
+        overall=_mean([r.overall for r in rows if r.overall is not None]),
+        operators={op: _mean([getattr(r, op) for r in rows if getattr(r, op) is not None]) for op in OPERATORS},
         ci95=ci95,
         by_slot=_group(rows, "slot"),
         by_application=_group(rows, "application"),

@@ -1,0 +1,192 @@
+"""Reading a run folder in memory that does not grow with the benchmark.
+
+``trace score``, ``trace report`` and ``trace diagnose`` read a run as a stream of cases, each
+with its verdicts, in the order of ``verdicts.jsonl``: :func:`stream_run`. What stays in
+memory is where each case lies in ``cases.jsonl`` (:class:`CaseIndex`: an id and two
+offsets a case), never the cases or the verdicts themselves.
+
+The stream checks what :func:`~tracebench.run.load_run` checks, with the same messages: every
+case of the benchmark (each line, once, before anything else), the benchmark's hash, then
+every verdict (a case the benchmark does not hold, a question its case does not ask, a
+question twice). A case's verdicts are read together when its lines are together, as every
+file tracebench writes has them; a file whose cases' lines are interleaved (edited by hand,
+say) is read whole instead, as before, with the same results.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Generic, Iterator, TypeVar
+
+from ..cache import file_sha256
+from ..errors import TraceError
+from ..outcomes import Outcome
+from ..jsonfiles import JsonLinesFile
+from ..records import CASES, RUN_MANIFEST, VERDICTS, Case, RunManifest, Verdict
+
+M = TypeVar("M")
+
+__all__ = ["CaseIndex", "RecordIndex", "RunCase", "RunStream", "stream_run"]
+
+
+class RecordIndex(Generic[M]):
+    """Where each record of a folder's JSON-lines file lies, by a key (a case's id, a tree's
+    case), every line checked as the file's reader checks it; :meth:`get` reads one back."""
+
+    def __init__(self, spec: JsonLinesFile[M], folder: Path, key: Callable[[M], str]) -> None:
+        self.spec, self.key = spec, key
+        self.path = spec.path(folder)
+        self.spans: dict[str, tuple[int, int]] = {}
+        for _, start, end, record in spec.read_spanned(folder):
+            self.spans[key(record)] = (start, end)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.spans
+
+    def __len__(self) -> int:
+        return len(self.spans)
+
+    def get(self, key: str) -> M | None:
+        """The record of ``key`` read again from its line, or None for a key not in the file."""
+        span = self.spans.get(key)
+        if span is None:
+            return None
+        with open(self.path, "rb") as handle:
+            handle.seek(span[0])
+            line = handle.read(span[1] - span[0])
+        try:
+            record = self.spec.model.model_validate_json(line)
+        except ValueError:
+            record = None
+        if record is None or self.key(record) != key:
+            raise TraceError(f"{self.path}: changed while it was read; read it again")
+        return record
+
+
+class CaseIndex(RecordIndex[Case]):
+    """The cases of a benchmark folder by id (checked as :func:`~tracebench.sample.read_cases` checks them)."""
+
+    def __init__(self, cases_dir: Path) -> None:
+        super().__init__(CASES, cases_dir, lambda case: case.id)
+        self.cases_dir = Path(cases_dir)
+
+
+@dataclass(frozen=True)
+class RunCase:
+    """One case of a run and its verdicts (file order)."""
+
+    case: Case
+    verdicts: tuple[Verdict, ...]
+
+    @property
+    def outcomes(self) -> dict[str, Outcome]:
+        """Question id -> outcome."""
+        return {v.question_id: v.outcome for v in self.verdicts}
+
+
+class RunStream:
+    """A run folder read for streaming: its manifest, its benchmark's :class:`CaseIndex`
+    (checked against the run's hash); iterating gives a :class:`RunCase` per case with
+    verdicts, in the order their lines first appear. Iterable more than once."""
+
+    def __init__(self, run_dir: Path, *, cases_dir: Path | None = None) -> None:
+        self.root = Path(run_dir)
+        self.manifest: RunManifest = RUN_MANIFEST.read(self.root)
+        self.cases_dir = Path(cases_dir or self.manifest.cases_dir)
+        if not CASES.path(self.cases_dir).is_file():
+            raise TraceError(f"{self.cases_dir}: not a benchmark folder (no {CASES.name}); give it with --cases")
+        self.index = CaseIndex(self.cases_dir)  # a broken line is named before the hash
+        if file_sha256(CASES.path(self.cases_dir)) != self.manifest.cases_hash:
+            raise TraceError(f"{self.cases_dir}: not the benchmark this run was made from (its {CASES.name} differs)")
+
+    def __iter__(self) -> Iterator[RunCase]:
+        if not VERDICTS.path(self.root).is_file():
+            VERDICTS.read(self.root)  # the reader's error for a folder without the file
+        if _together(VERDICTS.path(self.root)):
+            return self._grouped()
+        return self._whole()
+
+    def _checked(self) -> Iterator[tuple[int, Verdict, Case | None]]:
+        """Each verdict with its line number, checked against its case; the case is given with
+        the first verdict of each run of lines of one case (None with the others)."""
+        path = VERDICTS.path(self.root)
+        current: str | None = None
+        case: Case | None = None
+        asked: set[str] = set()
+        first: dict[str, int] = {}
+        for lineno, _, _, v in VERDICTS.read_spanned(self.root, unique=False):
+            fresh = v.case_id != current
+            if fresh:
+                if v.case_id not in self.index:
+                    raise TraceError(f"{path}:{lineno}: case_id: case {v.case_id!r}, which {self.cases_dir} "
+                                     f"does not hold")
+                current, first = v.case_id, {}
+                case = self.index.get(v.case_id)
+                asked = {q.id for q in case.checklist}
+            if v.question_id not in asked:
+                raise TraceError(f"{path}:{lineno}: question_id: case {v.case_id!r} does not ask {v.question_id!r}")
+            seen = first.setdefault(v.question_id, lineno)
+            if seen != lineno:
+                raise TraceError(f"{path}:{lineno}: question_id: case {v.case_id!r} question {v.question_id!r} "
+                                 f"appears twice (first on line {seen})")
+            yield lineno, v, case if fresh else None
+
+    def _grouped(self) -> Iterator[RunCase]:
+        case: Case | None = None
+        verdicts: list[Verdict] = []
+        for _, v, fresh in self._checked():
+            if fresh is not None:
+                if case is not None:
+                    yield RunCase(case, tuple(verdicts))
+                case, verdicts = fresh, []
+            verdicts.append(v)
+        if case is not None:
+            yield RunCase(case, tuple(verdicts))
+
+    def _whole(self) -> Iterator[RunCase]:
+        """A file whose cases' lines are apart: every verdict held, as before (the duplicate
+        check then spans the whole file, by the reader's own rule)."""
+        by_case: dict[str, list[Verdict]] = {}
+        for _, v, _ in self._checked():
+            by_case.setdefault(v.case_id, []).append(v)
+        for _ in VERDICTS.read(self.root):  # a question twice anywhere, named as the reader names it
+            pass
+        for case_id, verdicts in by_case.items():
+            yield RunCase(self.index.get(case_id), tuple(verdicts))
+
+
+def stream_run(run_dir: Path, *, cases_dir: Path | None = None) -> RunStream:
+    """A run folder as a stream of cases with their verdicts (see :class:`RunStream`)."""
+    return RunStream(run_dir, cases_dir=cases_dir)
+
+
+_PREFIX = b'{"case_id":"'
+
+
+def _together(path: Path) -> bool:
+    """Whether each case's lines in ``path`` are next to each other (read cheaply: the case id
+    at the start of a line as tracebench writes it, else by JSON; a line neither reads is for
+    the checked reader to name)."""
+    closed: set[str] = set()
+    current = None
+    with open(path, "rb") as handle:
+        for raw in handle:
+            case_id = None
+            if raw.startswith(_PREFIX):
+                end = raw.find(b'"', len(_PREFIX))
+                if end > 0 and b"\\" not in raw[len(_PREFIX):end]:
+                    case_id = raw[len(_PREFIX):end].decode("utf-8", "replace")
+            if case_id is None:
+                try:
+                    case_id = json.loads(raw).get("case_id")
+                except (ValueError, AttributeError, RecursionError):
+                    continue
+            if case_id != current:
+                if case_id in closed:
+                    return False
+                if current is not None:
+                    closed.add(current)
+                current = case_id
+    return True

@@ -128,8 +128,11 @@ def default_library_cache(tmp_path_factory) -> tuple[Path, Path]:
 def _warm_cache(tmp_path_factory) -> None:
     """The session cache made warm before the first test: the default library (linked in from
     ``default_library_cache``'s folder), the grammar's tables, the classified template space and
-    the default library's check, each made once for all workers. With two or more workers the
-    library and the template space are made side by side."""
+    the default library's check, each made once for all workers, the library and the template
+    space side by side. In one process (``-n 0``) nothing is made ahead: what a test needs is
+    made when first asked for, once, as it would be for a user."""
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) < 2:
+        return
     from tracebench.formula import parse
     from tracebench.sample import draw_templates, sample_benchmark
 

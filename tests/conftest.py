@@ -1,5 +1,5 @@
-"""Test configuration: Hypothesis profiles chosen by an environment variable, and the
-benchmarks and runs several tests share.
+"""Test configuration: Hypothesis profiles chosen by an environment variable, the session's
+own cache folder, the order of the tests, and the benchmarks and runs several tests share.
 
 TRACEBENCH_HYPOTHESIS=quick (the default under CI=true), dev (the default elsewhere) or
 thorough (on demand: ``TRACEBENCH_HYPOTHESIS=thorough pytest``).
@@ -8,8 +8,10 @@ thorough (on demand: ``TRACEBENCH_HYPOTHESIS=thorough pytest``).
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -26,6 +28,44 @@ settings.register_profile("thorough", max_examples=5000, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 _default = "quick" if os.environ.get("CI") else "dev"
 settings.load_profile(os.environ.get("TRACEBENCH_HYPOTHESIS", _default))
+
+
+# ------------------------------------------------------------------------------ the session's cache folder
+# tracebench keeps derived data (Lark's tables, the classified template space, the remembered
+# library check) and the default synthetic library in $TRACEBENCH_CACHE. The session never
+# touches the user's cache: the main process makes a private folder before the xdist workers
+# start, so the workers and every `trace` subprocess inherit it and share one cache; it is
+# removed when the session ends. (tests/test_derived.py checks cold and warm behaviour in
+# folders of its own.)
+
+def pytest_configure(config) -> None:
+    if hasattr(config, "workerinput"):  # an xdist worker: the main process set the variable
+        return
+    folder = tempfile.mkdtemp(prefix="tracebench-test-cache-")  # 0700, as tracebench wants it
+    config.stash[_CACHE] = (os.environ.get("TRACEBENCH_CACHE"), folder)
+    os.environ["TRACEBENCH_CACHE"] = folder
+
+
+def pytest_unconfigure(config) -> None:
+    if _CACHE not in config.stash:
+        return
+    before, folder = config.stash[_CACHE]
+    shutil.rmtree(folder, ignore_errors=True)
+    if before is None:
+        os.environ.pop("TRACEBENCH_CACHE", None)
+    else:
+        os.environ["TRACEBENCH_CACHE"] = before
+
+
+_CACHE = pytest.StashKey[tuple]()
+
+
+# ------------------------------------------------------------------------------ the order of the tests
+# The tests marked slow run first: under xdist a 70 s test started last would keep one worker
+# busy while the other has nothing left to do.
+
+def pytest_collection_modifyitems(config, items) -> None:
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: file order otherwise
 
 
 # ------------------------------------------------------------------------------ shared benchmarks and runs
@@ -61,6 +101,76 @@ def made_once(tmp_path_factory, name: str, make: Callable[[Path], None]) -> Path
             make(out)
             done.touch()
     return out
+
+
+def _default_library(tmp_path_factory) -> tuple[Path, Path]:
+    from tracebench.library import synth
+
+    def make(out: Path) -> None:
+        out.mkdir()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("TRACEBENCH_CACHE", str(out))
+            synth.default_library()
+
+    cache = made_once(tmp_path_factory, "default-library", make)
+    (library,) = cache.iterdir()
+    return cache, library
+
+
+@pytest.fixture(scope="session")
+def default_library_cache(tmp_path_factory) -> tuple[Path, Path]:
+    """(cache folder, library): the default synthetic library as ``default_library()`` builds it
+    into an empty cache folder (nothing else is ever written there)."""
+    return _default_library(tmp_path_factory)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _warm_cache(tmp_path_factory) -> None:
+    """The session cache made warm before the first test: the default library (linked in from
+    ``default_library_cache``'s folder), the grammar's tables, the classified template space and
+    the default library's check, each made once for all workers, the library and the template
+    space side by side. In one process (``-n 0``) nothing is made ahead: what a test needs is
+    made when first asked for, once, as it would be for a user."""
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) < 2:
+        return
+    from tracebench.formula import parse
+    from tracebench.sample import draw_templates, sample_benchmark
+
+    cache = Path(os.environ["TRACEBENCH_CACHE"])
+
+    def space(out: Path) -> None:
+        parse("C(f1, f2) ⊕ g_style")
+        for slot in range(1, 9):
+            draw_templates(slot, 1, random.Random(0))
+        out.mkdir()
+
+    def library() -> None:
+        _, built = _default_library(tmp_path_factory)
+
+        def link(out: Path) -> None:
+            shutil.copytree(built, cache / built.name, copy_function=os.link)
+            out.mkdir()
+
+        made_once(tmp_path_factory, "warm-library", link)
+
+    def sample(out: Path) -> None:
+        sample_benchmark(out, slots=tuple(range(1, 9)), per_slot=1, seed=0, applications=True)
+
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    if int(worker.removeprefix("gw") or 0) % 2:
+        made_once(tmp_path_factory, "warm-space", space)
+        library()
+    else:
+        library()
+        made_once(tmp_path_factory, "warm-space", space)
+    made_once(tmp_path_factory, "warm-sample", sample)
+
+
+@pytest.fixture(scope="session")
+def shared_folder(tmp_path_factory) -> Callable[[str, Callable[[Path], None]], Path]:
+    """``shared_folder(name, make)``: a test module's read-only folder, made once for all
+    workers (:func:`made_once`; ``name`` is unique across the suite)."""
+    return lambda name, make: made_once(tmp_path_factory, name, make)
 
 
 def _benchmark(tmp_path_factory, per_slot: int, seed: int, applications: bool) -> Path:

@@ -359,10 +359,9 @@ def test_trees_and_summary_on_disk(small, shared_runs, tmp_path):
 
 
 @pytest.mark.slow
-def test_exported_nodes_come_back_through_a_folder_generator(small, tmp_path):
-    run_benchmark(small, tmp_path / "run", generator="synthetic:composition-interference:2", judges=["oracle"],
-                  settings=SETTINGS)
-    result = run_trace("diagnose", str(tmp_path / "run"), "--export-nodes", str(tmp_path / "nodes"))
+def test_exported_nodes_come_back_through_a_folder_generator(small, shared_runs, tmp_path):
+    run = shared_runs(small, "synthetic:composition-interference:2")  # read only: diagnoses write elsewhere
+    result = run_trace("diagnose", str(run), "--export-nodes", str(tmp_path / "nodes"))
     assert result.returncode == 0, result.stderr
     exported = list(read_cases(tmp_path / "nodes"))  # trace sample's format
     occurrences = [NodeOccurrence.model_validate_json(line)
@@ -372,9 +371,9 @@ def test_exported_nodes_come_back_through_a_folder_generator(small, tmp_path):
     # "their own infrastructure": the exported folder run elsewhere, its images brought back
     run_benchmark(tmp_path / "nodes", tmp_path / "elsewhere", generator="synthetic:composition-interference:2",
                   judges=["oracle"], settings=SETTINGS)
-    back = diagnose_run(tmp_path / "run", tmp_path / "back", generator=f"folder:{tmp_path / 'elsewhere' / 'images'}",
+    back = diagnose_run(run, tmp_path / "back", generator=f"folder:{tmp_path / 'elsewhere' / 'images'}",
                         settings=SETTINGS)
-    direct = diagnose_run(tmp_path / "run", tmp_path / "direct", settings=SETTINGS)
+    direct = diagnose_run(run, tmp_path / "direct", settings=SETTINGS)
     assert back.sources == direct.sources and back.by_operator == direct.by_operator
     assert back.nodes_generated == direct.nodes_generated
 
@@ -429,12 +428,11 @@ def _attributions(folder: Path) -> dict[str, list[dict]]:
 
 
 @pytest.mark.slow
-def test_shards_merge_to_the_whole_diagnosis(small, tmp_path):
-    run_benchmark(small, tmp_path / "run", generator="synthetic:composition-interference:2,relation-blind",
-                  judges=["oracle"], settings=SETTINGS)
-    whole = diagnose_run(tmp_path / "run", tmp_path / "whole", settings=SETTINGS)
+def test_shards_merge_to_the_whole_diagnosis(small, shared_runs, tmp_path):
+    run = shared_runs(small, "synthetic:composition-interference:2,relation-blind")
+    whole = diagnose_run(run, tmp_path / "whole", settings=SETTINGS)
     for i in (1, 2):
-        diagnose_run(tmp_path / "run", tmp_path / f"shard{i}", shard=(i, 2), settings=SETTINGS,
+        diagnose_run(run, tmp_path / f"shard{i}", shard=(i, 2), settings=SETTINGS,
                      cache_dir=tmp_path / "cache")
     result = run_trace("merge", str(tmp_path / "shard1"), str(tmp_path / "shard2"), "--out", str(tmp_path / "merged"))
     assert result.returncode == 0, result.stderr
@@ -450,16 +448,16 @@ def test_shards_merge_to_the_whole_diagnosis(small, tmp_path):
 
 
 @pytest.mark.slow
-def test_diagnosis_over_http_matches_in_process(small, tmp_path, monkeypatch):
+def test_diagnosis_over_http_matches_in_process(small, shared_runs, tmp_path, monkeypatch):
     """The served zoo (trace serve) through the openai adapters: the real-model path, on loopback."""
     from tracebench.diagnose import export_nodes
     from tracebench.serve import ZooServer
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     profile = "global-interference,relation-blind"
-    run_benchmark(small, tmp_path / "local", generator=f"synthetic:{profile}", judges=["oracle"], settings=SETTINGS)
-    local = diagnose_run(tmp_path / "local", tmp_path / "local-diag", strategy="adaptive", settings=SETTINGS)
-    export_nodes(tmp_path / "local", tmp_path / "nodes")  # the server answers the nodes' prompts too
+    run = shared_runs(small, f"synthetic:{profile}")
+    local = diagnose_run(run, tmp_path / "local-diag", strategy="adaptive", settings=SETTINGS)
+    export_nodes(run, tmp_path / "nodes")  # the server answers the nodes' prompts too
     with ZooServer([small, tmp_path / "nodes"]).start() as server:
         settings = ModelSettings(base_url=server.base_url, max_retries=2, timeout=30.0)
         run_benchmark(small, tmp_path / "http", generator=f"openai:synthetic/{profile}", judges=["openai:oracle"],

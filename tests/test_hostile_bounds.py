@@ -168,11 +168,13 @@ def test_a_library_whose_tags_are_too_deep_is_invalid_not_a_crash(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def bench(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("hostile") / "bench"
-    result = run_trace("sample", "--slots", "1-2", "--per-slot", "2", "--seed", "1", "--out", str(out))
-    assert result.returncode == 0, result.stderr
-    return out
+def bench(shared_folder) -> Path:
+    """Read only (made once for all workers): a hostile file goes into a folder of its own."""
+    def make(out: Path) -> None:
+        result = run_trace("sample", "--slots", "1-2", "--per-slot", "2", "--seed", "1", "--out", str(out))
+        assert result.returncode == 0, result.stderr
+
+    return shared_folder("test_hostile_bounds-bench", make)
 
 
 @pytest.mark.parametrize("value,message", [(DEEP, "not JSON: nested too deeply"),

@@ -37,10 +37,10 @@ KEY = "sk-provider-test-9c1e-distinctive"
 
 
 @pytest.fixture(scope="module")
-def bench(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("providers") / "bench"
-    sample_benchmark(out, slots=(1, 2, 3, 5), per_slot=3, seed=2, applications=False)
-    return out
+def bench(shared_folder) -> Path:
+    """Read only (made once for all workers): a test that changes it works on a copy."""
+    return shared_folder("test_providers-bench", lambda out: sample_benchmark(out, slots=(1, 2, 3, 5), per_slot=3,
+                                                                              seed=2, applications=False))
 
 
 def trace(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:

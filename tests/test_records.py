@@ -30,12 +30,15 @@ GENERATOR = "synthetic:global-interference"
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("records")
-    sample_benchmark(root / "bench", slots=(1, 2, 3), per_slot=2, seed=4, applications=False)
-    run_benchmark(root / "bench", root / "run", generator=GENERATOR, judges=["oracle"], settings=SETTINGS)
-    diagnose_run(root / "run", root / "diag", cases="all", settings=SETTINGS)
-    (root / "sources.jsonl").write_text('{"case_id": "s1-00000", "target": "f1", "source": "stable_success"}\n')
+def world(shared_folder) -> dict[str, Path]:
+    """Read only (made once for all workers): the tests break copies of it."""
+    def make(root: Path) -> None:
+        sample_benchmark(root / "bench", slots=(1, 2, 3), per_slot=2, seed=4, applications=False)
+        run_benchmark(root / "bench", root / "run", generator=GENERATOR, judges=["oracle"], settings=SETTINGS)
+        diagnose_run(root / "run", root / "diag", cases="all", settings=SETTINGS)
+        (root / "sources.jsonl").write_text('{"case_id": "s1-00000", "target": "f1", "source": "stable_success"}\n')
+
+    root = shared_folder("test_records-world", make)
     return {"root": root, "bench": root / "bench", "run": root / "run", "diag": root / "diag"}
 
 

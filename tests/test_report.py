@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -39,17 +40,23 @@ def open_case(case) -> None:
 
 
 @pytest.fixture(scope="module")
-def report(default_world, tmp_path_factory) -> dict:
+def report(default_world, shared_folder) -> dict:
+    """The pages the tests read, made once for all workers."""
     world = default_world  # tests/conftest.py: the benchmark, its two runs and the diagnosis, made once
-    root = tmp_path_factory.mktemp("report")
+
+    def make(root: Path) -> None:
+        root.mkdir()
+        result = run_trace("report", str(world["run"]), "--diagnosis", str(world["diag"]), "--compare",
+                           str(world["perfect"]), "--out", str(root / "report.html"))
+        assert result.returncode == 0, result.stderr
+        # slot 1 only, every question failed: operator scores of 0.0 beside operators no case has
+        sample_benchmark(root / "tiny", slots=(1,), per_slot=2, seed=2, applications=False)
+        run_benchmark(root / "tiny", root / "tiny-run", generator="synthetic:noise:1.0", judges=["oracle"],
+                      settings=SETTINGS)
+        build_report(root / "tiny-run", root / "tiny.html")
+
+    root = shared_folder("test_report-pages", make)
     out = root / "report.html"
-    result = run_trace("report", str(world["run"]), "--diagnosis", str(world["diag"]), "--compare",
-                       str(world["perfect"]), "--out", str(out))
-    assert result.returncode == 0, result.stderr
-    # slot 1 only, every question failed: operator scores of 0.0 beside operators no case has
-    sample_benchmark(root / "tiny", slots=(1,), per_slot=2, seed=2, applications=False)
-    run_benchmark(root / "tiny", root / "tiny-run", generator="synthetic:noise:1.0", judges=["oracle"], settings=SETTINGS)
-    build_report(root / "tiny-run", root / "tiny.html")
     return {"root": world["root"], "html": out, "first": world["first"], "injected": world["injected"],
             "tiny": root / "tiny.html"}
 

@@ -28,10 +28,10 @@ SETTINGS = ModelSettings(max_retries=3, timeout=30.0)
 
 
 @pytest.fixture(scope="module")
-def bench(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("run") / "bench"
-    sample_benchmark(out, slots=tuple(range(1, 9)), per_slot=5, seed=1, applications=True)
-    return out
+def bench(shared_folder) -> Path:
+    """Read only (tests/conftest.py: made once for all workers); its runs through ``shared_runs``."""
+    return shared_folder("test_run-bench", lambda out: sample_benchmark(out, slots=tuple(range(1, 9)), per_slot=5,
+                                                                        seed=1, applications=True))
 
 
 def _run(bench: Path, out: Path, generator: str, judges=("oracle",), **kw):
@@ -66,9 +66,8 @@ PROFILES = {
 
 
 @pytest.mark.parametrize("profile,lowered", PROFILES.items())
-def test_each_profile_lowers_its_operators_only(bench, tmp_path, profile, lowered):
-    _run(bench, tmp_path / "run", f"synthetic:{profile}")
-    scores = _scores(tmp_path / "run")["operators"]
+def test_each_profile_lowers_its_operators_only(bench, shared_runs, profile, lowered):
+    scores = _scores(shared_runs(bench, f"synthetic:{profile}"))["operators"]
     for op in OPERATORS:
         if op in lowered:
             assert scores[op] < 1.0, (profile, op, scores)
@@ -235,11 +234,10 @@ def _oracle_handler(cases: dict, flaky: bool):
 
 
 @pytest.mark.slow
-def test_a_flaky_server_loses_nothing(bench, tmp_path, monkeypatch):
+def test_a_flaky_server_loses_nothing(bench, shared_runs, tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-flaky-test-key-8271")
     cases = {c.id: c for c in read_cases(bench)}
-    reference = tmp_path / "reference"
-    _run(bench, reference, "synthetic:global-interference")
+    reference = shared_runs(bench, "synthetic:global-interference")
     with OpenAIStub(_oracle_handler(cases, flaky=True)) as stub:
         settings = ModelSettings(base_url=stub.base_url, max_retries=3, timeout=5.0)
         out = tmp_path / "flaky"
@@ -265,21 +263,20 @@ def test_a_flaky_server_loses_nothing(bench, tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_trace_serve_through_the_openai_adapters_gives_the_same_scores(bench, tmp_path, monkeypatch):
+def test_trace_serve_through_the_openai_adapters_gives_the_same_scores(bench, shared_runs, tmp_path, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    _run(bench, tmp_path / "local", "synthetic:global-interference,relation-blind")
+    local = shared_runs(bench, "synthetic:global-interference,relation-blind")
     with ZooServer([bench]).start() as server:
         settings = ModelSettings(base_url=server.base_url, max_retries=2, timeout=30.0)
         manifest = _run(bench, tmp_path / "http", "openai:synthetic/global-interference,relation-blind",
                         judges=("openai:oracle",), settings=settings, concurrency=4)
     assert manifest.abstentions == 0
-    local, http = _scores(tmp_path / "local"), _scores(tmp_path / "http")
+    local, http = _scores(local), _scores(tmp_path / "http")
     assert http["operators"] == local["operators"] and http["overall"] == local["overall"]
 
 
-def test_sharded_and_merged_equals_unsharded(bench, tmp_path):
-    whole = tmp_path / "whole"
-    _run(bench, whole, "synthetic:noise:0.2")
+def test_sharded_and_merged_equals_unsharded(bench, shared_runs, tmp_path):
+    whole = shared_runs(bench, "synthetic:noise:0.2")
     for i in (1, 2, 3):
         _run(bench, tmp_path / f"shard{i}", "synthetic:noise:0.2", shard=(i, 3), cache_dir=tmp_path / "cache")
     result = run_trace("merge", *(str(tmp_path / f"shard{i}") for i in (1, 2, 3)), "--out", str(tmp_path / "merged"))
@@ -288,9 +285,8 @@ def test_sharded_and_merged_equals_unsharded(bench, tmp_path):
     assert _scores(tmp_path / "merged") == _scores(whole)
 
 
-def test_folder_generator_and_ensembles(bench, tmp_path):
-    first = tmp_path / "first"
-    _run(bench, first, "synthetic:duplicate")
+def test_folder_generator_and_ensembles(bench, shared_runs, tmp_path):
+    first = shared_runs(bench, "synthetic:duplicate")
     again = tmp_path / "again"
     manifest = _run(bench, again, f"folder:{first / 'images'}", judges=("oracle", "oracle"))
     assert manifest.calls.get(f"folder:{first / 'images'}") is None  # reading files is no model call
@@ -299,9 +295,9 @@ def test_folder_generator_and_ensembles(bench, tmp_path):
     assert verdict.judge == "oracle+oracle" and len(verdict.votes) == 2
 
 
-def test_score_json_and_command_line(bench, tmp_path):
-    _run(bench, tmp_path / "run", "synthetic:global-interference")
-    result = run_trace("score", str(tmp_path / "run"), "--json")
+def test_score_json_and_command_line(bench, shared_runs):
+    run = shared_runs(bench, "synthetic:global-interference")
+    result = run_trace("score", str(run), "--json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert {"overall", "operators", "by_slot", "by_subtype", "by_entity_count", "by_application", "ci95",
@@ -309,7 +305,7 @@ def test_score_json_and_command_line(bench, tmp_path):
     assert set(data["by_slot"]) == {str(s) for s in range(1, 9)}
     low, high = data["ci95"]["anchor"]
     assert low <= data["operators"]["anchor"] <= high
-    text = run_trace("score", str(tmp_path / "run"))
+    text = run_trace("score", str(run))
     assert "anchor" in text.stdout and "overall" in text.stdout
 
 

@@ -32,12 +32,14 @@ GOLDEN_IDS = ["s1-00000", "s3-00001", "s5-00002", "s8-00000", "app-try_on-000", 
 
 
 @pytest.fixture(scope="module")
-def small(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("bench") / "small"
-    result = run_trace("sample", "--slots", "1-8", "--per-slot", "12", "--seed", "3", "--out", str(out))
-    assert result.returncode == 0, result.stderr
-    assert result.stderr == ""  # no progress bar when stderr is not a terminal
-    return out
+def small(shared_folder) -> Path:
+    """Read only (made once for all workers)."""
+    def make(out: Path) -> None:
+        result = run_trace("sample", "--slots", "1-8", "--per-slot", "12", "--seed", "3", "--out", str(out))
+        assert result.returncode == 0, result.stderr
+        assert result.stderr == ""  # no progress bar when stderr is not a terminal
+
+    return shared_folder("test_sample-small", make)
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,8 @@
 """The shipped synthetic library: deterministic, covering the taxonomy, tags true by construction.
 
-One default-size library (n=400, seed=0) is built once per module through ``default_library()``
-with the cache in a temporary folder; coverage rules are asserted on it. Small libraries
-cover determinism, atomic writing and the pixel-level checks.
+One default-size library (n=400, seed=0) is built once per session through ``default_library()``
+with the cache in a temporary folder of its own (tests/conftest.py); coverage rules are asserted
+on it. Small libraries cover determinism, atomic writing and the pixel-level checks.
 """
 
 from __future__ import annotations
@@ -53,11 +53,8 @@ def files(root: Path) -> dict[str, bytes]:
 
 
 @pytest.fixture(scope="module")
-def default_lib(tmp_path_factory):
-    cache = tmp_path_factory.mktemp("cache")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TRACEBENCH_CACHE", str(cache))
-        path = synth.default_library()
+def default_lib(default_library_cache):
+    cache, path = default_library_cache  # read only: the session links it into its own cache
     info, images = load_library(path)
     return cache, path, info, images
 

@@ -49,11 +49,12 @@ def test_every_template_is_valid_canonical_and_within_bounds(space):
             assert canonical(template) == template
             assert template_of(template) == template
             assert compose_depth(template) <= 2
-            relations = [n for n in walk(template) if isinstance(n, Disentangle) and n.kind == "rel"]
-            globals_ = [n for n in walk(template) if isinstance(n, Disentangle) and n.kind == "global"]
+            nodes = list(walk(template))  # walked once for the three checks below
+            relations = [n for n in nodes if isinstance(n, Disentangle) and n.kind == "rel"]
+            globals_ = [n for n in nodes if isinstance(n, Disentangle) and n.kind == "global"]
             assert len(relations) <= bounds.max_relation_terms
             assert len(globals_) <= bounds.max_global_terms
-            for node in walk(template):
+            for node in nodes:
                 if isinstance(node, Compose):
                     assert 2 <= len(node.args) <= bounds.max_args_per_composition
                 if isinstance(node, Apply) and not isinstance(node.carrier, Compose):

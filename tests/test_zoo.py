@@ -31,9 +31,8 @@ from tracebench.zoo import (
 
 
 @pytest.fixture(scope="module")
-def cases(tmp_path_factory) -> list[Case]:
-    out = tmp_path_factory.mktemp("zoo") / "bench"
-    sample_benchmark(out, slots=tuple(range(1, 9)), per_slot=6, seed=0)
+def cases(shared_folder) -> list[Case]:
+    out = shared_folder("test_zoo-bench", lambda out: sample_benchmark(out, slots=tuple(range(1, 9)), per_slot=6, seed=0))
     return list(read_cases(out))
 
 

@@ -379,21 +379,21 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
     # (checked before anything is written or any call is made), then one at a time as they run
     order: list[str] = []
     checklists: dict[str, tuple[int, int]] = {}
-    checked: set[str] = set()
+    references: dict[str, str] = {}  # each reference path -> the first case naming it
     any_case = False
-    for case in read_cases(cases_dir):
+    for case in read_cases(cases_dir):  # every line checked before any reference
         any_case = True
         if shard is not None and shard_of(case.id, shard[1]) != shard[0]:
             continue
         order.append(case.id)
         checklists[case.id] = _question_digest(q.id for q in case.checklist)
         for ref in case.references:
-            if ref.path not in checked and not inside(cases_dir, ref.path, f"{cases_dir}: case {case.id}: reference",
-                                                      "benchmark folder").is_file():
-                raise TraceError(f"{cases_dir}: case {case.id}: reference image {ref.path} is missing")
-            checked.add(ref.path)
+            references.setdefault(ref.path, case.id)
     if not any_case:
         raise TraceError(f"{CASES.path(cases_dir)}: holds no case; sample a benchmark with trace sample")
+    for path, case_id in references.items():
+        if not inside(cases_dir, path, f"{cases_dir}: case {case_id}: reference", "benchmark folder").is_file():
+            raise TraceError(f"{cases_dir}: case {case_id}: reference image {path} is missing")
     settings = settings or ModelSettings()
     if settings.library is None:
         settings = replace(settings, library=library_of(cases_dir))

@@ -264,7 +264,7 @@ def _question_digest(ids) -> tuple[int, int]:
     return count, digest
 
 
-@dataclass
+@dataclass(slots=True)  # one per case of the run: kept small
 class _Lines:
     """Where one case's verdict lines lie in verdicts.jsonl (byte spans), and what they hold."""
 

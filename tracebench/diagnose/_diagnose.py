@@ -30,7 +30,7 @@ from .. import __version__
 from ..errors import TraceError
 from ..library import staged_output
 from ..records import (CASES, DIAGNOSIS_MANIFEST, NODES, SUMMARY, TREES, Case, DiagnosisManifest, DiagnosisSummary,
-                       DiagnosticEdge, DiagnosticNode, DiagnosticTree, NodeOccurrence, SampleManifest, read_verdicts)
+                       DiagnosticEdge, DiagnosticNode, DiagnosticTree, NodeOccurrence, SampleManifest, VERDICTS)
 from ..resources import data_hash
 from ..safepaths import inside, safe_id_problem
 from ..outcomes import Outcome
@@ -450,7 +450,7 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
                       retry_abstained=retry_abstained, progress=progress)
         got: dict[str, dict[str, Outcome]] = {}
         why: dict[str, dict[str, str]] = {}
-        for v in read_verdicts(folder / "run"):
+        for _, _, _, v in VERDICTS.read_spanned(folder / "run", unique=False):  # the round's run just wrote it
             got.setdefault(v.case_id, {})[v.question_id] = outcome = v.outcome
             if not outcome.answered:
                 why.setdefault(v.case_id, {})[v.question_id] = abstention_reason(v)

@@ -36,7 +36,7 @@ from .. import __version__
 from ..errors import TraceError, disk_full
 from ..jsonfiles import loads, record_line
 from ..records import (CASES, RUN_FILE, RUN_MANIFEST, VERDICTS, Case, Question, RunManifest, Verdict, Vote,
-                       read_run_verdicts, read_verdicts)
+                       read_run_verdicts)
 from ..replies import unfence
 from ..templating import template_hash
 from ..outcomes import ABSTAINED, Outcome, Status, majority
@@ -331,8 +331,11 @@ def _keep_only(path: Path, kept: dict[str, _Lines]) -> None:
 
 def abstention_reasons(run_dir: Path) -> Counter:
     """Why the questions of a run folder abstained: reason -> questions (the first vote's
-    reason of each abstained verdict), for the summary a command prints."""
-    return Counter(abstention_reason(v) for v in read_verdicts(run_dir) if not v.outcome.answered)
+    reason of each abstained verdict), for the summary a command prints. Read as a stream,
+    without the reader's check that no question repeats (its memory of every question would
+    grow with the run): the file is one a run has just written, or one a run has read."""
+    return Counter(abstention_reason(v) for _, _, _, v in VERDICTS.read_spanned(run_dir, unique=False)
+                   if not v.outcome.answered)
 
 
 def abstention_reason(verdict: Verdict) -> str:

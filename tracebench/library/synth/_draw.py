@@ -365,7 +365,8 @@ def _material(kind: str, w: int, h: int, main: RGB, scale: float, rng: random.Ra
                 r = rng.uniform(0.5, 1.2) * p
                 d.ellipse((x - r, y - r * 0.7, x + r, y + r * 0.7), outline=(105, 104, 98), width=1)
         elif kind == "leather":
-            d.rectangle((2, 2, w - 3, h - 3), outline=(160, 110, 70), width=1)
+            if w >= 5 and h >= 5:  # the stitched edge, where there is room for it
+                d.rectangle((2, 2, w - 3, h - 3), outline=(160, 110, 70), width=1)
         elif kind == "chocolate":
             for k in range(3):
                 y = h * (0.25 + 0.25 * k)

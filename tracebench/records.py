@@ -27,7 +27,7 @@ __all__ = ["Attribution", "CASES", "CASES_FILE", "Case", "DIAGNOSIS_FILE", "DIAG
            "LeftOut", "MANIFEST_FILE", "NODES", "NODES_FILE", "NodeOccurrence", "Question", "REFERENCES_DIR", "RUN_FILE",
            "RUN_MANIFEST", "Reference", "RunManifest", "SAMPLE_MANIFEST", "SUMMARY", "SUMMARY_FILE",
            "SampleManifest", "TREES", "TREES_FILE", "TermBinding", "VERDICTS", "VERDICTS_FILE", "Verdict", "Vote",
-           "case_problem", "checklist_problem", "read_cases", "read_run_verdicts", "read_sample_manifest", "read_verdicts"]
+           "case_problem", "checklist_problem", "checked_run_verdicts", "read_cases", "read_run_verdicts", "repeated_question", "read_sample_manifest", "read_verdicts"]
 
 
 class _Record(BaseModel):
@@ -415,14 +415,39 @@ def read_run_verdicts(run_dir: Path, cases: Mapping[str, Case], cases_dir: Path)
     """The verdicts of a run folder, each of a case of ``cases`` (read from ``cases_dir``) and
     of a question that case asks: any other is an error ``FILE:LINE: field: message``, never
     dropped."""
-    asked: dict[str, set[str]] = {}
+    return (v for _, v, _ in checked_run_verdicts(run_dir, cases, cases_dir))
+
+
+def checked_run_verdicts(run_dir: Path, cases, cases_dir: Path, *,
+                         together: bool = False) -> Iterator[tuple[int, Verdict, Case]]:
+    """(line number, verdict, its case) of each verdict, checked as :func:`read_run_verdicts`
+    checks them; ``cases`` is anything with ``get(case_id)`` (a dict, or an index reading each
+    case from its file). ``together``: each case's lines are next to each other, as in every
+    file tracebench writes, so a question twice is looked for within a case's lines and
+    nothing is remembered from one case to the next (the memory of a large run's reader)."""
     path = VERDICTS.path(run_dir)
-    for lineno, v in VERDICTS.read_numbered(run_dir):
-        case = cases.get(v.case_id)
-        if case is None:
-            raise TraceError(f"{path}:{lineno}: case_id: case {v.case_id!r}, which {cases_dir} does not hold")
-        if v.case_id not in asked:
-            asked[v.case_id] = {q.id for q in case.checklist}
+    asked: dict[str, set[str]] = {}
+    first: dict[str, int] = {}
+    current, case = None, None
+    for lineno, _, _, v in VERDICTS.read_spanned(run_dir, unique=not together):
+        if v.case_id != current:
+            current, case = v.case_id, cases.get(v.case_id)
+            if case is None:
+                raise TraceError(f"{path}:{lineno}: case_id: case {v.case_id!r}, which {cases_dir} does not hold")
+            if together:
+                asked, first = {}, {}
+            asked.setdefault(v.case_id, {q.id for q in case.checklist})
         if v.question_id not in asked[v.case_id]:
             raise TraceError(f"{path}:{lineno}: question_id: case {v.case_id!r} does not ask {v.question_id!r}")
-        yield v
+        if together:
+            repeated_question(path, lineno, v, first)
+        yield lineno, v, case
+
+
+def repeated_question(path: Path, lineno: int, verdict: Verdict, first: dict[str, int]) -> None:
+    """Refuse a question seen before within one case's lines (``first``: question id -> the
+    line it was first on, for those lines), with the message of the record reader's own check."""
+    seen = first.setdefault(verdict.question_id, lineno)
+    if seen != lineno:
+        raise TraceError(f"{path}:{lineno}: question_id: case {verdict.case_id!r} question "
+                         f"{verdict.question_id!r} appears twice (first on line {seen})")

@@ -36,7 +36,7 @@ from .. import __version__
 from ..errors import TraceError, disk_full
 from ..jsonfiles import loads, record_line
 from ..records import (CASES, RUN_FILE, RUN_MANIFEST, VERDICTS, Case, Question, RunManifest, Verdict, Vote,
-                       read_run_verdicts)
+                       read_run_verdicts, repeated_question)
 from ..replies import unfence
 from ..templating import template_hash
 from ..outcomes import ABSTAINED, Outcome, Status, majority
@@ -259,9 +259,13 @@ def _question_digest(ids) -> tuple[int, int]:
     must match to be complete, held in a few bytes per case instead of every id."""
     count, digest = 0, 0
     for question_id in ids:
-        digest ^= int.from_bytes(hashlib.blake2b(question_id.encode(), digest_size=8).digest(), "big")
+        digest ^= _id_hash(question_id)
         count += 1
     return count, digest
+
+
+def _id_hash(question_id: str) -> int:
+    return int.from_bytes(hashlib.blake2b(question_id.encode(), digest_size=8).digest(), "big")
 
 
 @dataclass(slots=True)  # one per case of the run: kept small
@@ -280,7 +284,7 @@ class _Lines:
             self.spans.append((start, end))
         self.verdicts += 1
         self.abstained += not answered
-        self.digest ^= _question_digest((question_id,))[1]
+        self.digest ^= _id_hash(question_id)
 
 
 def _existing(out: Path, checklists: dict[str, tuple[int, int]], retry_abstained: bool) -> dict[str, _Lines]:
@@ -294,10 +298,7 @@ def _existing(out: Path, checklists: dict[str, tuple[int, int]], retry_abstained
     for lineno, start, end, verdict in VERDICTS.read_spanned(out, torn_tail=True, unique=False):
         if verdict.case_id != current:  # a case's lines are written together
             current, first_line = verdict.case_id, {}
-        seen = first_line.setdefault(verdict.question_id, lineno)
-        if seen != lineno:
-            raise TraceError(f"{VERDICTS.path(out)}:{lineno}: question_id: case {verdict.case_id!r} question "
-                             f"{verdict.question_id!r} appears twice (first on line {seen})")
+        repeated_question(VERDICTS.path(out), lineno, verdict, first_line)
         found.setdefault(verdict.case_id, _Lines()).add(start, end, verdict.question_id, verdict.outcome.answered)
     return {case_id: lines for case_id, lines in found.items()
             if (lines.verdicts, lines.digest) == checklists.get(case_id)

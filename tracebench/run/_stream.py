@@ -24,7 +24,7 @@ from ..cache import file_sha256
 from ..errors import TraceError
 from ..outcomes import Outcome
 from ..jsonfiles import JsonLinesFile
-from ..records import CASES, RUN_MANIFEST, VERDICTS, Case, RunManifest, Verdict
+from ..records import CASES, RUN_MANIFEST, VERDICTS, Case, RunManifest, Verdict, checked_run_verdicts
 
 M = TypeVar("M")
 
@@ -108,51 +108,24 @@ class RunStream:
             return self._grouped()
         return self._whole()
 
-    def _checked(self) -> Iterator[tuple[int, Verdict, Case | None]]:
-        """Each verdict with its line number, checked against its case; the case is given with
-        the first verdict of each run of lines of one case (None with the others)."""
-        path = VERDICTS.path(self.root)
-        current: str | None = None
-        case: Case | None = None
-        asked: set[str] = set()
-        first: dict[str, int] = {}
-        for lineno, _, _, v in VERDICTS.read_spanned(self.root, unique=False):
-            fresh = v.case_id != current
-            if fresh:
-                if v.case_id not in self.index:
-                    raise TraceError(f"{path}:{lineno}: case_id: case {v.case_id!r}, which {self.cases_dir} "
-                                     f"does not hold")
-                current, first = v.case_id, {}
-                case = self.index.get(v.case_id)
-                asked = {q.id for q in case.checklist}
-            if v.question_id not in asked:
-                raise TraceError(f"{path}:{lineno}: question_id: case {v.case_id!r} does not ask {v.question_id!r}")
-            seen = first.setdefault(v.question_id, lineno)
-            if seen != lineno:
-                raise TraceError(f"{path}:{lineno}: question_id: case {v.case_id!r} question {v.question_id!r} "
-                                 f"appears twice (first on line {seen})")
-            yield lineno, v, case if fresh else None
-
     def _grouped(self) -> Iterator[RunCase]:
         case: Case | None = None
         verdicts: list[Verdict] = []
-        for _, v, fresh in self._checked():
-            if fresh is not None:
+        for _, v, of in checked_run_verdicts(self.root, self.index, self.cases_dir, together=True):
+            if case is None or v.case_id != case.id:
                 if case is not None:
                     yield RunCase(case, tuple(verdicts))
-                case, verdicts = fresh, []
+                case, verdicts = of, []
             verdicts.append(v)
         if case is not None:
             yield RunCase(case, tuple(verdicts))
 
     def _whole(self) -> Iterator[RunCase]:
-        """A file whose cases' lines are apart: every verdict held, as before (the duplicate
-        check then spans the whole file, by the reader's own rule)."""
+        """A file whose cases' lines are apart: every verdict held, as before (and the reader's
+        check that no question repeats spans the whole file)."""
         by_case: dict[str, list[Verdict]] = {}
-        for _, v, _ in self._checked():
+        for _, v, _ in checked_run_verdicts(self.root, self.index, self.cases_dir):
             by_case.setdefault(v.case_id, []).append(v)
-        for _ in VERDICTS.read(self.root):  # a question twice anywhere, named as the reader names it
-            pass
         for case_id, verdicts in by_case.items():
             yield RunCase(self.index.get(case_id), tuple(verdicts))
 

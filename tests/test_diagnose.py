@@ -479,3 +479,55 @@ def test_export_nodes_refuses_a_folder_that_holds_files(small, shared_runs, tmp_
     result = run_trace("diagnose", str(run), "--export-nodes", str(tmp_path / "mine"))
     assert result.returncode == 2 and "exists and is not empty" in result.stderr
     assert [p.name for p in (tmp_path / "mine").iterdir()] == ["notes.txt"]
+
+
+def _trees_apart_from_rounds(folder: Path) -> list[dict]:
+    """The trees of a diagnosis with each node image's round folder left out (windows of
+    roots number their rounds one after the other)."""
+    trees = [json.loads(line) for line in (folder / TREES_FILE).read_text().splitlines()]
+    for tree in trees:
+        for node in tree["nodes"]:
+            if node["image"] and node["image"].startswith("rounds/"):
+                node["image"] = re.sub(r"^rounds/\d+/", "rounds/*/", node["image"])
+    return trees
+
+
+def test_windows_of_roots_give_the_one_window_diagnosis(small, tmp_path):
+    """A diagnosis a few roots at a time (its memory bounded by the window) writes the trees
+    and summary of one window: the same sub-cases, one generation each, even for a root whose
+    twin (the same case under another id) was diagnosed in an earlier window."""
+    rule = "synthetic:global-interference"
+    lines = [line for line in (small / "cases.jsonl").read_text().splitlines()
+             if failed_questions(Case.model_validate_json(line), parse_profile(rule.split(":", 1)[1]))][:9]
+    twins = [Case.model_validate_json(line).model_copy(update={"id": f"{Case.model_validate_json(line).id}-twin"})
+             for line in lines[:3]]
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    (bench / "cases.jsonl").write_text("".join(line + "\n" for line in lines + [t.model_dump_json() for t in twins]))
+    shutil.copyfile(small / "manifest.json", bench / "manifest.json")
+    shutil.copytree(small / "references", bench / "references", copy_function=os.link)
+    run = tmp_path / "run"
+    run_benchmark(bench, run, generator=rule, judges=["oracle"], settings=SETTINGS)
+    for strategy in ("full", "adaptive"):
+        one = diagnose_run(run, tmp_path / f"{strategy}-one", strategy=strategy, settings=SETTINGS, window=100)
+        windowed = diagnose_run(run, tmp_path / f"{strategy}-windows", strategy=strategy, settings=SETTINGS, window=4)
+        assert one.cases == 12 and windowed.model_dump(exclude={"tool"}) == one.model_dump(exclude={"tool"})
+        trees = _trees_apart_from_rounds(tmp_path / f"{strategy}-windows")
+        assert trees == _trees_apart_from_rounds(tmp_path / f"{strategy}-one")
+        rounds = sorted((tmp_path / f"{strategy}-windows" / "rounds").iterdir())
+        assert len(rounds) > len(list((tmp_path / f"{strategy}-one" / "rounds").iterdir()))
+        evaluated = [c.id for r in rounds for c in read_cases(r / "cases")]
+        assert len(evaluated) == len(set(evaluated)) == one.nodes_generated
+        assert not [i for i in evaluated if "-twin" in i]  # a twin's sub-cases are its original's, generated once
+        twin = next(t for t in trees if t["case_id"].endswith("-twin"))
+        assert all(n["case_id"].startswith(twin["case_id"].removesuffix("-twin") + ".N") for n in twin["nodes"][1:])
+        assert all(n["image"] for n in twin["nodes"][1:] if n["evaluated"])
+    before = (tmp_path / "adaptive-windows" / TREES_FILE).read_bytes()
+    diagnose_run(run, tmp_path / "adaptive-windows", strategy="adaptive", settings=SETTINGS, window=4)  # resumed
+    assert (tmp_path / "adaptive-windows" / TREES_FILE).read_bytes() == before
+    calls = [json.loads(p.read_text())["calls"] for p in (tmp_path / "adaptive-windows" / "rounds").glob("*/run/run.json")]
+    assert calls and all(c == {} for c in calls)
+    # cases named on the command line: diagnosed in that order, whatever the run's
+    named = [json.loads(lines[k])["id"] for k in (5, 0, 7, 2)]
+    diagnose_run(run, tmp_path / "named", cases=",".join(named + named[:1]), settings=SETTINGS, window=3)
+    assert [t["case_id"] for t in _trees_apart_from_rounds(tmp_path / "named")] == named

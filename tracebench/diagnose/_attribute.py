@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Iterable
 
 from ..operators import OPERATORS, Instance
 from ..outcomes import ABSTAINED, Outcome, Status
@@ -33,7 +34,7 @@ from ..records import Attribution
 from ._rules import rules, sources, zoo_expectations
 from ._tree import TreeNode
 
-__all__ = ["DEPTH_GRID", "UNDETERMINED", "Finding", "attribute", "localization", "mode_of", "pending", "summarize_sources"]
+__all__ = ["DEPTH_GRID", "UNDETERMINED", "Finding", "attribute", "localization", "mode_of", "pending", "SourceTally", "summarize_sources"]
 
 Results = dict[Instance, Outcome]
 DEPTH_GRID = tuple(k / 10 for k in range(11))
@@ -149,46 +150,73 @@ def localization(finding: Finding, causes: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(s for s in found if s is not None))
 
 
-def summarize_sources(attributions: list[Attribution]) -> dict:
+class SourceTally:
+    """The failure-source summary of attributions given one at a time (:meth:`add`), in
+    memory that does not grow with their number: counts per source, operator, depth step and
+    recorded cause. :meth:`result` is what :func:`summarize_sources` returns."""
+
+    def __init__(self) -> None:
+        self.names = list(sources())
+        self.abstained = 0
+        self.counts = dict.fromkeys(self.names, 0)  # every counted instance (Undetermined included)
+        self.by_op: dict[str, dict[str, int]] = {}
+        self.reached: dict[str, list[int]] = {}  # op -> decided instances passing by each depth step
+        self.decided: dict[str, int] = defaultdict(int)  # op -> decided instances
+        self.causes: dict[str, list] = {}  # cause -> [instances, correct, expected sources]
+
+    def add(self, a: Attribution) -> None:
+        self.abstained += a.root == Status.ABSTAIN
+        if a.source is None:  # a record of an older tracebench
+            return
+        self.counts[a.source] = self.counts.get(a.source, 0) + 1
+        op = self.by_op.setdefault(a.op, dict.fromkeys(self.names, 0))
+        op[a.source] = op.get(a.source, 0) + 1
+        if a.source == UNDETERMINED:
+            return
+        self.decided[a.op] += 1
+        reached = self.reached.setdefault(a.op, [0] * len(DEPTH_GRID))
+        if a.relative_depth is not None:
+            for k, x in enumerate(DEPTH_GRID):
+                reached[k] += a.relative_depth <= x + 1e-9
+        if a.expected:  # grouped by failure mode; several modes breaking one requirement: "a+b"
+            cause = self.causes.setdefault("+".join(sorted({mode_of(c) for c in a.causes})), [0, 0, set()])
+            cause[0] += 1
+            cause[1] += a.source in a.expected
+            cause[2].update(a.expected)
+
+    def result(self) -> dict:
+        def shares(counts: dict[str, int]) -> dict[str, float]:
+            n = sum(counts.values())
+            return {s: round(counts.get(s, 0) / n, 4) if n else 0.0 for s in self.names}
+
+        def accuracy(instances: int, right: int) -> dict:
+            return {"instances": instances, "correct": right, "accuracy": round(right / instances, 4)}
+
+        ops = [op for op in OPERATORS if op in self.by_op]
+        counted = sum(self.counts.values())
+        causes = sorted(self.causes.items())
+        return {
+            "instances": counted,
+            "undetermined": self.counts.get(UNDETERMINED, 0),
+            "abstained": self.abstained,
+            "sources": shares(self.counts),
+            "counts": {s: self.counts.get(s, 0) for s in self.names},
+            "by_operator": {op: {**shares(self.by_op[op]), "instances": sum(self.by_op[op].values())} for op in ops},
+            "cumulative_pass": {op: {f"{x:.1f}": round(self.reached[op][k] / self.decided[op], 4)
+                                     if self.decided[op] else 0.0 for k, x in enumerate(DEPTH_GRID)}
+                                for op in ops},
+            "localization": ({**accuracy(sum(c[0] for _, c in causes), sum(c[1] for _, c in causes)),
+                              "by_cause": {name: {**accuracy(c[0], c[1]), "expected": sorted(c[2])}
+                                           for name, c in causes}}
+                             if causes else None),
+        }
+
+
+def summarize_sources(attributions: Iterable[Attribution]) -> dict:
     """Shares per source (Undetermined a source of its own), overall and per operator;
     cumulative pass rate over relative depth and localization accuracy, over the decided
     instances only."""
-    names = list(sources())
-    counted = [a for a in attributions if a.source is not None]  # None: records of an older tracebench
-    decided = [a for a in counted if a.source != UNDETERMINED]
-
-    def shares(items: list[Attribution]) -> dict[str, float]:
-        n = len(items)
-        return {s: round(sum(a.source == s for a in items) / n, 4) if n else 0.0 for s in names}
-
-    by_op: dict[str, list[Attribution]] = defaultdict(list)
-    for a in counted:
-        by_op[a.op].append(a)
-    ops = [op for op in OPERATORS if op in by_op]
-
-    def cumulative(items: list[Attribution]) -> dict[str, float]:
-        items = [a for a in items if a.source != UNDETERMINED]
-        return {f"{x:.1f}": round(sum(a.relative_depth is not None and a.relative_depth <= x + 1e-9 for a in items)
-                                  / len(items), 4) if items else 0.0 for x in DEPTH_GRID}
-
-    localized = [a for a in decided if a.expected]
-    per_cause: dict[str, list[Attribution]] = defaultdict(list)
-    for a in localized:  # grouped by failure mode; several modes breaking one requirement: "a+b"
-        per_cause["+".join(sorted({mode_of(c) for c in a.causes}))].append(a)
-
-    def accuracy(items: list[Attribution]) -> dict:
-        right = sum(a.source in a.expected for a in items)
-        return {"instances": len(items), "correct": right, "accuracy": round(right / len(items), 4)}
-
-    return {
-        "instances": len(counted),
-        "undetermined": len(counted) - len(decided),
-        "abstained": sum(a.root == Status.ABSTAIN for a in attributions),
-        "sources": shares(counted),
-        "counts": {s: sum(a.source == s for a in counted) for s in names},
-        "by_operator": {op: {**shares(by_op[op]), "instances": len(by_op[op])} for op in ops},
-        "cumulative_pass": {op: cumulative(by_op[op]) for op in ops},
-        "localization": ({**accuracy(localized), "by_cause": {c: {**accuracy(v), "expected": sorted({e for a in v for e in a.expected})}
-                                                              for c, v in sorted(per_cause.items())}}
-                         if localized else None),
-    }
+    tally = SourceTally()
+    for a in attributions:
+        tally.add(a)
+    return tally.result()

@@ -1,9 +1,11 @@
 """``trace diagnose``: the diagnostic trees of a run's cases, generated, judged and attributed.
 
-Order of work: read the run; pick the cases; build every case's whole tree (pure, no model
-call) and each node's sub-case; merge identical sub-cases (same content, whatever the
-tree); then evaluate in rounds through the ``trace run`` harness, so every model call is
-cached, resumable, concurrent and turns failures into abstentions:
+Order of work: read the run as a stream and pick the cases (only their ids are kept); then,
+a window of :data:`WINDOW` cases at a time (read again from the run), build every case's
+whole tree (pure, no model call) and each node's sub-case; merge identical sub-cases (same
+content, whatever the tree or window: a sub-case met again keeps its first id and verdicts);
+then evaluate in rounds through the ``trace run`` harness, so every model call is cached,
+resumable, concurrent and turns failures into abstentions:
 
 - ``full``: one round holding every distinct sub-case;
 - ``adaptive``: one round per depth, holding only the children of nodes where a root
@@ -12,12 +14,17 @@ cached, resumable, concurrent and turns failures into abstentions:
 Each round is a benchmark folder (``rounds/NN/cases``, trace sample's format) and a run
 folder (``rounds/NN/run``); a rerun with the same arguments recreates the same rounds and
 resumes them. Root verdicts are the run's own when the generator and judges are the run's;
-otherwise the root is generated again as node ``N0``. The end: ``trees.jsonl`` (one
-:class:`~tracebench.records.DiagnosticTree` per case) and ``summary.json``.
+otherwise the root is generated again as node ``N0``. Rounds are numbered one after the
+other across windows. The end: ``trees.jsonl`` (one :class:`~tracebench.records.DiagnosticTree`
+per case, written as each window finishes, in place at the end) and ``summary.json`` (counted
+from the trees as they are written). Memory is one window's cases, sub-cases and trees, plus a
+key and an id per sub-case planned, whatever the number of cases diagnosed.
 """
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import os
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -32,7 +39,7 @@ from ..library import staged_output
 from ..records import (CASES, DIAGNOSIS_MANIFEST, NODES, SUMMARY, TREES, Case, DiagnosisManifest, DiagnosisSummary,
                        DiagnosticEdge, DiagnosticNode, DiagnosticTree, NodeOccurrence, SampleManifest, VERDICTS)
 from ..resources import data_hash
-from ..safepaths import inside, safe_id_problem
+from ..safepaths import MAX_ID, inside, safe_id_problem
 from ..outcomes import Outcome
 from ..providers import ModelSettings, synthetic_profile, with_endpoints
 from ..run import (abstention_reason, generated_image, library_of, make_providers, run_benchmark, shard_of,
@@ -41,7 +48,7 @@ from ..cache import sha256
 from ..jsonfiles import record_line
 from ..sample import read_sample_manifest, write_benchmark
 from ..score import instance_results
-from ._attribute import Finding, attribute, localization, pending, summarize_sources
+from ._attribute import Finding, SourceTally, attribute, localization, pending
 from ._node import node_case, node_shape, root_formula
 from ._rules import RULES_FILE, SOURCES_FILE, number_terms, sources
 from ._tree import TreeNode, bound_tree, tree_nodes
@@ -52,6 +59,9 @@ __all__ = ["Evaluated", "Evaluator", "TreePlan", "diagnose", "diagnose_run", "ex
 ROUNDS_DIR = "rounds"
 CACHE_DIR = "cache"
 STRATEGIES = ("full", "adaptive")
+# roots diagnosed together: their sub-cases and trees are what a diagnosis holds in memory (a root of
+# 8 slots plans about 16 sub-cases, 1 MB as records), and each window's rounds are run one by one
+WINDOW = 100
 
 # sub-cases in -> (case id -> question id -> verdict, case id -> image path,
 #                  case id -> question id -> why it abstained)
@@ -80,9 +90,12 @@ def _key(case: Case) -> str:
     return sha256(case.model_dump_json(exclude={"id"}).encode())
 
 
-def plan_trees(roots: Sequence[Case]) -> TreePlan:
-    """Build the trees and their sub-cases; identical sub-cases (within or across trees) are one."""
+def plan_trees(roots: Sequence[Case], names: dict[str, str] | None = None) -> TreePlan:
+    """Build the trees and their sub-cases; identical sub-cases (within or across trees) are one.
+    ``names``: sub-case key -> id of the sub-cases planned before (an earlier window of the
+    same diagnosis), so that a sub-case met again keeps the id it was first given."""
     trees, cases, occurrences = [], {}, []
+    names = names or {}
     for root in roots:
         terms = {t.symbol: t for t in root.terms}
         formula = root_formula(root)  # parsed and checked
@@ -99,8 +112,9 @@ def plan_trees(roots: Sequence[Case]) -> TreePlan:
                     raise TraceError(f"case {root.id}: its sub-case id {sub_id}: {problem}")
                 sub = (root.model_copy(update={"id": sub_id}) if node.parent is None
                        else node_case(root, node, downgrades, sub_id, node_shape(unbound_node.formula)))
-                tree.keys[node.id] = _key(sub)
-                cases.setdefault(tree.keys[node.id], sub)
+                key = tree.keys[node.id] = _key(sub)
+                if key not in cases:
+                    cases[key] = sub if names.get(key, sub_id) == sub_id else sub.model_copy(update={"id": names[key]})
             occurrences.append(NodeOccurrence(case_id=cases[tree.keys[node.id]].id, root=root.id, node=node.id))
         trees.append(tree)
     return TreePlan(trees, cases, occurrences)
@@ -129,49 +143,70 @@ def _write_node_folder(target: Path, cases: list[Case], source_dir: Path, sample
 
 # ------------------------------------------------------------------------------ selection
 
+Item = tuple[Case, dict[str, Outcome], dict[str, str]]  # a case of a run, its outcomes, why some abstained
+
+
 @dataclass
 class _Chosen:
-    """The cases a diagnosis starts from, with their run verdicts, read from a stream of the run."""
+    """The cases a diagnosis starts from, chosen from a stream of the run: their ids only."""
 
-    roots: list[Case]
-    verdicts: dict[str, dict[str, Outcome]]  # of the roots
-    reasons: dict[str, dict[str, str]]  # of the roots: why a verdict abstained
+    ids: list[str]  # in the order they are diagnosed
     cases: int  # cases of the run with verdicts
     unanswered: int  # of those, cases whose every verdict abstained
 
 
-def _choose(items: Iterable[tuple[Case, dict[str, Outcome], dict[str, str]]], which: str,
-            shard: tuple[int, int] | None, root: Path) -> _Chosen:
-    """The chosen cases of a run given as (case, outcomes, abstention reasons) in run order,
-    consumed one at a time: only the chosen ones are kept."""
+def _choose(items: Iterable[Item], which: str, shard: tuple[int, int] | None, root: Path) -> _Chosen:
+    """The ids of the chosen cases of a run given as (case, outcomes, abstention reasons) in
+    run order, consumed one at a time: nothing else is kept. A case whose sub-case ids could
+    be too long is planned at once, so that its error comes before anything is written."""
     explicit = None if which in ("failing", "all") else [i.strip() for i in which.split(",") if i.strip()]
     if explicit is not None and not explicit:
         raise TraceError(f"--cases: {which!r}: not a case of run {root}")
     wanted = set(explicit or ())
     seen: set[str] = set()
-    picked: dict[str, tuple[Case, dict[str, Outcome], dict[str, str]]] = {}
+    picked: list[str] = []
     unanswered = 0
-    for case, outcomes, reasons in items:
+    for case, outcomes, _ in items:
         seen.add(case.id)
         unanswered += not any(o.answered for o in outcomes.values())
         if which == "failing":
             take = any(v.failed for v in instance_results(case, outcomes).values())
         else:
             take = which == "all" or case.id in wanted
-        if take:
-            picked[case.id] = (case, outcomes, reasons)
+        if take and (shard is None or shard_of(case.id, shard[1]) == shard[0]):
+            picked.append(case.id)
+            if len(case.id) > MAX_ID - _LONGEST_NODE_ID:
+                plan_trees([case])
     if explicit is not None:
         unknown = [i for i in explicit if i not in seen]
         if unknown:
             raise TraceError(f"--cases: {', '.join(unknown)}: not a case of run {root}")
-    chosen = explicit if explicit is not None else list(picked)
-    if shard is not None:
-        chosen = [i for i in chosen if shard_of(i, shard[1]) == shard[0]]
-    return _Chosen([picked[i][0] for i in chosen], {i: picked[i][1] for i in chosen},
-                   {i: picked[i][2] for i in chosen if picked[i][2]}, len(seen), unanswered)
+        picked = [i for i in dict.fromkeys(explicit) if i in set(picked)]
+    return _Chosen(picked, len(seen), unanswered)
 
 
-def _streamed(run) -> Iterator[tuple[Case, dict[str, Outcome], dict[str, str]]]:
+# a node id is "N<depth>" and one label a branching: far shorter than this
+_LONGEST_NODE_ID = 40
+
+
+def _chosen_items(items: Iterable[Item], ids: Sequence[str]) -> Iterator[Item]:
+    """The items of ``ids`` in that order, from a stream in run order (only those that come
+    before their turn are held: none when ``ids`` are in run order)."""
+    wanted = set(ids)
+    held: dict[str, Item] = {}
+    turn = 0
+    for item in items:
+        if item[0].id not in wanted:
+            continue
+        held[item[0].id] = item
+        while turn < len(ids) and ids[turn] in held:
+            yield held.pop(ids[turn])
+            turn += 1
+        if turn == len(ids):
+            return
+
+
+def _streamed(run) -> Iterator[Item]:
     """A run stream's cases as :func:`_choose` takes them."""
     for item in run:
         yield item.case, item.outcomes, {v.question_id: abstention_reason(v) for v in item.verdicts
@@ -180,22 +215,39 @@ def _streamed(run) -> Iterator[tuple[Case, dict[str, Outcome], dict[str, str]]]:
 
 def _select(run, which: str, shard: tuple[int, int] | None) -> list[Case]:
     """The chosen cases of a run folder read whole (:func:`~tracebench.run.load_run`)."""
-    items = ((run.cases[i], run.verdicts[i], run.reasons.get(i, {})) for i in run.verdicts)
-    return _choose(items, which, shard, run.root).roots
+    def items() -> Iterator[Item]:
+        return ((run.cases[i], run.verdicts[i], run.reasons.get(i, {})) for i in run.verdicts)
+    return [case for case, _, _ in _chosen_items(items(), _choose(items(), which, shard, run.root).ids)]
 
 
 # ------------------------------------------------------------------------------ the diagnosis
 
+# a sub-case evaluated before (by key and id), as evaluated: verdicts, image, abstention reasons; None if it was not
+Recall = Callable[[str, str], "tuple[dict[str, Outcome], str | None, dict[str, str]] | None"]
+
+
 def _strategy_rounds(plan: TreePlan, strategy: str, root_verdicts: dict[str, dict[str, Outcome]], evaluate: Evaluator,
-                     roots_from_run: bool) -> Evaluated:
-    """Evaluate the sub-cases the strategy asks for; returns verdicts, images and abstention
-    reasons by sub-case key."""
+                     roots_from_run: bool, recall: Recall | None = None) -> Evaluated:
+    """Evaluate the sub-cases the strategy asks for (those ``recall`` knows are not evaluated
+    again); returns verdicts, images and abstention reasons by sub-case key."""
     verdicts: dict[str, dict[str, Outcome]] = {}
     images: dict[str, str] = {}
     reasons: dict[str, dict[str, str]] = {}
 
     def run_round(keys: list[str]) -> None:
-        todo = [k for k in dict.fromkeys(keys) if k not in verdicts]
+        todo = []
+        for k in dict.fromkeys(keys):
+            if k in verdicts:
+                continue
+            known = recall(k, plan.cases[k].id) if recall else None
+            if known is None:
+                todo.append(k)
+                continue
+            verdicts[k], image, why = known
+            if image is not None:
+                images[k] = image
+            if why:
+                reasons[k] = why
         if not todo:
             return
         got, got_images, got_reasons = evaluate([plan.cases[k] for k in todo])
@@ -246,19 +298,20 @@ def _strategy_rounds(plan: TreePlan, strategy: str, root_verdicts: dict[str, dic
 def diagnose(roots: Sequence[Case], root_verdicts: dict[str, dict[str, Outcome]], evaluate: Evaluator, *,
              strategy: str = "full", roots_from_run: bool = True, root_images: dict[str, str] | None = None,
              causes: Callable[[Case, str], dict[str, tuple[str, ...]] | None] | None = None,
-             plan: TreePlan | None = None, root_reasons: dict[str, dict[str, str]] | None = None
-             ) -> list[DiagnosticTree]:
+             plan: TreePlan | None = None, root_reasons: dict[str, dict[str, str]] | None = None,
+             recall: Recall | None = None) -> list[DiagnosticTree]:
     """Diagnose ``roots`` given their verdicts, evaluating sub-cases with ``evaluate``.
 
     The model call is passed in: the CLI evaluates through the run harness; anything that
     maps sub-cases to verdicts will do. ``causes(case, image)`` gives the causes a synthetic
     generator recorded (question id -> causes) for the localization check; ``root_reasons``
-    why the run's root verdicts abstained (case id -> question id -> reason). Returns the trees;
-    :func:`summarize` makes the summary from them."""
+    why the run's root verdicts abstained (case id -> question id -> reason); ``recall`` the
+    sub-cases evaluated before (an earlier window of roots). Returns the trees; :func:`summarize`
+    makes the summary from them."""
     if strategy not in STRATEGIES:
         raise TraceError(f"--strategy: {strategy!r} is neither full nor adaptive")
     plan = plan or plan_trees(roots)
-    verdicts, images, reasons = _strategy_rounds(plan, strategy, root_verdicts, evaluate, roots_from_run)
+    verdicts, images, reasons = _strategy_rounds(plan, strategy, root_verdicts, evaluate, roots_from_run, recall)
     trees = []
     for tree in plan.trees:
         results: dict[str, dict] = {}
@@ -300,26 +353,61 @@ def diagnose(roots: Sequence[Case], root_verdicts: dict[str, dict[str, Outcome]]
     return trees
 
 
-def summarize(trees: Sequence[DiagnosticTree], *, generator: str, judges: Sequence[str], strategy: str,
+class _SummaryTally:
+    """The summary of a diagnosis from its trees given one at a time (:meth:`add`): what it
+    keeps is counts and a digest per generated sub-case, never the trees."""
+
+    def __init__(self) -> None:
+        self.sources = SourceTally()
+        self.cases = 0
+        self.nodes_in_trees = 0
+        self.generated: set[bytes] = set()  # by content, not case id: shards name an identical sub-case
+        #                                     after their own first occurrence
+        self.abstained: dict[bytes, dict[str, str]] = {}  # each generated sub-case once
+
+    def add(self, tree: DiagnosticTree) -> DiagnosticTree:
+        self.cases += 1
+        self.nodes_in_trees += len(tree.nodes) - 1
+        for a in tree.attributions:
+            self.sources.add(a)
+        for n in tree.nodes:
+            root = n.parent is None
+            if (n.evaluated and not root) or n.abstained:
+                content = _digest((root and tree.case_id, n.prompt, n.references, n.question_ids))
+                if n.evaluated and not root:
+                    self.generated.add(_digest((n.prompt, n.references, n.question_ids)))
+                if n.abstained:
+                    self.abstained[content] = n.abstained
+        return tree
+
+    def summary(self, *, generator: str, judges: Sequence[str], strategy: str, synthetic: bool) -> DiagnosisSummary:
+        summary = self.sources.result()
+        reasons = Counter(reason for why in self.abstained.values() for reason in why.values())
+        generated = len(self.generated)
+        return DiagnosisSummary(
+            tool=f"tracebench {__version__}", generator=generator, judges=tuple(judges), strategy=strategy,
+            cases=self.cases, instances=summary["instances"], undetermined=summary["undetermined"],
+            abstained=summary["abstained"], abstained_verdicts=sum(reasons.values()),
+            abstention_reasons=dict(reasons.most_common()),
+            sources=summary["sources"], counts=summary["counts"], by_operator=summary["by_operator"],
+            cumulative_pass=summary["cumulative_pass"], nodes_generated=generated,
+            nodes_in_trees=self.nodes_in_trees,
+            nodes_per_case=round(generated / self.cases, 3) if self.cases else 0.0,
+            localization_accuracy=summary["localization"] if synthetic else None)
+
+
+def _digest(value: tuple) -> bytes:
+    """A 16-byte digest of a node's content (records' reprs name every field)."""
+    return hashlib.blake2b(repr(value).encode(), digest_size=16).digest()
+
+
+def summarize(trees: Iterable[DiagnosticTree], *, generator: str, judges: Sequence[str], strategy: str,
               synthetic: bool) -> DiagnosisSummary:
     """The summary of a diagnosis, from its trees alone (so shards merge by concatenation)."""
-    summary = summarize_sources([a for t in trees for a in t.attributions])
-    # by content, not case id: shards name an identical sub-case after their own first occurrence
-    generated = len({(n.prompt, n.references, n.question_ids) for t in trees for n in t.nodes
-                     if n.evaluated and n.parent is not None})
-    abstained = {(n.parent is None and t.case_id, n.prompt, n.references, n.question_ids): n.abstained
-                 for t in trees for n in t.nodes if n.abstained}  # each generated sub-case once
-    reasons = Counter(reason for why in abstained.values() for reason in why.values())
-    return DiagnosisSummary(
-        tool=f"tracebench {__version__}", generator=generator, judges=tuple(judges), strategy=strategy,
-        cases=len(trees), instances=summary["instances"], undetermined=summary["undetermined"],
-        abstained=summary["abstained"], abstained_verdicts=sum(reasons.values()),
-        abstention_reasons=dict(reasons.most_common()),
-        sources=summary["sources"], counts=summary["counts"], by_operator=summary["by_operator"],
-        cumulative_pass=summary["cumulative_pass"], nodes_generated=generated,
-        nodes_in_trees=sum(len(t.nodes) - 1 for t in trees),
-        nodes_per_case=round(generated / len(trees), 3) if trees else 0.0,
-        localization_accuracy=summary["localization"] if synthetic else None)
+    tally = _SummaryTally()
+    for tree in trees:
+        tally.add(tree)
+    return tally.summary(generator=generator, judges=judges, strategy=strategy, synthetic=synthetic)
 
 
 def _cause(finding: Finding, root: Case, recorded: dict[str, tuple[str, ...]] | None
@@ -384,7 +472,8 @@ def export_nodes(run_dir: Path, out: Path, *, cases: str = "failing", shard: tup
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise TraceError(f"--export-nodes {out}: exists and is not empty; choose a new folder")
     run = stream_run(run_dir)
-    plan = plan_trees(_choose(_streamed(run), cases, shard, run.root).roots)
+    chosen = _choose(_streamed(run), cases, shard, run.root)
+    plan = plan_trees([case for case, _, _ in _chosen_items(_streamed(run), chosen.ids)])
     _write_node_folder(Path(out), list(plan.cases.values()), run.cases_dir, read_sample_manifest(run.cases_dir),
                        {"diagnosis_of": str(Path(run_dir).resolve()), "cases": cases}, plan.occurrences)
     return len(plan.cases)
@@ -394,8 +483,10 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
                  judges: Sequence[str] | None = None, strategy: str = "full", settings: ModelSettings | None = None,
                  concurrency: int = 8, judge_batch: str | None = None, cache_dir: Path | None = None,
                  shard: tuple[int, int] | None = None, retry_abstained: bool = False,
-                 progress: bool | None = None) -> DiagnosisSummary:
-    """Diagnose the cases of a run folder into ``out`` (see the module docstring)."""
+                 progress: bool | None = None, window: int | None = None) -> DiagnosisSummary:
+    """Diagnose the cases of a run folder into ``out`` (see the module docstring); ``window``
+    roots at a time (:data:`WINDOW`)."""
+    window = window or WINDOW
     if strategy not in STRATEGIES:
         raise TraceError(f"--strategy: {strategy!r} is neither full nor adaptive")
     run = stream_run(run_dir)  # read as a stream: only the chosen cases are kept
@@ -415,7 +506,6 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
     roots_from_run = (generator_spec == manifest.generator and judge_specs == tuple(manifest.judges)
                       and judge_batch == manifest.judge_batch and seed == manifest.seed)
     chosen = _choose(_streamed(run), cases, shard, run.root)
-    roots = chosen.roots
     out = Path(out)
     identity = DiagnosisManifest(
         tool=f"tracebench {__version__}", run_dir=str(Path(run_dir).resolve()), cases_dir=str(run.cases_dir),
@@ -430,16 +520,16 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
             raise TraceError(f"{out}: holds a diagnosis with another {', '.join(changed)}; choose another --out")
     elif out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise TraceError(f"--out {out}: exists and holds no diagnosis; choose another --out")
-    if not roots:
+    if not chosen.ids:
         unanswered = chosen.unanswered
         why = (f"; {unanswered} of {chosen.cases} cases have only abstained verdicts: ask again with "
                f"trace run ... --retry-abstained" if unanswered else "")
         raise TraceError(f"{run.root}: no case to diagnose ({cases}){why}")
-    plan = plan_trees(roots)
     sample = read_sample_manifest(run.cases_dir)
     out.mkdir(parents=True, exist_ok=True)
     DIAGNOSIS_MANIFEST.write(out, identity)
     rounds = iter(range(1, 1000))
+    evaluated_in: dict[str, str] = {}  # sub-case id -> the round folder that evaluated it
 
     def evaluate(batch: list[Case]) -> Evaluated:
         folder = out / ROUNDS_DIR / f"{next(rounds):02d}"
@@ -448,29 +538,62 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
         run_benchmark(folder / "cases", folder / "run", generator=generator, judges=judges, settings=settings,
                       concurrency=concurrency, judge_batch=judge_batch, cache_dir=cache_dir or out / CACHE_DIR,
                       retry_abstained=retry_abstained, progress=progress)
-        got: dict[str, dict[str, Outcome]] = {}
-        why: dict[str, dict[str, str]] = {}
-        for _, _, _, v in VERDICTS.read_spanned(folder / "run", unique=False):  # the round's run just wrote it
-            got.setdefault(v.case_id, {})[v.question_id] = outcome = v.outcome
-            if not outcome.answered:
-                why.setdefault(v.case_id, {})[v.question_id] = abstention_reason(v)
+        got, why = _round_verdicts(folder / "run")
         images = {c.id: str(p.relative_to(out)) for c in batch if (p := generated_image(folder / "run", c.id))}
+        evaluated_in.update((c.id, folder.name) for c in batch)
         return got, images, why
 
-    root_images = {c.id: str(p.resolve()) for c in roots if (p := generated_image(run.root, c.id))}
+    names: dict[str, str] = {}  # sub-case key -> id, of the windows diagnosed so far
+
+    def recall(key: str, case_id: str) -> tuple[dict[str, Outcome], str | None, dict[str, str]] | None:
+        """A sub-case an earlier window evaluated (rare: two roots that differ only by id), read back."""
+        if key not in names or case_id not in evaluated_in:
+            return None
+        folder = out / ROUNDS_DIR / evaluated_in[case_id]
+        got, why = _round_verdicts(folder / "run", case_id)
+        image = generated_image(folder / "run", case_id)
+        return got.get(case_id, {}), str(image.relative_to(out)) if image else None, why.get(case_id, {})
+
     synthetic = synthetic_profile(generator_spec) is not None  # the zoo, in process or behind trace serve
 
     def causes(case: Case, image: str) -> dict[str, tuple[str, ...]] | None:
         path = Path(image) if Path(image).is_absolute() else out / image
         return _zoo_causes(case, str(path))
 
-    trees = diagnose(roots, chosen.verdicts, evaluate, strategy=strategy, roots_from_run=roots_from_run,
-                     root_images=root_images, causes=causes if synthetic else None, plan=plan,
-                     root_reasons=chosen.reasons)
-    TREES.write(out, trees)
-    result = summarize(trees, generator=generator_spec, judges=judge_specs, strategy=strategy, synthetic=synthetic)
+    def trees() -> Iterator[DiagnosticTree]:
+        """The trees, a window of roots at a time: only the window's cases, sub-cases and trees are held."""
+        items = _chosen_items(_streamed(run), chosen.ids)
+        while window_items := list(itertools.islice(items, window)):
+            roots = [case for case, _, _ in window_items]
+            plan = plan_trees(roots, names)
+            root_images = {c.id: str(p.resolve()) for c in roots if (p := generated_image(run.root, c.id))}
+            yield from diagnose(roots, {c.id: o for c, o, _ in window_items}, evaluate, strategy=strategy,
+                                roots_from_run=roots_from_run, root_images=root_images,
+                                causes=causes if synthetic else None, plan=plan,
+                                root_reasons={c.id: r for c, _, r in window_items if r}, recall=recall)
+            names.update((key, case.id) for key, case in plan.cases.items())
+            del window_items, roots, plan, root_images  # not held while the next window is read
+
+    tally = _SummaryTally()
+    TREES.write(out, map(tally.add, trees()))
+    result = tally.summary(generator=generator_spec, judges=judge_specs, strategy=strategy, synthetic=synthetic)
     SUMMARY.write(out, result)
     return result
+
+
+def _round_verdicts(run_dir: Path, case_id: str | None = None
+                    ) -> tuple[dict[str, dict[str, Outcome]], dict[str, dict[str, str]]]:
+    """The verdicts of a diagnosis round's run (of one case, or all) and why those that
+    abstained did: case id -> question id -> outcome, and -> reason."""
+    got: dict[str, dict[str, Outcome]] = {}
+    why: dict[str, dict[str, str]] = {}
+    for _, _, _, v in VERDICTS.read_spanned(run_dir, unique=False):  # the round's run just wrote it
+        if case_id is not None and v.case_id != case_id:
+            continue
+        got.setdefault(v.case_id, {})[v.question_id] = outcome = v.outcome
+        if not outcome.answered:
+            why.setdefault(v.case_id, {})[v.question_id] = abstention_reason(v)
+    return got, why
 
 
 def merge_diagnoses(folders: Sequence[Path], out: Path) -> DiagnosisSummary:

@@ -527,6 +527,16 @@ def test_windows_of_roots_give_the_one_window_diagnosis(small, tmp_path):
     assert (tmp_path / "adaptive-windows" / TREES_FILE).read_bytes() == before
     calls = [json.loads(p.read_text())["calls"] for p in (tmp_path / "adaptive-windows" / "rounds").glob("*/run/run.json")]
     assert calls and all(c == {} for c in calls)
+    # resumed in other windows (a folder an earlier version planned otherwise): its rounds made again
+    # from the call cache, none left over
+    diagnose_run(run, tmp_path / "adaptive-windows", strategy="adaptive", settings=SETTINGS, window=7)
+    assert _trees_apart_from_rounds(tmp_path / "adaptive-windows") == _trees_apart_from_rounds(tmp_path / "adaptive-one")
+    rounds = sorted((tmp_path / "adaptive-windows" / "rounds").iterdir())
+    calls = [json.loads((r / "run" / "run.json").read_text())["calls"] for r in rounds]
+    assert calls and all(c == {} for c in calls)
+    trees = [json.loads(line) for line in (tmp_path / "adaptive-windows" / TREES_FILE).read_text().splitlines()]
+    shown = {n["image"].split("/")[1] for t in trees for n in t["nodes"] if n["image"] and n["image"].startswith("rounds/")}
+    assert {r.name for r in rounds} == shown  # every round the trees' images come from, and no other
     # cases named on the command line: diagnosed in that order, whatever the run's
     named = [json.loads(lines[k])["id"] for k in (5, 0, 7, 2)]
     diagnose_run(run, tmp_path / "named", cases=",".join(named + named[:1]), settings=SETTINGS, window=3)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
+import shutil
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -124,13 +125,14 @@ def plan_trees(roots: Sequence[Case], names: dict[str, str] | None = None) -> Tr
 
 def _write_node_folder(target: Path, cases: list[Case], source_dir: Path, sample: SampleManifest | None,
                        arguments: dict, occurrences: list[NodeOccurrence] | None = None, *,
-                       replace: bool = False) -> None:
-    """Write sub-cases as a benchmark folder through trace sample's writer (plus nodes.jsonl).
-    ``replace``: the folder is the diagnosis's own round and may be rewritten; otherwise an
-    existing non-empty folder is refused."""
+                       replace: bool = False) -> bool:
+    """Write sub-cases as a benchmark folder through trace sample's writer (plus nodes.jsonl);
+    whether it was written. ``replace``: the folder is the diagnosis's own round and may be
+    rewritten (it is not when it holds these cases already); otherwise an existing non-empty
+    folder is refused."""
     if replace and CASES.path(target).is_file() and CASES.path(target).read_text(encoding="utf-8") == "".join(
             map(record_line, cases)):
-        return  # the same round, written before a resume
+        return False  # the same round, written before a resume
     write_benchmark(target, cases, seed=sample.seed if sample else 0,
                     source=lambda case, ref: inside(source_dir, ref.path, f"{source_dir}: case {case.id}: reference",
                                                     "benchmark folder"),
@@ -139,6 +141,7 @@ def _write_node_folder(target: Path, cases: list[Case], source_dir: Path, sample
                             "diagnose": data_hash(("diagnose", RULES_FILE), ("diagnose", SOURCES_FILE))},
                     overwrite=replace,
                     extra=None if occurrences is None else lambda folder: NODES.write(folder, occurrences))
+    return True
 
 
 # ------------------------------------------------------------------------------ selection
@@ -528,13 +531,19 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
     sample = read_sample_manifest(run.cases_dir)
     out.mkdir(parents=True, exist_ok=True)
     DIAGNOSIS_MANIFEST.write(out, identity)
-    rounds = iter(range(1, 1000))
+    rounds = itertools.count(1)
+    used: list[str] = []  # the round folders, in order
     evaluated_in: dict[str, str] = {}  # sub-case id -> the round folder that evaluated it
 
     def evaluate(batch: list[Case]) -> Evaluated:
         folder = out / ROUNDS_DIR / f"{next(rounds):02d}"
-        _write_node_folder(folder / "cases", batch, run.cases_dir, sample,
-                           {"diagnosis_of": identity.run_dir, "strategy": strategy, "round": folder.name}, replace=True)
+        used.append(folder.name)
+        if _write_node_folder(folder / "cases", batch, run.cases_dir, sample,
+                              {"diagnosis_of": identity.run_dir, "strategy": strategy, "round": folder.name},
+                              replace=True) and (folder / "run").exists():
+            # a round of other sub-cases (rounds made by another version, windowed otherwise): its run
+            # is made again, from the call cache
+            shutil.rmtree(folder / "run")
         run_benchmark(folder / "cases", folder / "run", generator=generator, judges=judges, settings=settings,
                       concurrency=concurrency, judge_batch=judge_batch, cache_dir=cache_dir or out / CACHE_DIR,
                       retry_abstained=retry_abstained, progress=progress)
@@ -576,6 +585,9 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
 
     tally = _SummaryTally()
     TREES.write(out, map(tally.add, trees()))
+    for stale in (out / ROUNDS_DIR).iterdir() if (out / ROUNDS_DIR).is_dir() else ():
+        if stale.name not in used and stale.name.isdigit():  # rounds of an earlier version's plan
+            shutil.rmtree(stale)
     result = tally.summary(generator=generator_spec, judges=judge_specs, strategy=strategy, synthetic=synthetic)
     SUMMARY.write(out, result)
     return result

@@ -433,3 +433,19 @@ def test_parse_reply_reads_fenced_json_and_abstains_on_the_rest(bench):
     broken = parse_reply("``` not json", questions)
     assert all(answer is None and reason == "the reply is not the expected JSON"
                for answer, reason, _ in broken.values())
+
+
+def test_a_benchmark_removed_while_a_run_is_read_is_one_error(bench, tmp_path):
+    """A run streamed after its benchmark's cases.jsonl went away (deleted by another job, say)
+    stops with a TraceError naming the file, not an OSError's traceback."""
+    import shutil
+
+    from tracebench.run import stream_run
+
+    copy = tmp_path / "bench"
+    shutil.copytree(bench, copy, copy_function=os.link)
+    _run(copy, tmp_path / "run", "synthetic:perfect")
+    stream = stream_run(tmp_path / "run")  # its cases indexed
+    (copy / "cases.jsonl").unlink()
+    with pytest.raises(TraceError, match=r"cases.jsonl: changed while it was read \(No such file or directory\)"):
+        list(stream)

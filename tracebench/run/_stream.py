@@ -53,9 +53,13 @@ class RecordIndex(Generic[M]):
         span = self.spans.get(key)
         if span is None:
             return None
-        with open(self.path, "rb") as handle:
-            handle.seek(span[0])
-            line = handle.read(span[1] - span[0])
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(span[0])
+                line = handle.read(span[1] - span[0])
+        except OSError as error:  # removed or made unreadable since it was indexed
+            raise TraceError(f"{self.path}: changed while it was read ({error.strerror or error}); "
+                             "read it again") from None
         try:
             record = self.spec.model.model_validate_json(line)
         except ValueError:

@@ -184,7 +184,8 @@ def _choose(items: Iterable[Item], which: str, shard: tuple[int, int] | None, ro
         unknown = [i for i in explicit if i not in seen]
         if unknown:
             raise TraceError(f"--cases: {', '.join(unknown)}: not a case of run {root}")
-        picked = [i for i in dict.fromkeys(explicit) if i in set(picked)]
+        taken = set(picked)
+        picked = [i for i in dict.fromkeys(explicit) if i in taken]
     return _Chosen(picked, len(seen), unanswered)
 
 
@@ -375,12 +376,10 @@ class _SummaryTally:
             self.sources.add(a)
         for n in tree.nodes:
             root = n.parent is None
-            if (n.evaluated and not root) or n.abstained:
-                content = _digest((root and tree.case_id, n.prompt, n.references, n.question_ids))
-                if n.evaluated and not root:
-                    self.generated.add(_digest((n.prompt, n.references, n.question_ids)))
-                if n.abstained:
-                    self.abstained[content] = n.abstained
+            if n.evaluated and not root:
+                self.generated.add(_digest((n.prompt, n.references, n.question_ids)))
+            if n.abstained:
+                self.abstained[_digest((root and tree.case_id, n.prompt, n.references, n.question_ids))] = n.abstained
         return tree
 
     def summary(self, *, generator: str, judges: Sequence[str], strategy: str, synthetic: bool) -> DiagnosisSummary:

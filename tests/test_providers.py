@@ -64,18 +64,21 @@ def answering(answer: str):
 def polarity_scores(cases) -> dict[str, float]:
     """The benchmark's operator scores when every question is answered "yes": a question passes
     when it expects yes, fails when it expects no, and fails when a question it depends on
-    fails; instance = mean of its questions, case = mean of its instances per operator,
-    benchmark = mean over the cases having the operator. Computed here from the checklist,
-    independently of tracebench.score."""
-    per_op: dict[str, list[float]] = {}
-    for case in cases:
+    within its own operator instance fails; instance = mean of its questions, case = mean of
+    its instances per operator, benchmark = mean over slot levels of the slot's mean over the
+    cases having the operator (the paper's Table 2; general cases only when there are some).
+    Computed here from the checklist, independently of tracebench.score."""
+    general = [case for case in cases if case.application is None]
+    per_slot: dict[str, dict[int, list[float]]] = {}
+    for case in general or cases:
         by_id = {q.id: q for q in case.checklist}
         memo: dict[str, bool] = {}
 
         def holds(qid: str) -> bool:
             if qid not in memo:
                 q = by_id[qid]
-                memo[qid] = q.expected == "yes" and all(holds(p) for p in q.depends_on)
+                own = [p for p in q.depends_on if (by_id[p].op, by_id[p].target) == (q.op, q.target)]
+                memo[qid] = q.expected == "yes" and all(holds(p) for p in own)
             return memo[qid]
 
         instances: dict[tuple[str, str], list[float]] = {}
@@ -85,8 +88,8 @@ def polarity_scores(cases) -> dict[str, float]:
         for (op, _), values in instances.items():
             case_ops.setdefault(op, []).append(fmean(values))
         for op, values in case_ops.items():
-            per_op.setdefault(op, []).append(fmean(values))
-    return {op: round(fmean(values), 4) for op, values in per_op.items()}
+            per_slot.setdefault(op, {}).setdefault(case.slot, []).append(fmean(values))
+    return {op: round(fmean(fmean(v) for v in slots.values()), 4) for op, slots in per_slot.items()}
 
 
 # ------------------------------------------------------------------------------ plugins

@@ -107,8 +107,8 @@ def test_headline_table_holds_the_scores_trace_score_prints(page, report):
     for folder in ("run", "perfect"):
         scores = score_run(report["root"] / folder).model_dump(mode="json")
         row = table.locator(f"tr[data-run^='synthetic:{'perfect' if folder == 'perfect' else 'global'}']")
-        for op in (*OPERATORS, "overall"):
-            value = scores["overall"] if op == "overall" else scores["operators"][op]
+        for op in (*OPERATORS, "avg"):
+            value = scores["avg"] if op == "avg" else scores["operators"][op]
             cell = row.locator(f"td[data-op='{op}']")
             assert cell.get_attribute("data-value") == f"{value:.4f}"
             assert cell.inner_text().startswith(f"{value:.4f}")
@@ -119,13 +119,13 @@ def test_headline_table_holds_the_scores_trace_score_prints(page, report):
 def test_best_is_marked_separated_only_where_the_intervals_do_not_overlap(page, report):
     scores = {folder: score_run(report["root"] / folder).model_dump(mode="json") for folder in ("run", "perfect")}
     separated = set()
-    for op in (*OPERATORS, "overall"):
-        value = {f: s["overall"] if op == "overall" else s["operators"][op] for f, s in scores.items()}
+    for op in (*OPERATORS, "avg"):
+        value = {f: s["avg"] if op == "avg" else s["operators"][op] for f, s in scores.items()}
         ci = {f: s["ci95"][op] for f, s in scores.items()}
         if value["perfect"] > value["run"] and ci["perfect"][0] > ci["run"][1]:
             separated.add(op)
     # some columns are separated, and some are ties (bold on both rows, never the double dagger)
-    assert separated and separated < {*OPERATORS, "overall"}
+    assert separated and separated < {*OPERATORS, "avg"}
     table = page["page"].locator("#headline")
     marked = table.locator("td[data-separated]")
     assert set(marked.evaluate_all("els => els.map(e => e.dataset.op)")) == separated
@@ -296,13 +296,13 @@ def test_screenshots_at_laptop_and_phone_width(page, report):
     phone.close()
 
 
-def test_the_overall_score_is_on_a_phones_first_screen(page, report):
+def test_the_avg_score_is_on_a_phones_first_screen(page, report):
     phone = page["context"].new_page()
     phone.set_viewport_size({"width": 390, "height": 844})
     phone.goto(page["url"])
-    overall = score_run(report["root"] / "run").overall
+    overall = score_run(report["root"] / "run").avg
     first = phone.locator("#overall p").first
-    assert first.get_attribute("data-overall") == f"{overall:.4f}"
+    assert first.get_attribute("data-avg") == f"{overall:.4f}"
     value = first.locator(".value")
     assert value.inner_text() == f"{overall:.4f}"
     box = value.bounding_box()

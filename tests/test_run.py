@@ -47,8 +47,8 @@ def test_perfect_generator_scores_one_everywhere(bench, tmp_path):
     manifest = _run(bench, tmp_path / "run", "synthetic:perfect")
     assert manifest.abstentions == 0 and manifest.cases == len(list(read_cases(bench)))
     scores = _scores(tmp_path / "run")
-    assert scores["overall"] == 1.0
-    assert scores["operators"] == {op: 1.0 for op in OPERATORS}
+    assert scores["avg"] == 1.0 and scores["case_weighted"]["overall"] == 1.0
+    assert scores["operators"] == scores["case_weighted"]["operators"] == {op: 1.0 for op in OPERATORS}
     assert all(v["disentangle"] == 1.0 for v in scores["by_subtype"].values())
 
 
@@ -58,7 +58,7 @@ PROFILES = {
     "global-interference": {"anchor", "disentangle"},
     "composition-interference:2": {"anchor"},
     "relation-blind": {"disentangle", "apply", "compose"},
-    "weak-subtype:1.1_pattern_texture": {"disentangle", "apply"},
+    "weak-subtype:1.1_pattern_texture": {"disentangle"},  # apply too under --gating cross (tests/test_score.py)
     "leaky-binding": {"disentangle", "apply"},
     "duplicate": {"compose"},
     "noise:0.2": {"anchor", "disentangle", "apply", "compose"},
@@ -272,7 +272,7 @@ def test_trace_serve_through_the_openai_adapters_gives_the_same_scores(bench, sh
                         judges=("openai:oracle",), settings=settings, concurrency=4)
     assert manifest.abstentions == 0
     local, http = _scores(local), _scores(tmp_path / "http")
-    assert http["operators"] == local["operators"] and http["overall"] == local["overall"]
+    assert http["operators"] == local["operators"] and http["avg"] == local["avg"]
 
 
 def test_sharded_and_merged_equals_unsharded(bench, shared_runs, tmp_path):
@@ -300,13 +300,13 @@ def test_score_json_and_command_line(bench, shared_runs):
     result = run_trace("score", str(run), "--json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
-    assert {"overall", "operators", "by_slot", "by_subtype", "by_entity_count", "by_application", "ci95",
-            "abstentions", "cases"} <= set(data)
+    assert {"avg", "operators", "case_weighted", "gating", "by_slot", "by_subtype", "by_entity_count",
+            "by_application", "ci95", "abstentions", "cases"} <= set(data)
     assert set(data["by_slot"]) == {str(s) for s in range(1, 9)}
     low, high = data["ci95"]["anchor"]
     assert low <= data["operators"]["anchor"] <= high
     text = run_trace("score", str(run))
-    assert "anchor" in text.stdout and "overall" in text.stdout
+    assert "anchor" in text.stdout and "avg" in text.stdout and "case-weighted" in text.stdout
 
 
 @pytest.mark.parametrize("args,fragment", [

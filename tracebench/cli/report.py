@@ -19,6 +19,9 @@ def register(sub) -> None:
                    help="embed images as they are (default: WebP thumbnails of at most 192 pixels a side, a "
                         "smaller file)")
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap intervals")
+    p.add_argument("--gating", choices=("within", "cross"), default="within",
+                   help="dependencies within an operator instance (default, the paper) or across instances too "
+                        "(trace score --gating)")
     p.add_argument("--out", type=Path, required=True, help="the HTML file to write (not an existing one, "
                                                             "unless --force)")
     p.add_argument("--force", action="store_true", help="replace an existing --out file (its permissions kept)")
@@ -29,6 +32,7 @@ def run(args) -> int:
     from ..report import build_report
 
     out = build_report(args.run_dir, args.out, diagnosis=args.diagnosis, compare=args.compare,
-                       full_images=args.full_images, seed=args.seed, force=args.force)
+                       full_images=args.full_images, seed=args.seed, force=args.force,
+                       gating=args.gating)
     print(f"{out}: {out.stat().st_size / 1e6:.1f} MB")
     return 0

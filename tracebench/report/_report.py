@@ -229,10 +229,10 @@ def _run_name(manifest) -> str:
 
 def _case_view(case: Case, outcomes: dict[str, Outcome], shown: dict[str, tuple[Status, tuple[str, ...]]],
                run_root: Path, cases_dir: Path, images: _Images, tree: DiagnosticTree | None,
-               diag_dir: Path | None) -> dict[str, Any]:
+               diag_dir: Path | None, gating: str) -> dict[str, Any]:
     """What the page shows of one case. ``outcomes``: question id -> outcome (the run's);
     ``shown``: question id -> (verdict, each judge's answer and reason as a line)."""
-    results = instance_results(case, outcomes)
+    results = instance_results(case, outcomes, gating)  # type: ignore[arg-type]
     failing_ops = sorted({op.value for (op, _), outcome in results.items() if outcome.failed})
     image = generated_image(run_root, case.id)
     questions = []
@@ -320,7 +320,7 @@ def _best(rows: list[dict], key: str) -> dict[str, Any]:
 
 
 def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, compare: Sequence[Path] = (),
-                 full_images: bool = False, seed: int = 0, force: bool = False) -> Path:
+                 full_images: bool = False, seed: int = 0, force: bool = False, gating: str = "within") -> Path:
     """Write the report of ``run_dir`` to ``out`` (one HTML file); returns ``out``. An existing
     ``out`` is refused unless ``force``: then it is replaced, keeping its permissions."""
     out = Path(out)
@@ -340,7 +340,7 @@ def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, com
                              f"cases of {run_dir})")
     runs = [_RunView(_run_name(r.manifest) + (f" (shard {r.manifest.shard})" if r.manifest.shard else ""),
                      r.root, r.manifest, score_cases(r.manifest, ((item.case, item.outcomes) for item in r),
-                                                     root=r.root, seed=seed).model_dump(mode="json"))
+                                                     root=r.root, seed=seed, gating=gating).model_dump(mode="json"))
             for r in (run, *others)]
     names = [r.name for r in runs]
     if len(set(names)) < len(names):  # the same model twice (another seed, another judge): number the rows
@@ -361,11 +361,11 @@ def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, com
 
     headline = []
     for r in runs:
-        row = {"name": r.name, "cases": r.scores["cases"], "overall": r.scores["overall"],
+        row = {"name": r.name, "cases": r.scores["cases"], "avg": r.scores["avg"],
                "ci": r.scores["ci95"], "abstentions": r.scores["abstentions"]}
         row.update({op: r.scores["operators"].get(op) for op in OPERATORS})
         headline.append(row)
-    best = {key: _best(headline, key) for key in (*OPERATORS, "overall")}
+    best = {key: _best(headline, key) for key in (*OPERATORS, "avg")}
 
     def breakdown(part: str, score: str, n: str, label: Callable[[str], str] = str) -> tuple[dict, dict]:
         """run -> category -> (score, n) of one breakdown of the Scores record, as two tables."""
@@ -422,7 +422,7 @@ def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, com
             # what the page shows of each verdict: its status and each judge's answer and reason
             shown = {v.question_id: (v.verdict, tuple(f"{vote.judge}: {vote.answer or '-'} — {vote.reason}"
                                                       for vote in v.votes)) for v in item.verdicts}
-            view = _case_view(item.case, item.outcomes, shown, Path(run_dir), run.cases_dir, images, tree, diagnosis)
+            view = _case_view(item.case, item.outcomes, shown, Path(run_dir), run.cases_dir, images, tree, diagnosis, gating)
             html = body.render(case=view, titles=titles, rule_titles=rule_titles)
             yield {"id": view["id"], "slot": view["slot"], "application": view["application"],
                    "failing_ops": view["failing_ops"], "tree": view["tree"] is not None,

@@ -2,25 +2,37 @@
 
 - A question's verdict is pass, fail or abstain (no usable answer). A question whose
   ``depends_on`` parent fails, fails too (DSG-style: "is the hat red?" fails without a hat).
-- An **operator instance** (op, target) scores the share of its answered questions that
-  pass, so each instance contributes at most 1; an instance with every question abstained
-  is left out.
+  **Gating** says which parents count: ``within`` (the default, the paper's reading) only
+  those of the same operator instance (the hat's colour needs the hat); ``cross`` also those
+  of other instances (an apply question fails with its disentangle term's presence, a
+  composition with its members' existence), tracebench's stricter extension.
+- An **operator instance** (op, target) scores the mean value of its answered questions, so
+  each instance contributes at most 1; an instance with every question abstained is left out.
 - A **case** scores, per operator, the mean of its instances of that operator; and overall,
   the mean of all its instances, whatever their operator.
-- The **benchmark** scores, per operator, the mean over the cases that have that operator;
-  and **overall**, the mean over cases of the case's overall score. (The paper's "Avg" is
-  not reproducible from its operator columns; this one is defined.)
-- 95% intervals: percentile bootstrap over cases (1,000 resamples, seeded), for each operator
-  and overall: scipy.stats.bootstrap's percentile method, computed with numpy alone (the
-  same resamples and quantiles, bit for bit) so that scoring does not import SciPy.
-Breakdowns: by slot level, by application, by attribute subtype (disentangle instances of
-g terms by the subtype they extract) and by the number of entities in an anchor's source
-image (anchor instances).
+- The **benchmark** follows the paper's Table 2: per operator, the mean over slot levels of
+  the slot's mean over its cases, on the general benchmark (cases of no application; a run
+  of applications only is averaged over all its cases, ``scope`` says which); **avg** is the
+  mean of the four operator columns (of those that have a score). Applications are reported
+  separately (``by_application``). The paper's own printed Avg does not follow from its
+  columns (0.8049 computed vs 0.8205 printed for its best model); this one does.
+- ``case_weighted`` keeps tracebench's earlier definition: per operator the mean over all
+  cases that have it, applications included, and overall the mean over cases of the case's
+  overall score.
+- 95% intervals: percentile bootstrap over cases (1,000 resamples, seeded). For the
+  slot-averaged scores the cases are resampled within each slot level (a stratified
+  bootstrap, as the statistic weighs each slot equally); for the case-weighted ones over all
+  cases: scipy.stats.bootstrap's percentile method, computed with numpy alone (the same
+  resamples and quantiles, bit for bit) so that scoring does not import SciPy.
+Breakdowns: by slot level (the scope's cases), by application, by attribute subtype
+(disentangle instances of g terms by the subtype they extract) and by the number of entities
+in an anchor's source image (anchor instances).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from enum import StrEnum
 from pathlib import Path
 from statistics import fmean
 from typing import Iterable, Mapping, NamedTuple
@@ -33,12 +45,23 @@ from ..outcomes import ABSTAINED, FAILED, Outcome
 from ..records import Case, RunManifest
 from ..run import RunFolder
 
-__all__ = ["Abstentions", "EntityCountScore", "GroupScores", "OPERATORS", "RunIdentity", "Scores", "SubtypeScore",
+__all__ = ["Abstentions", "CaseWeighted", "EntityCountScore", "GATINGS", "Gating", "GroupScores", "OPERATORS",
+           "RunIdentity", "Scores", "SubtypeScore",
            "effective_outcomes", "format_scores", "instance_results", "instance_scores", "score_cases", "score_folder",
            "score_run"]
 
 
 # ------------------------------------------------------------------------------------ records
+
+
+class Gating(StrEnum):
+    """Which ``depends_on`` parents fail a question (module docstring)."""
+
+    WITHIN = "within"  # the paper: within one operator instance
+    CROSS = "cross"    # tracebench's extension: across instances too
+
+
+GATINGS = tuple(g.value for g in Gating)
 
 
 class _Record(BaseModel):
@@ -76,14 +99,29 @@ class RunIdentity(_Record):
     judges: tuple[str, ...]
 
 
+class CaseWeighted(_Record):
+    """tracebench's earlier benchmark scores: every case weighs the same, applications included."""
+
+    operators: dict[Operator, float | None] = Field(description="operator -> mean over all cases that have it")
+    overall: float | None = Field(description="mean over cases of the case's overall score")
+    ci95: dict[str, tuple[float, float] | None] = Field(description="operator (and overall) -> 95% percentile "
+                                                                    "bootstrap interval over cases")
+
+
 class Scores(_Record):
     """``trace score --json``: a run's operator scores, intervals and breakdowns (formulas in the
     module docstring). Operators are keyed by name, in the paper's order."""
 
-    overall: float | None = Field(description="mean over cases of the case's overall score")
-    operators: dict[Operator, float | None] = Field(description="operator -> mean over the cases that have it")
-    ci95: dict[str, tuple[float, float] | None] = Field(description="operator (and overall) -> 95% percentile "
-                                                                    "bootstrap interval over cases")
+    gating: Gating = Field(description="within: dependencies act within an operator instance (the paper); cross: "
+                                       "across instances too")
+    scope: str = Field(description="general: the headline scores average the cases of no application; all: the "
+                                   "run holds applications only, and averages them all")
+    operators: dict[Operator, float | None] = Field(description="operator -> mean over slot levels of the slot's "
+                                                                "mean over its cases (the paper's Table 2)")
+    avg: float | None = Field(description="mean of the four operator columns (of those with a score)")
+    ci95: dict[str, tuple[float, float] | None] = Field(description="operator (and avg) -> 95% percentile bootstrap "
+                                                                    "interval, cases resampled within slot levels")
+    case_weighted: CaseWeighted
     by_slot: dict[str, GroupScores]
     by_application: dict[str, GroupScores]
     by_subtype: dict[str, SubtypeScore]
@@ -96,10 +134,16 @@ class Scores(_Record):
 # ------------------------------------------------------------------------------------ scoring
 
 
-def effective_outcomes(case: Case, verdicts: Mapping[str, Outcome]) -> dict[str, Outcome]:
+def effective_outcomes(case: Case, verdicts: Mapping[str, Outcome],
+                       gating: Gating = Gating.WITHIN) -> dict[str, Outcome]:
     """Each question's outcome after dependencies: a question whose ``depends_on`` parent fails,
-    fails (value 0); a question without a verdict is an abstention."""
-    parents = {q.id: q.depends_on for q in case.checklist}
+    fails (value 0), a parent of its own operator instance only unless ``gating`` is cross; a
+    question without a verdict is an abstention."""
+    if Gating(gating) is Gating.CROSS:
+        parents = {q.id: q.depends_on for q in case.checklist}
+    else:
+        instance = {q.id: (q.op, q.target) for q in case.checklist}
+        parents = {q.id: tuple(p for p in q.depends_on if instance.get(p) == (q.op, q.target)) for q in case.checklist}
     memo: dict[str, Outcome] = {}
 
     def value(qid: str) -> Outcome:
@@ -112,12 +156,13 @@ def effective_outcomes(case: Case, verdicts: Mapping[str, Outcome]) -> dict[str,
     return {q.id: value(q.id) for q in case.checklist}
 
 
-def instance_results(case: Case, verdicts: Mapping[str, Outcome]) -> dict[Instance, Outcome]:
+def instance_results(case: Case, verdicts: Mapping[str, Outcome],
+                     gating: Gating = Gating.WITHIN) -> dict[Instance, Outcome]:
     """Operator instance -> whether it holds: fail when an answered question fails (after
     dependencies), pass when some are answered and none fails, abstain when none is answered;
     the value is the mean of the answered questions' values. What a diagnosis tracks from
     node to node."""
-    effective = effective_outcomes(case, verdicts)
+    effective = effective_outcomes(case, verdicts, gating)
     answers: dict[Instance, list[Outcome]] = {}
     for q in case.checklist:
         answers.setdefault(Instance(q.op, q.target), []).append(effective[q.id])
@@ -132,10 +177,11 @@ def instance_results(case: Case, verdicts: Mapping[str, Outcome]) -> dict[Instan
     return results
 
 
-def instance_scores(case: Case, verdicts: Mapping[str, Outcome]) -> dict[Instance, float]:
+def instance_scores(case: Case, verdicts: Mapping[str, Outcome],
+                    gating: Gating = Gating.WITHIN) -> dict[Instance, float]:
     """Operator instance -> the mean value of its answered questions (after dependencies);
     instances with no answered question are left out. What ``trace score`` averages."""
-    effective = effective_outcomes(case, verdicts)
+    effective = effective_outcomes(case, verdicts, gating)
     answered: dict[Instance, list[float]] = defaultdict(list)
     for q in case.checklist:
         outcome = effective[q.id]
@@ -164,7 +210,15 @@ def _bootstrap_interval(values: list[float], seed: int, resamples: int = 1000,
 
     data = np.asarray(values)
     draws = np.random.default_rng(seed).integers(0, len(data), (resamples, len(data)))
-    means = np.sort(np.mean(data[draws], axis=-1))
+    return _percentiles(np.mean(data[draws], axis=-1), resamples, level)
+
+
+def _percentiles(resampled, resamples: int, level: float) -> tuple[float, float]:
+    """The two-sided ``level`` percentile interval (Hyndman-Fan type 7, numpy's and SciPy's
+    default) of the resampled statistics."""
+    import numpy as np
+
+    means = np.sort(resampled)
     alpha = (1 - level) / 2
     p = np.array([alpha, 1 - alpha])
     position = p * resamples + (1 - p)
@@ -203,23 +257,63 @@ def _group(rows: list[_Row], key: str) -> dict[str, GroupScores]:
     return out
 
 
-def score_run(run_dir: Path, *, cases_dir: Path | None = None, seed: int = 0) -> Scores:
+def score_run(run_dir: Path, *, cases_dir: Path | None = None, seed: int = 0,
+              gating: Gating = Gating.WITHIN) -> Scores:
     """The scores of a run folder (``trace run``'s output), read as a stream: memory holds a few
     numbers a case, never the cases or their verdicts."""
     from ..run import stream_run
 
     stream = stream_run(run_dir, cases_dir=cases_dir)
-    return score_cases(stream.manifest, ((item.case, item.outcomes) for item in stream), root=stream.root, seed=seed)
+    return score_cases(stream.manifest, ((item.case, item.outcomes) for item in stream), root=stream.root, seed=seed,
+                       gating=gating)
 
 
-def score_folder(run: RunFolder, *, seed: int = 0) -> Scores:
+def score_folder(run: RunFolder, *, seed: int = 0, gating: Gating = Gating.WITHIN) -> Scores:
     """The scores of a run folder already read (:func:`~tracebench.run.load_run`)."""
     return score_cases(run.manifest, ((run.cases[case_id], run.verdicts[case_id]) for case_id in run.verdicts),
-                       root=run.root, seed=seed)
+                       root=run.root, seed=seed, gating=gating)
+
+
+def _slot_means(rows: list[_Row], seed: int) -> tuple[dict[Operator, float | None], dict[str, tuple[float, float] | None],
+                                                     float | None]:
+    """The paper's benchmark scores of ``rows``: per operator the mean of per-slot means, avg
+    the mean of those columns, and their stratified bootstrap intervals."""
+    import numpy as np
+
+    slots = sorted({r.slot for r in rows})
+    table = np.array([[np.nan if getattr(r, op) is None else getattr(r, op) for op in OPERATORS] for r in rows],
+                     dtype=float).reshape(len(rows), len(OPERATORS))
+    slot_of = np.array([r.slot for r in rows])
+    operators: dict[Operator, float | None] = {}
+    ci95: dict[str, tuple[float, float] | None] = {}
+    resampled: list = []  # per operator with a score: its resampled slot-averaged means
+    resamples = 1000
+    for j, op in enumerate(OPERATORS):
+        strata = [table[(slot_of == s) & ~np.isnan(table[:, j]), j] for s in slots]
+        strata = [values for values in strata if len(values)]
+        if not strata:
+            operators[op], ci95[op] = None, None
+            continue
+        operators[op] = round(float(fmean(float(np.mean(values)) for values in strata)), 4)
+        total = np.zeros(resamples)
+        for k, values in enumerate(strata):
+            draws = np.random.default_rng([seed, j, k]).integers(0, len(values), (resamples, len(values)))
+            total += np.mean(values[draws], axis=-1)
+        resampled.append(total / len(strata))
+        ci95[op] = _interval(resampled[-1], resamples)
+    present = [v for v in operators.values() if v is not None]
+    avg = round(fmean(present), 4) if present else None
+    ci95["avg"] = _interval(np.mean(resampled, axis=0), resamples) if resampled else None
+    return operators, ci95, avg
+
+
+def _interval(resampled, resamples: int) -> tuple[float, float]:
+    low, high = _percentiles(resampled, resamples, 0.95)
+    return round(low, 4), round(high, 4)
 
 
 def score_cases(manifest: RunManifest, cases: Iterable[tuple[Case, Mapping[str, Outcome]]], *, root: Path,
-                seed: int = 0) -> Scores:
+                seed: int = 0, gating: Gating = Gating.WITHIN) -> Scores:
     """The scores of a run's cases with their outcomes, in run order, consumed one at a time."""
     total = abstained = 0
     rows: list[_Row] = []
@@ -227,7 +321,7 @@ def score_cases(manifest: RunManifest, cases: Iterable[tuple[Case, Mapping[str, 
     for case, outcomes in cases:
         total += len(outcomes)
         abstained += sum(not outcome.answered for outcome in outcomes.values())
-        instances = instance_scores(case, outcomes)
+        instances = instance_scores(case, outcomes, gating)
         terms = {t.symbol: t for t in case.terms}
         rows.append(_Row(case.slot, case.application,
                          *(_mean([s for (o, _), s in instances.items() if o == op]) for op in OPERATORS),
@@ -243,11 +337,20 @@ def score_cases(manifest: RunManifest, cases: Iterable[tuple[Case, Mapping[str, 
     ci95: dict[str, tuple[float, float] | None] = {
         op.value: _ci([getattr(r, op) for r in rows if getattr(r, op) is not None], seed) for op in OPERATORS}
     ci95["overall"] = _ci([r.overall for r in rows if r.overall is not None], seed)
-    return Scores(
-        overall=_mean([r.overall for r in rows if r.overall is not None]),
+    case_weighted = CaseWeighted(
         operators={op: _mean([getattr(r, op) for r in rows if getattr(r, op) is not None]) for op in OPERATORS},
-        ci95=ci95,
-        by_slot=_group(rows, "slot"),
+        overall=_mean([r.overall for r in rows if r.overall is not None]), ci95=ci95)
+    general = [r for r in rows if r.application is None]
+    scoped = general or rows
+    operators, slot_ci95, avg = _slot_means(scoped, seed)
+    return Scores(
+        gating=Gating(gating),
+        scope="general" if general else "all",
+        operators=operators,
+        avg=avg,
+        ci95=slot_ci95,
+        case_weighted=case_weighted,
+        by_slot=_group(scoped, "slot"),
         by_application=_group(rows, "application"),
         by_subtype={k: SubtypeScore(disentangle=_mean(v), instances=len(v)) for k, v in sorted(subtype_scores.items())},
         by_entity_count={str(k): EntityCountScore(anchor=_mean(v), instances=len(v))
@@ -259,13 +362,19 @@ def score_cases(manifest: RunManifest, cases: Iterable[tuple[Case, Mapping[str, 
 
 
 def format_scores(scores: Scores) -> str:
-    """A plain-text table of the headline scores."""
-    lines = [f"{'operator':12s} {'score':>7s}  95% CI"]
-    for op in (*OPERATORS, "overall"):
-        value = scores.operators.get(op) if op != "overall" else scores.overall  # type: ignore[call-overload]
+    """A plain-text table of the headline scores, with the case-weighted ones beside them."""
+    scope = "general benchmark" if scores.scope == "general" else "all cases (no general case)"
+    lines = [f"mean of per-slot means over the {scope}; gating {scores.gating.value}",
+             f"{'operator':12s} {'score':>7s}  {'95% CI':18s}  case-weighted"]
+    weighted = scores.case_weighted
+    for op in (*OPERATORS, "avg"):
+        value = scores.operators.get(op) if op != "avg" else scores.avg  # type: ignore[call-overload]
+        other = weighted.operators.get(op) if op != "avg" else weighted.overall  # type: ignore[call-overload]
         ci = scores.ci95.get(op)
-        shown = "   n/a" if value is None else f"{value:7.4f}"
-        lines.append(f"{op:12s} {shown}  {list(ci) if ci else ''}")
+        shown = "    n/a" if value is None else f"{value:7.4f}"
+        label = op if op != "avg" else "avg"
+        lines.append(f"{label:12s} {shown}  {str(list(ci)) if ci else '':18s}  "
+                     f"{'n/a' if other is None else f'{other:.4f}'}{' (overall)' if op == 'avg' else ''}")
     lines.append(f"cases {scores.cases}, abstentions {scores.abstentions.count} ({scores.abstentions.share:.1%})")
     return "\n".join(lines)
 

@@ -1,6 +1,7 @@
 """The numbers users see, computed on a fixed benchmark and the zoo profiles.
 
-``tests/golden/outputs.json`` holds them as the release before the typed core computed them
+``tests/golden/outputs.json`` holds them as computed since the paper's defaults were made the default
+(gating within an instance, per-slot means, attribution at the first pass, the scene questions)
 (``python tests/golden_outputs.py --write`` makes it anew; do that only for a change that is
 meant to move the numbers, and say so in the commit). ``tests/test_golden.py`` computes them
 again and compares: ``trace score --json`` numbers per profile, every diagnosis attribution

@@ -15,7 +15,7 @@ from strategies import valid_exprs
 from test_cli import run_trace
 from tracebench.diagnose import (NODES_FILE, SUMMARY_FILE, TREES_FILE, attribute, build_tree,
                                  compositions_of, diagnose_run, node_case, number_terms, plan_trees, root_formula,
-                                 rules, sources, summarize_sources, targets, tree_nodes)
+                                 draw_tree, rules, sources, summarize_sources, targets, tree_nodes)
 from tracebench.formula import Anchor, Apply, Compose, Disentangle, Expr, Text, analyze, parse, slot_count, to_text
 from tracebench.records import Case, DiagnosisSummary, DiagnosticTree, NodeOccurrence
 from tracebench.outcomes import ABSTAINED, FAILED, PASSED, Outcome
@@ -64,8 +64,8 @@ def test_an_inner_relation_waits_for_the_outer_split():
     assert nodes["N1a"][1:3] == ("composition_flattening", "C1(C2(f1, f2) + g_rel1, T_e3)")
     # the other branch states the whole subscene in words, the relation as T_rel
     assert nodes["N1b"][2] == "C1(C2(T_e1, T_e2) + T_rel1, f3)"
-    assert nodes["N2a"][1:3] == ("relation_simplification", "C1(C2(f1, f2) + T_rel1, T_e3)")
-    assert nodes["N3a1"][2] == "C1(C2(f1, T_e2) + T_rel1, T_e3)"
+    assert nodes["N2"][1:3] == ("relation_simplification", "C1(C2(f1, f2) + T_rel1, T_e3)")
+    assert nodes["N3a"][2] == "C1(C2(f1, T_e2) + T_rel1, T_e3)"
 
 
 def test_attribute_removal_keeps_the_carrier_and_each_attribute_alone():
@@ -75,8 +75,8 @@ def test_attribute_removal_keeps_the_carrier_and_each_attribute_alone():
         ("N1a", "f1", None),
         ("N1b", "f1 + g_pattern1", None),
         ("N1c", "f1 + g_material1", None),
-        ("N2b", "f1", "N1a"),  # identical sub-case: named, not generated again, not expanded
-        ("N2c", "f1", "N1a"),
+        ("N2a", "f1", "N1a"),  # identical sub-case: a reference, not generated again, not expanded
+        ("N2b", "f1", "N1a"),
     ]
     # a text carrier alone holds no reference: only the one-attribute children
     assert [v[2] for v in tree("T_e ⊕ g ⊕ g").values()] == ["T_e1 + g1 + g2", "T_e1 + g1", "T_e1 + g2"]
@@ -88,9 +88,25 @@ def test_one_slot_is_a_leaf(formula):
     assert list(tree(formula)) == ["N0"]
 
 
-def test_deep_names_alternate_letters_and_digits():
+def test_names_letter_the_nodes_of_each_depth_as_the_paper_does():
     names = list(tree("C(C(Te+g, f+g)+g_rel, Te+g, f+g)+g_global"))
-    assert names == ["N0", "N1", "N2a", "N2b", "N2c", "N3a", "N3c", "N4a1", "N4a2", "N5a2"]
+    # the inner split is N4a/N4b, as in the paper's Fig. 10; a depth with one node has no letter
+    assert names == ["N0", "N1", "N2a", "N2b", "N2c", "N3a", "N3b", "N4a", "N4b", "N5"]
+    graph = build_tree(parse("C(C(Te+g, f+g)+g_rel, Te+g, f+g)+g_global"))
+    assert [graph.nodes[n]["node"].parent for n in ("N3b", "N4a", "N5")] == ["N2c", "N3a", "N4b"]
+
+
+def test_labels_past_z_go_on_as_aa_ab():
+    from tracebench.diagnose._tree import _letters
+
+    assert [_letters(k) for k in (0, 1, 25, 26, 27, 51, 52, 701, 702)] == \
+        ["a", "b", "z", "aa", "ab", "az", "ba", "zz", "aaa"]
+
+
+def test_a_repeated_sub_case_is_drawn_as_a_reference():
+    drawn = draw_tree(build_tree(parse("f ⊕ g_pattern ⊕ g_material")))
+    assert "N2a  [attribute_removal] → N1a (the same sub-case)" in drawn
+    assert drawn.count("keeps:") == 4  # the root, N1a, N1b, N1c: the references keep nothing of their own
 
 
 def test_targets_leave_out_a_composition_stated_wholly_in_words():
@@ -105,7 +121,7 @@ def test_rules_and_sources_are_the_data_files():
                                          "attribute_removal"]
     assert {r.source for r in rules()} <= set(sources())
     assert list(sources()) == ["stable_success", "persistent_failure", "global_reference", "joint_composition",
-                               "relation_attribute", "unstable", "undetermined"]
+                               "relation_attribute", "undetermined"]
 
 
 # ------------------------------------------------------------------------------ properties of every tree
@@ -225,17 +241,21 @@ def test_attribution_first_pass_persistent_stable_and_unstable():
     assert (found["f1"].source, found["f1"].node, found["f1"].depth) == ("global_reference", "N1", 1)
     assert (found["f2"].source, found["f2"].node, found["f2"].depth) == ("joint_composition", "N2b", 2)
     assert (found["f3"].source, found["f3"].depth) == ("persistent_failure", None)
+    assert not any(f.unstable for f in found.values())
     results["N2a"][("anchor", "f1")] = FAILED  # passes at N1, fails again below: the bear-hat case
     results["N0"][("anchor", "f3")] = PASSED
     found = {f.target: f for f in attribute(nodes, results) if f.op == "anchor"}
-    assert found["f1"].source == "unstable"
-    assert found["f3"].source == "unstable"  # passing root, failing below
+    # the paper attributes at the first pass whatever happens below; the flip is a flag beside it
+    assert (found["f1"].source, found["f1"].node, found["f1"].unstable) == ("global_reference", "N1", True)
+    assert (found["f3"].source, found["f3"].unstable) == ("stable_success", True)  # passing root, failing below
+    assert found["f2"].unstable is False
     results["N2c"][("anchor", "f3")] = PASSED
     results["N1"][("anchor", "f3")] = PASSED
-    assert {f.target: f for f in attribute(nodes, results)}["f3"].source == "stable_success"
-    results["N1"][("anchor", "f3")] = ABSTAINED  # failing there, it would flip: unknown
     found = {f.target: f for f in attribute(nodes, results)}["f3"]
-    assert (found.source, found.unknown) == ("undetermined", ("N1",))
+    assert (found.source, found.unstable) == ("stable_success", False)
+    results["N1"][("anchor", "f3")] = ABSTAINED  # failing there, it would flip: the flag is unknown, not the source
+    found = {f.target: f for f in attribute(nodes, results)}["f3"]
+    assert (found.source, found.unstable, found.unknown) == ("stable_success", None, ())
 
 
 def test_attribution_over_abstained_results_is_undetermined_where_they_could_change_it():
@@ -253,21 +273,79 @@ def test_attribution_over_abstained_results_is_undetermined_where_they_could_cha
     found = {f.target: f for f in attribute(nodes, results) if f.op == "anchor"}
     assert (found["f2"].source, found["f2"].unknown) == ("undetermined", ("N2b",))
     assert found["f1"].source == "global_reference"  # f1 is not kept at N2b: decided
-    results["N2a"][("anchor", "f1")] = ABSTAINED  # below f1's first pass: failing, it would flip
-    assert {f.target: f for f in attribute(nodes, results)}["f1"].source == "undetermined"
+    results["N2a"][("anchor", "f1")] = ABSTAINED  # below f1's first pass: it cannot move the first pass
+    found = {f.target: f for f in attribute(nodes, results)}["f1"]
+    assert (found.source, found.unstable) == ("global_reference", None)  # failing, it would flip: flag unknown
     results["N2a"][("anchor", "f1")] = FAILED
-    results["N1"][("anchor", "f3")] = ABSTAINED  # above a fail: passing, it would flip (or be a first pass)
+    results["N1"][("anchor", "f3")] = ABSTAINED  # passing, it would be a first pass
     found = {f.target: f for f in attribute(nodes, results) if f.op == "anchor"}
-    assert found["f1"].source == "unstable"  # a decided pass above a decided fail stays unstable
-    assert found["f3"].source == "undetermined"
+    assert (found["f1"].source, found["f1"].unstable) == ("global_reference", True)
+    assert (found["f3"].source, found["f3"].unknown) == ("undetermined", ("N1",))
     # a root whose answer is unknown is undetermined too, and the summary keeps it out of the paper's sources
     results["N0"][("anchor", "f3")] = ABSTAINED
-    records = [f.record(2) for f in attribute(nodes, results)]
+    records = [f.record() for f in attribute(nodes, results)]
     summary = summarize_sources(records)
     unanswered = 1 + sum(r.op != "anchor" for r in records)  # f3, and the style's instances no result names
     assert summary["abstained"] == unanswered and summary["undetermined"] == sum(r.source == "undetermined" for r in records)
     assert summary["sources"]["undetermined"] == round(summary["undetermined"] / summary["instances"], 4)
     assert sum(summary["sources"].values()) == pytest.approx(1.0, abs=1e-3)
+
+
+def test_relative_depth_is_measured_on_the_path_of_the_first_pass():
+    """§C.3: 0 is the complete case, 1 the most simplified node of that path keeping the
+    instance, not the deepest node of the whole tree."""
+    nodes = tree_nodes(build_tree(parse("C(C(Te+g, f+g)+g_rel, Te+g, f+g)+g_global")))
+    by_id = {n.id: n for n in nodes}
+    assert max(n.depth for n in nodes) == 5
+    f1, f2, g2 = ("anchor", "f1"), ("anchor", "f2"), ("disentangle", "g2")
+    results = {n.id: {i: FAILED for i in n.targets} for n in nodes}
+
+    def found(instance):
+        return next(f for f in attribute(nodes, results) if (f.op, f.target) == instance)
+
+    results["N3b"][f2] = PASSED  # f2's path: N0 N1 N2c N3b, so 3 of 3
+    assert (found(f2).node, found(f2).depth, found(f2).relative_depth) == ("N3b", 3, 1.0)
+    results["N2c"][f2] = PASSED
+    assert (found(f2).node, found(f2).relative_depth) == ("N2c", round(2 / 3, 4))
+    results["N4b"][f1] = PASSED  # f1's path goes on to N5: 4 of 5
+    assert (found(f1).node, found(f1).relative_depth) == ("N4b", 0.8)
+    results["N2a"][g2] = PASSED  # g2 is kept down to N4b only: 2 of 4
+    assert "g2" not in [t for _, t in by_id["N5"].targets]
+    assert (found(g2).node, found(g2).relative_depth) == ("N2a", 0.5)
+    results["N0"][f1] = PASSED
+    assert (found(f1).source, found(f1).relative_depth) == ("stable_success", 0.0)
+    assert found(("anchor", "f1")).record().relative_depth == 0.0
+    results["N0"][f1] = FAILED
+    results["N4b"][f1] = FAILED
+    assert (found(f1).source, found(f1).relative_depth) == ("persistent_failure", None)
+
+
+def test_two_first_passes_at_one_depth_go_to_the_node_met_first():
+    nodes = tree_nodes(build_tree(parse("C(f1 ⊕ g_pattern1, f2) ⊕ g_style1")))
+    c1 = ("compose", "C1")
+    results = {n.id: {i: FAILED for i in n.targets} for n in nodes}
+    results["N2a"][c1] = results["N2b"][c1] = PASSED  # both at depth 2, both by composition flattening
+    first = next(f for f in attribute(nodes, results) if f.target == "C1")
+    assert (first.node, first.depth, first.source) == ("N2a", 2, "joint_composition")
+    results["N2a"][c1] = FAILED
+    results["N3"][c1] = PASSED  # deeper on N2a's path: N2b at depth 2 is the first pass
+    assert next(f for f in attribute(nodes, results) if f.target == "C1").node == "N2b"
+
+
+def test_the_summary_counts_the_unstable_flag_beside_the_sources():
+    nodes = tree_nodes(build_tree(parse("C(f1, f2, f3) + g_style")))
+    results = _results({
+        "N0": {"f1": False, "f2": True, "f3": False},
+        "N1": {"f1": True, "f2": False, "f3": False},
+        "N2a": {"f1": False}, "N2b": {"f2": True}, "N2c": {"f3": False},
+    })
+    records = [f.record() for f in attribute(nodes, results) if f.op == "anchor"]
+    summary = summarize_sources(records)
+    assert summary["counts"]["global_reference"] == 1 and summary["counts"]["stable_success"] == 1
+    assert summary["counts"]["persistent_failure"] == 1
+    assert sum(summary["sources"].values()) == pytest.approx(1.0, abs=1e-3)
+    assert summary["unstable"] == {"instances": 2, "share": round(2 / 3, 4), "undecided": 0,
+                                   "by_operator": {"anchor": round(2 / 3, 4)}}
 
 
 # ------------------------------------------------------------------------------ against the zoo's truth

@@ -222,3 +222,13 @@ def test_ast_is_immutable_and_hashable():
 def test_ast_constructors_reject_malformed_nodes(build):
     with pytest.raises((TypeError, ValueError)):
         build()
+
+
+@pytest.mark.parametrize("printed,normal", [
+    ('T_e ⊕ g(I1, {robe}, pattern)', 'T_e ⊕ g(I1, {"robe"}, pattern)'),
+    ('C(f1, f2) ⊕ g_rel(I3, {e_i, e_j}, a_rel)', 'C(f1, f2) ⊕ g_rel(I3, {"e_i", "e_j"}, a_rel)'),
+    ('C(f1, f2) ⊕ g_rel(I3, {"the dog", e_j}, a_rel)', 'C(f1, f2) ⊕ g_rel(I3, {"the dog", "e_j"}, a_rel)'),
+])
+def test_the_papers_printed_set_members_parse(printed, normal):
+    """The paper prints set members unquoted (§3, Eq. 2): they parse to the quoted form."""
+    assert to_text(parse(printed)) == normal and parse(normal) == parse(printed)

@@ -1,6 +1,6 @@
 """The numbers users see do not move under refactoring: ``trace score --json`` per zoo profile,
 every diagnosis attribution and summary, and the report's headline and source tables equal
-those of ``tests/golden/outputs.json`` (made by the release before the typed core; see
+those of ``tests/golden/outputs.json`` (made anew when the paper's defaults became the default; see
 ``tests/golden_outputs.py``)."""
 
 from __future__ import annotations

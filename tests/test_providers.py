@@ -230,7 +230,7 @@ def test_an_ensemble_of_two_judges_on_two_servers(bench, tmp_path):
     with ZooServer([bench]).start() as zoo, OpenAIStub(answering("no")) as stub:
         manifest = run_benchmark(bench, tmp_path / "run", generator="synthetic:global-interference",
                                  judges=[f"openai:oracle@{zoo.base_url}", f"openai:stub-model@{stub.base_url}"],
-                                 settings=SETTINGS, concurrency=4)
+                                 settings=SETTINGS, concurrency=4, ensemble="majority")
         assert len(stub.requests) == len(cases)
     assert manifest.judges == ("openai:oracle", "openai:stub-model") and manifest.abstentions > 0
     assert manifest.calls == {"synthetic:global-interference": len(cases), "openai:oracle": len(cases),
@@ -243,7 +243,7 @@ def test_an_ensemble_of_two_judges_on_two_servers(bench, tmp_path):
         assert (oracle.judge, stubbed.judge) == ("openai:oracle", "openai:stub-model")
         assert oracle.verdict == truth[(v.case_id, v.question_id)]  # the zoo server answered as the oracle
         assert stubbed.answer == "no"
-        # two judges: agreement is the verdict, disagreement a tie (an abstention, never a fail)
+        # two judges by majority: agreement is the verdict, disagreement a tie (an abstention, never a fail)
         assert v.verdict == (oracle.verdict if oracle.verdict == stubbed.verdict else "abstain")
 
 

@@ -318,3 +318,13 @@ def test_merge_tells_runs_from_diagnoses(world, tmp_path):
     _refused(run_trace("merge", str(tmp_path), "--out", str(tmp_path / "m")),
              f"{tmp_path}: neither a run folder (no {RUN_FILE}) nor a diagnosis folder (no {DIAGNOSIS_FILE})")
     assert not (tmp_path / "m").exists()
+
+
+def test_the_ensemble_rules():
+    from tracebench.outcomes import ABSTAINED, FAILED, PASSED, Outcome, majority, mean_vote
+
+    assert mean_vote([PASSED, PASSED, FAILED]) == Outcome.of("pass", 2 / 3)
+    assert mean_vote([PASSED, FAILED]) == Outcome.of("fail", 0.5)  # half is not more than half
+    assert mean_vote([PASSED, FAILED, FAILED, ABSTAINED]) == Outcome.of("fail", 1 / 3)  # abstentions left out
+    assert mean_vote([ABSTAINED, ABSTAINED]) == ABSTAINED and mean_vote([FAILED, ABSTAINED]) == FAILED
+    assert majority([PASSED, FAILED]) == ABSTAINED and majority([PASSED, PASSED, FAILED]) == PASSED

@@ -295,6 +295,35 @@ def test_folder_generator_and_ensembles(bench, shared_runs, tmp_path):
     assert verdict.judge == "oracle+oracle" and len(verdict.votes) == 2
 
 
+def test_an_ensemble_averages_its_judges_by_default_and_takes_the_majority_on_demand(bench, shared_runs, tmp_path):
+    """The oracle and a judge answering yes to everything disagree on every broken question (and
+    on every question that expects no): averaged, each is a fail of value 0.5; by majority, a
+    tie, an abstention. Where they agree, both rules give the same outcome."""
+    first = shared_runs(bench, "synthetic:noise:0.2")
+    always_yes = f"python:{Path(__file__).parents[1] / 'examples' / 'plugins' / 'always_yes.py'}"
+    judges = ("oracle", always_yes)
+    mean = _run(bench, tmp_path / "mean", f"folder:{first / 'images'}", judges=judges)
+    majority = _run(bench, tmp_path / "majority", f"folder:{first / 'images'}", judges=judges, ensemble="majority")
+    assert (mean.ensemble, majority.ensemble) == ("mean", "majority")
+    lines = zip((tmp_path / "mean" / "verdicts.jsonl").read_text().splitlines(),
+                (tmp_path / "majority" / "verdicts.jsonl").read_text().splitlines())
+    disagreed = 0
+    for a, b in lines:
+        averaged, voted = Verdict.model_validate_json(a), Verdict.model_validate_json(b)
+        answers = {v.verdict for v in averaged.votes}
+        if len(answers) == 2:
+            disagreed += 1
+            assert (averaged.verdict, averaged.value) == ("fail", 0.5)
+            assert (voted.verdict, voted.value) == ("abstain", None)
+        else:
+            assert (averaged.verdict, averaged.value) == (voted.verdict, voted.value)
+    assert disagreed > 100
+    assert score_run(tmp_path / "mean").operators != score_run(tmp_path / "majority").operators
+    assert _run(bench, tmp_path / "one", f"folder:{first / 'images'}").ensemble is None  # one judge: nothing to combine
+    with pytest.raises(TraceError, match="another ensemble"):
+        _run(bench, tmp_path / "mean", f"folder:{first / 'images'}", judges=judges, ensemble="majority")
+
+
 def test_score_json_and_command_line(bench, shared_runs):
     run = shared_runs(bench, "synthetic:global-interference")
     result = run_trace("score", str(run), "--json")

@@ -129,7 +129,8 @@ def test_dependencies_form_a_dag_of_existing_questions(cases):
 def test_failure_worded_questions_expect_no(cases):
     for case in cases:
         for q in case.checklist:
-            assert q.expected == ("no" if q.aspect in ("duplication", "leakage", "exclusivity") else "yes")
+            assert q.expected == ("no" if q.aspect in ("duplication", "leakage", "leakage_context", "exclusivity")
+                                  else "yes")
 
 
 _HOLES = re.compile(r"\{\{|\}\}|\bNone\b|\[\s*\]|\(\s*\)|\[ in |''|\(\)|  ")

@@ -61,8 +61,11 @@ def _branches(case: Case) -> int:
 
 
 def _holds_anchor(case: Case, composition: str) -> bool:
-    """From the checklist: a composition's coexistence depends on the existence of its anchors."""
-    q = next(q for q in case.checklist if q.id == f"{composition}:coexistence")
+    """From the checklist: a composition's coexistence depends on the existence of its anchors
+    (one of two members or more)."""
+    q = next((q for q in case.checklist if q.id == f"{composition}:coexistence"), None)
+    if q is None:  # a scene of one entity asks no coexistence: that entity is the case's only one
+        return any(t.role == "anchor" for t in case.terms)
     return any(d.startswith("f") and d.endswith(":existence") for d in q.depends_on)
 
 

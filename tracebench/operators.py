@@ -17,11 +17,12 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import NamedTuple
 
-__all__ = ["ENTITY_ROLES", "LOCAL_ROLES", "OPERATORS", "PLUS", "Family", "Instance", "Operator", "Role",
+__all__ = ["ENTITY_ROLES", "LOCAL_ROLES", "OPERATORS", "PLUS", "SCENE", "Family", "Instance", "Operator", "Role",
            "apply_target", "question_id", "split_target"]
 
 PLUS = "⊕"
 _ASCII_PLUS = "+"
+SCENE = "C0"  # the implicit scene of a formula without C (the paper's C(f1 ⊕ g1) is one): its compose target
 
 
 class Operator(StrEnum):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Iterable
 
-__all__ = ["ABSTAINED", "FAILED", "PASSED", "Outcome", "Status", "majority"]
+__all__ = ["ABSTAINED", "ENSEMBLES", "FAILED", "PASSED", "Outcome", "Status", "combine", "majority", "mean_vote"]
 
 
 class Status(StrEnum):
@@ -82,3 +82,25 @@ def majority(outcomes: Iterable[Outcome]) -> Outcome:
     top = counted[0][0]
     values = [o.value for o in answered if o.status is top]
     return Outcome(top, sum(values) / len(values))
+
+
+def mean_vote(outcomes: Iterable[Outcome]) -> Outcome:
+    """The judges averaged, as the paper averages its four judges: the value is the mean of the
+    answering judges' values, and the requirement passes when that mean is above one half
+    (two judges of four passing give a fail of value 0.5, which a score counts as 0.5);
+    abstain when no judge answered."""
+    answered = [o for o in outcomes if o.answered]
+    if len(answered) == 1:
+        return answered[0]
+    if not answered:
+        return ABSTAINED
+    value = sum(o.value for o in answered) / len(answered)  # type: ignore[misc]
+    return Outcome.of(Status.PASS if value > 0.5 else Status.FAIL, value)
+
+
+ENSEMBLES = {"mean": mean_vote, "majority": majority}  # how the judges of an ensemble combine (trace run --ensemble)
+
+
+def combine(rule: str | None, outcomes: Iterable[Outcome]) -> Outcome:
+    """The ensemble's outcome under ``rule`` (None: majority, what runs recorded before the rule)."""
+    return ENSEMBLES[rule or "majority"](outcomes)

@@ -12,7 +12,7 @@ file once, with its one reader and writer (:mod:`tracebench.jsonfiles`): ``CASES
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator, Literal, Mapping
+from typing import Any, Iterator, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -55,7 +55,7 @@ class TermBinding(_Record):
     category: str | None = Field(default=None, description="entity category of a carrier or of a g term's source entity")
     image: str | None = Field(default=None, description='the reference image the term takes content from ("Image 2")')
     source_id: str | None = Field(default=None, description="library id of that image")
-    entity: str | None = Field(default=None, description="grounding phrase of the source entity in that image")
+    entity: str | None = Field(default=None, description="grounding phrase of the source entity in that image (of a reference relation: its participants there)")
     entity_index: int | None = Field(default=None, description="index of the source entity in the image's ent_list")
     source_entities: int | None = Field(default=None, description="how many entities the source image holds (anchor difficulty)")
     subtype: str | None = Field(default=None, description='the taxonomy subtype a g term extracts ("1.1_pattern_texture", "4.1_style", "background", "attach", "ip")')
@@ -71,7 +71,7 @@ class Question(_Record):
     id: str = Field(description='stable id, "<target>:<aspect>", kept by diagnostic sub-cases: "f1:identity"')
     op: Operator = Field(description="the operator it scores")
     target: str = Field(description='the term or part it checks: "f2", "f2⊕g_pattern1", "C1"')
-    aspect: str = Field(description="existence, identity, presence, fidelity, integrity, fit, exclusivity, coexistence, relation, spatial, duplication, leakage ...")
+    aspect: str = Field(description="existence, identity, presence, fidelity, isolation, carrier, integrity, visibility, fit, exclusivity, coexistence, relation, spatial, duplication, leakage, leakage_context ... (templates/checklist/questions.toml)")
     question: str = Field(description="the question put to the judge, with handles and grounding phrases")
     expected: Literal["yes", "no"] = Field(description='the answer that passes ("no" for duplication and leakage)')
     depends_on: tuple[str, ...] = Field(default=(), description="ids of questions whose failure makes this one fail")
@@ -168,9 +168,10 @@ class Verdict(_Record):
     case_id: SafeId
     question_id: str
     op: Operator = Field(description="the question's operator")
-    verdict: Status = Field(description="the judges' majority; abstain on no answer or a tie")
-    value: float | None = Field(default=None, ge=0, le=1, description="the graded value of the majority (the mean of "
-                                "the votes that formed it): 1 pass, 0 fail; none when abstained")
+    verdict: Status = Field(description="the judges' combined verdict (the run's ensemble rule); abstain on no answer "
+                                        "(or, by majority, a tie)")
+    value: float | None = Field(default=None, ge=0, le=1, description="the graded value: the mean of the answering "
+                                "votes (mean), or of the votes that formed the majority (majority); none when abstained")
     judge: str = Field(description="the judge spec, or the ensemble's specs joined by +")
     votes: tuple[Vote, ...] = Field(description="every judge's answer")
 
@@ -192,6 +193,9 @@ class RunManifest(_Record):
     seed: int | None = Field(default=None, description="seed of a synthetic generator; none for other generators")
     judges: tuple[str, ...]
     judge_batch: str = Field(description="case (one call per case) or op (one call per operator)")
+    ensemble: str | None = Field(default=None, description="how several judges combine: mean (the paper) or majority; "
+                                                           "none with one judge (and in runs before the rule was "
+                                                           "recorded, which took the majority)")
     hashes: dict[str, str] = Field(description="SHA-256 of the judge prompt templates")
     shard: str | None = Field(default=None, description="i/n when the run covers one shard")
     cases: int = Field(description="cases with verdicts")
@@ -243,11 +247,15 @@ class Attribution(_Record):
     target: str
     root: Status = Field(description="its result at the root")
     source: str | None = Field(description="stable_success, persistent_failure, global_reference, joint_composition, "
-                                           "relation_attribute, unstable or undetermined (diagnose/sources.toml)")
+                                           "relation_attribute or undetermined (diagnose/sources.toml); a record of "
+                                           "tracebench before 0.x may say unstable")
     node: str | None = Field(default=None, description="the node where it first passes, after failing at the root")
     rule: str | None = Field(default=None, description="the rule applied right before that node")
     depth: int | None = Field(default=None, description="depth where it first passes (0: at the root); none: never")
-    relative_depth: float | None = Field(default=None, description="that depth over the tree's greatest depth")
+    relative_depth: float | None = Field(default=None, description="that depth over the depth of the most simplified "
+                                                                   "node keeping the instance on that node's path")
+    unstable: bool | None = Field(default=False, description="whether its result flips back along a path (fails below "
+                                                             "a node where it passed); none: abstained results decide")
     causes: tuple[str, ...] = Field(default=(), description="the causes a synthetic generator recorded for its failure "
                                                             "(of its own question, else of one it depends on)")
     expected: tuple[str, ...] = Field(default=(), description="the sources those causes should be localized to "
@@ -290,6 +298,8 @@ class DiagnosisManifest(_Record):
     judges: tuple[str, ...]
     judge_batch: str
     strategy: Literal["full", "adaptive"]
+    gating: str | None = Field(default=None, description="within or cross (trace score --gating); none: a diagnosis "
+                                                         "of a tracebench that gated across instances")
     cases: str = Field(description="the selection: failing, all, or a list of ids")
     shard: str | None = None
     roots_from_run: bool = Field(description="whether root verdicts are the run's (same generator and judges)")
@@ -312,6 +322,9 @@ class DiagnosisSummary(_Record):
                                                                                  "verdicts, most frequent first")
     sources: dict[str, float] = Field(description="share of the instances per failure source (undetermined included)")
     counts: dict[str, int] = Field(description="instances per failure source")
+    unstable: dict[str, Any] = Field(default_factory=dict, description="instances whose result flips back along a "
+                                     "path, beside their source: instances, share, undecided (abstained results "
+                                     "decide), by_operator (share)")
     by_operator: dict[str, dict[str, float | int]] = Field(description="operator -> source -> share (the paper's Table 3), "
                                                                  "with the instance count under 'instances'")
     cumulative_pass: dict[str, dict[str, float]] = Field(description="operator -> relative depth (0 root .. 1 most "

@@ -2,14 +2,16 @@
 
 Deterministic and traceable, no LLM: every question names its operator, its target (a term
 ``f2``, a binding ``f2⊕g_pattern1``, a composition ``C1``) and its aspect; its id is
-``<target>:<aspect>`` (ASCII ``+`` for ``⊕``), so diagnostic sub-cases keep the same ids.
+``<target>:<aspect>`` (ASCII ``+`` for ``⊕``), so diagnostic sub-cases keep the same ids. A
+formula without C is one scene, as the paper's ``C(f1 ⊕ g1)``: its composition questions
+have the target ``C0`` (:data:`~tracebench.operators.SCENE`).
 """
 
 from __future__ import annotations
 
 from functools import cache
 
-from ..operators import Family, Operator, Role, apply_target, question_id
+from ..operators import ENTITY_ROLES, SCENE, Family, Operator, Role, apply_target, question_id
 from ..records import Question, TermBinding
 from ..resources import read_toml
 from ..realize import phrase_name
@@ -25,7 +27,7 @@ def _templates() -> dict[str, list[dict]]:
     raw = read_toml("templates", QUESTION_FILE)
     return {group: [{**q, "compiled": compile_string(q["question"]), "expected": q.get("expected", "yes"),
                      "depends": tuple(dep.rpartition(".")[::2] for dep in q.get("depends_on", ())),
-                     "wanted": q.get("images")} for q in entries]
+                     "wanted": q.get("images"), "members": q.get("members", 1)} for q in entries]
             for group, entries in raw.items()}
 
 
@@ -48,8 +50,10 @@ def compile_checklist(terms: tuple[TermBinding, ...],
         return f"the {by_symbol[symbol].noun} {handle(symbol)}"
 
     def emit(group: str, op: str, target: str, context: dict, links: dict[str, list[str]], image: str | None,
-             all_images: tuple[str, ...] = ()) -> None:
+             all_images: tuple[str, ...] = (), members: int = 1) -> None:
         for entry in _templates()[group]:
+            if members < entry["members"]:
+                continue
             depends = tuple(question_id(t, aspect) for scope, aspect in entry["depends"]
                             for t in links.get(scope, (target,)))
             wanted = entry["wanted"]
@@ -76,6 +80,8 @@ def compile_checklist(terms: tuple[TermBinding, ...],
             emit(group, Operator.APPLY, apply_target(t.carrier, t.symbol), context, links, t.image)
         if t.role is Role.RELATION:
             relation_of[t.carrier] = t
+    if not compositions:  # one scene: the implicit composition of every entity, every image its own
+        compositions = ((SCENE, tuple(t.symbol for t in terms if t.role in ENTITY_ROLES), None),)
     nested = {symbol: {symbol} for symbol, _, _ in compositions}
     for symbol, _, parent in reversed(compositions):  # inner compositions come later in the tuple
         if parent is not None:
@@ -83,10 +89,11 @@ def compile_checklist(terms: tuple[TermBinding, ...],
     for symbol, members, _parent in compositions:
         inside = set(members) | nested[symbol]
         member_images = tuple(dict.fromkeys(
-            t.image for t in terms if t.image and (t.symbol in inside or t.carrier in inside)))
+            t.image for t in terms if t.image and (symbol == SCENE or t.symbol in inside or t.carrier in inside)))
         anchors = [m for m in members if by_symbol[m].op is Family.ANCHOR]
-        context = {"members": _join([noun_handle(m) for m in members]), "images": _join(list(member_images)) or "the references"}
-        emit("compose", Operator.COMPOSE, symbol, context, {"members": anchors}, None, member_images)
+        context = {"members": _join([noun_handle(m) for m in members]), "several": len(members) > 1,
+                   "images": _join(list(member_images)) or "the references"}
+        emit("compose", Operator.COMPOSE, symbol, context, {"members": anchors}, None, member_images, len(members))
         relation = relation_of.get(symbol)
         if relation is not None:
             emit("compose_relation", Operator.COMPOSE, symbol,

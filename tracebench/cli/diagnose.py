@@ -26,6 +26,8 @@ def register(sub) -> None:
     p.add_argument("--judge", action="append", metavar="SPEC", help="judge of the nodes, repeatable (default: the run's)")
     p.add_argument("--strategy", choices=("full", "adaptive"), default="full",
                    help="full: the whole tree (default); adaptive: only branches holding an unexplained failure")
+    p.add_argument("--gating", choices=("within", "cross"), default="within",
+                   help="which dependencies fail a question, as trace score --gating (default within, the paper)")
     add_model_options(p, cache_default="DIAG_DIR/cache", defaults_from="the run's")
     p.add_argument("--export-nodes", type=Path, metavar="DIR",
                    help="write every node of the whole trees as a benchmark folder (trace sample's format, with "
@@ -60,7 +62,7 @@ def run(args) -> int:
     from ..records import NODES_FILE, RUN_MANIFEST
 
     if args.export_nodes is not None:
-        count = export_nodes(args.run_dir, args.export_nodes, cases=args.cases, shard=args.shard)
+        count = export_nodes(args.run_dir, args.export_nodes, cases=args.cases, shard=args.shard, gating=args.gating)
         print(f"{args.export_nodes}: {count} sub-cases ({NODES_FILE} says where each sits)")
         if args.out is None:
             return 0
@@ -69,7 +71,7 @@ def run(args) -> int:
     summary = diagnose_run(args.run_dir, args.out, cases=args.cases, generator=args.generator, judges=args.judge,
                            strategy=args.strategy, settings=settings, concurrency=args.concurrency,
                            judge_batch=args.judge_batch, cache_dir=args.cache, shard=args.shard,
-                           retry_abstained=args.retry_abstained)
+                           retry_abstained=args.retry_abstained, gating=args.gating)
     if args.json:
         print(json.dumps(summary.model_dump(mode="json"), indent=2))
     else:

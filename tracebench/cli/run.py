@@ -16,7 +16,11 @@ def register(sub) -> None:
                         "synthetic:PROFILE, python:FILE.py[:NAME] or a registered provider's name")
     p.add_argument("--judge", action="append", required=True, metavar="SPEC",
                    help="openai:MODEL[@URL[,URL]], oracle, python:FILE.py[:NAME], a registered provider's name "
-                        "or a name of the models file; repeat for an ensemble (majority vote, ties recorded)")
+                        "or a name of the models file; repeat for an ensemble (--ensemble)")
+    p.add_argument("--ensemble", choices=("mean", "majority"), default="mean",
+                   help="how several judges combine: mean (default, as the paper averages its judges: the value "
+                        "is the judges' mean, passing above one half) or majority (the majority status; a tie "
+                        "abstains)")
     add_model_options(p, cache_default="RUN_DIR/cache")
     p.add_argument("--out", type=Path, required=True, help="the run folder (resumed if it holds the same run)")
     p.set_defaults(run=run)
@@ -29,7 +33,7 @@ def run(args) -> int:
     manifest = run_benchmark(args.cases_dir, args.out, generator=args.generator, judges=args.judge,
                              settings=settings, concurrency=args.concurrency, shard=args.shard,
                              judge_batch=args.judge_batch, retry_abstained=args.retry_abstained,
-                             cache_dir=args.cache)
+                             cache_dir=args.cache, ensemble=args.ensemble)
     calls = ", ".join(f"{spec}: {n}" for spec, n in manifest.calls.items()) or "none"
     print(f"{args.out}: {manifest.cases} cases, {manifest.verdicts} verdicts, {manifest.abstentions} abstentions; "
           f"calls {calls}; cache hits {manifest.cache_hits}")

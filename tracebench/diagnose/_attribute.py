@@ -1,25 +1,35 @@
 """Attribution: from each node's results to one failure source per operator instance.
 
-For an instance failing at the root, every root-to-leaf path is followed through the nodes
-that keep it. The first node where it passes, at the smallest depth over all paths (ties:
-the earlier node), names the rule applied right before it, and the rule's source is the
-failure source. Never passing: Persistent Failure. Passing at the root and everywhere:
-Stable Success. A result that flips back (fails again below a node where it passed, or
-fails below a passing root) is Unstable.
+As the paper does (TRACE-Bench, arXiv 2608.16765, §3.5, Table 3): an instance failing at the
+root is attributed at its **first pass**, whatever happens below it. Every root-to-leaf path
+is followed through the nodes that keep it; the first node where it passes, at the smallest
+depth over all paths (ties: the node met first, depth first in child order), names the rule
+applied right before it, and the rule's source is the failure source. Never passing:
+Persistent Failure. Passing at the root: Stable Success. So the sources of the instances sum
+to 100%, as Table 3's rows do.
+
+**Unstable** is a flag beside the source, not a source: the result flips back (fails again
+below a node where it passed, or fails below a passing root). It is tracebench's own
+observation (the paper does not report it); ``unstable`` is None when abstained results
+could make or unmake a flip.
+
+**Relative depth** (§C.3) is measured on the path: the first pass's depth over the depth of
+that path's most simplified node keeping the instance (0: the complete case; 1: as simple
+as its path goes). Where several paths continue below the node, the longest is taken.
 
 An abstained result (the judge gave no usable answer) is unknown, never a fail. A source is
 given only when no value of the unknown nodes could change it; otherwise the instance is
 Undetermined, with the unknown nodes that decide it (an instance whose root abstained is
-Undetermined too). An unknown node matters when, passing, it would be a first pass at a
-smaller depth (or at the same depth with another source) or would flip a fail below it, or
-when, failing, it would flip a pass above it. A flip between two decided results stays
-Unstable whatever the unknowns.
+Undetermined too). An unknown node matters to the source of a root failure when, passing,
+it would be a first pass at a smaller depth (or at the same depth with another source), or
+when no first pass is found.
 
 The adaptive strategy evaluates, depth by depth, only the children that keep a root failure
 not yet explained anywhere in the tree (:func:`pending`). Every node on the path to a first
 pass is such a node, and breadth first the first pass found is at the smallest depth, so
 first passes and persistent failures come out as with the whole tree. It cannot see flips
-below a first pass, or below a passing root, that the whole tree would show.
+below a first pass, or below a passing root, that the whole tree would show: the flag is
+None there.
 """
 
 from __future__ import annotations
@@ -51,12 +61,19 @@ class Finding:
     rule: str | None
     depth: int | None
     unknown: tuple[str, ...] = ()  # undetermined: the nodes whose abstained results decide it
+    path_depth: int | None = None  # the depth of the most simplified node on the first pass's path
+    unstable: bool | None = False  # a flip back along a path; None: abstained results could decide one
 
-    def record(self, max_depth: int, causes: tuple[str, ...] = (), expected: tuple[str, ...] = ()) -> Attribution:
-        relative = None if self.depth is None else (round(self.depth / max_depth, 4) if max_depth else 0.0)
+    @property
+    def relative_depth(self) -> float | None:
+        if self.depth is None:
+            return None
+        return round(self.depth / self.path_depth, 4) if self.path_depth else 0.0
+
+    def record(self, causes: tuple[str, ...] = (), expected: tuple[str, ...] = ()) -> Attribution:
         return Attribution(op=self.op, target=self.target, root=self.root.status, source=self.source,
-                           node=self.node, rule=self.rule, depth=self.depth, relative_depth=relative,
-                           causes=causes, expected=expected, unknown=self.unknown)
+                           node=self.node, rule=self.rule, depth=self.depth, relative_depth=self.relative_depth,
+                           unstable=self.unstable, causes=causes, expected=expected, unknown=self.unknown)
 
 
 def attribute(nodes: list[TreeNode], results: dict[str, Results]) -> list[Finding]:
@@ -71,10 +88,15 @@ def attribute(nodes: list[TreeNode], results: dict[str, Results]) -> list[Findin
     source_of = {r.name: r.source for r in rules()}
     root = nodes[0]
     findings = []
+    def reach(node: TreeNode, instance: Instance) -> int:
+        """The depth of the most simplified node keeping ``instance`` at or below ``node``."""
+        below = [reach(child, instance) for child in children[node.id] if instance in child.targets]
+        return max(below, default=node.depth)
+
     for instance in root.targets:
         at_root = results[root.id].get(instance, ABSTAINED)
         if not at_root.answered:
-            findings.append(Finding(*instance, ABSTAINED, UNDETERMINED, None, None, None, (root.id,)))
+            findings.append(Finding(*instance, ABSTAINED, UNDETERMINED, None, None, None, (root.id,), unstable=None))
             continue
         first: TreeNode | None = None
         flipped = False
@@ -109,24 +131,24 @@ def attribute(nodes: list[TreeNode], results: dict[str, Results]) -> list[Findin
 
         for child in children[root.id]:
             walk(child, at_root.passed, False)
-        if flipped:  # a decided pass above a decided fail: no unknown can undo it
-            source = "unstable"
-        elif at_root.passed:
-            source = "stable_success"
-        else:
-            source = "persistent_failure" if first is None else source_of[first.rule]  # type: ignore[index]
-        doubtful = tuple(node.id for node, doubt_above, below in unknown if not flipped and (
-            doubt_above  # failing, it would flip a pass above it
-            or below[0]  # passing, it would flip a fail below it
-            or first is None or node.depth < first.depth  # passing, it would be the first pass
+        # a flip the unknowns could make: failing below a pass, or passing above a fail
+        could_flip = any(doubt_above or below[0] for _, doubt_above, below in unknown)
+        unstable = True if flipped else None if could_flip else False
+        if at_root.passed:
+            findings.append(Finding(*instance, at_root, "stable_success", None, None, 0, unstable=unstable))
+            continue
+        source = "persistent_failure" if first is None else source_of[first.rule]  # type: ignore[index]
+        doubtful = tuple(node.id for node, _, _ in unknown if (
+            first is None or node.depth < first.depth  # passing, it would be the first pass
             or (node.depth == first.depth and source_of[node.rule] != source)))  # type: ignore[index]
         if doubtful:
-            findings.append(Finding(*instance, at_root, UNDETERMINED, None, None, None, doubtful))
+            findings.append(Finding(*instance, at_root, UNDETERMINED, None, None, None, doubtful, unstable=unstable))
             continue
-        moved = first is not None and not at_root.passed
-        depth = 0 if at_root.passed else (first.depth if first else None)
-        findings.append(Finding(*instance, at_root, source, first.id if moved else None,  # type: ignore[union-attr]
-                                first.rule if moved else None, depth))  # type: ignore[union-attr]
+        if first is None:
+            findings.append(Finding(*instance, at_root, source, None, None, None, unstable=unstable))
+            continue
+        findings.append(Finding(*instance, at_root, source, first.id, first.rule, first.depth,
+                                path_depth=reach(first, instance), unstable=unstable))
     return findings
 
 
@@ -163,11 +185,15 @@ class SourceTally:
         self.reached: dict[str, list[int]] = {}  # op -> decided instances passing by each depth step
         self.decided: dict[str, int] = defaultdict(int)  # op -> decided instances
         self.causes: dict[str, list] = {}  # cause -> [instances, correct, expected sources]
+        self.unstable: dict[str, list[int]] = {}  # op -> [flagged, undecided]
 
     def add(self, a: Attribution) -> None:
         self.abstained += a.root == Status.ABSTAIN
         if a.source is None:  # a record of an older tracebench
             return
+        flags = self.unstable.setdefault(a.op, [0, 0])
+        flags[0] += a.unstable is True
+        flags[1] += a.unstable is None
         self.counts[a.source] = self.counts.get(a.source, 0) + 1
         op = self.by_op.setdefault(a.op, dict.fromkeys(self.names, 0))
         op[a.source] = op.get(a.source, 0) + 1
@@ -195,7 +221,12 @@ class SourceTally:
         ops = [op for op in OPERATORS if op in self.by_op]
         counted = sum(self.counts.values())
         causes = sorted(self.causes.items())
+        flagged = sum(f[0] for f in self.unstable.values())
         return {
+            "unstable": {"instances": flagged, "share": round(flagged / counted, 4) if counted else 0.0,
+                         "undecided": sum(f[1] for f in self.unstable.values()),
+                         "by_operator": {op: round(self.unstable[op][0] / sum(self.by_op[op].values()), 4)
+                                         for op in ops}},
             "instances": counted,
             "undetermined": self.counts.get(UNDETERMINED, 0),
             "abstained": self.abstained,
@@ -213,7 +244,8 @@ class SourceTally:
 
 
 def summarize_sources(attributions: Iterable[Attribution]) -> dict:
-    """Shares per source (Undetermined a source of its own), overall and per operator;
+    """Shares per source (Undetermined a source of its own), overall and per operator; the
+    instances flagged unstable (beside their source);
     cumulative pass rate over relative depth and localization accuracy, over the decided
     instances only."""
     tally = SourceTally()

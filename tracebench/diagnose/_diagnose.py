@@ -48,7 +48,7 @@ from ..run import (abstention_reason, generated_image, library_of, make_provider
 from ..cache import sha256
 from ..jsonfiles import record_line
 from ..sample import read_sample_manifest, write_benchmark
-from ..score import instance_results
+from ..score import Gating, instance_results
 from ._attribute import Finding, SourceTally, attribute, localization, pending
 from ._node import node_case, node_shape, root_formula
 from ._rules import RULES_FILE, SOURCES_FILE, number_terms, sources
@@ -158,7 +158,8 @@ class _Chosen:
     unanswered: int  # of those, cases whose every verdict abstained
 
 
-def _choose(items: Iterable[Item], which: str, shard: tuple[int, int] | None, root: Path) -> _Chosen:
+def _choose(items: Iterable[Item], which: str, shard: tuple[int, int] | None, root: Path,
+            gating: Gating = Gating.WITHIN) -> _Chosen:
     """The ids of the chosen cases of a run given as (case, outcomes, abstention reasons) in
     run order, consumed one at a time: nothing else is kept. A case whose sub-case ids could
     be too long is planned at once, so that its error comes before anything is written."""
@@ -173,7 +174,7 @@ def _choose(items: Iterable[Item], which: str, shard: tuple[int, int] | None, ro
         seen.add(case.id)
         unanswered += not any(o.answered for o in outcomes.values())
         if which == "failing":
-            take = any(v.failed for v in instance_results(case, outcomes).values())
+            take = any(v.failed for v in instance_results(case, outcomes, gating).values())
         else:
             take = which == "all" or case.id in wanted
         if take and (shard is None or shard_of(case.id, shard[1]) == shard[0]):
@@ -231,7 +232,7 @@ Recall = Callable[[str, str], "tuple[dict[str, Outcome], str | None, dict[str, s
 
 
 def _strategy_rounds(plan: TreePlan, strategy: str, root_verdicts: dict[str, dict[str, Outcome]], evaluate: Evaluator,
-                     roots_from_run: bool, recall: Recall | None = None) -> Evaluated:
+                     roots_from_run: bool, recall: Recall | None = None, gating: Gating = Gating.WITHIN) -> Evaluated:
     """Evaluate the sub-cases the strategy asks for (those ``recall`` knows are not evaluated
     again); returns verdicts, images and abstention reasons by sub-case key."""
     verdicts: dict[str, dict[str, Outcome]] = {}
@@ -275,7 +276,7 @@ def _strategy_rounds(plan: TreePlan, strategy: str, root_verdicts: dict[str, dic
     explained: dict[str, set] = {}
     for tree in plan.trees:
         at_root = root_verdicts.get(tree.root.id, {}) if roots_from_run else verdicts[tree.keys["N0"]]
-        results = instance_results(tree.root, at_root)
+        results = instance_results(tree.root, at_root, gating)
         failing = frozenset(i for i in tree.nodes[0].targets if i in results and results[i].failed)
         frontier.append((tree, tree.nodes[0], failing))
         explained[tree.root.id] = set()
@@ -293,7 +294,7 @@ def _strategy_rounds(plan: TreePlan, strategy: str, root_verdicts: dict[str, dic
         frontier = []
         for tree, child, open_ in wanted:
             case = plan.cases[tree.keys[child.id]]
-            still = pending(child, open_, instance_results(case, verdicts[tree.keys[child.id]]))
+            still = pending(child, open_, instance_results(case, verdicts[tree.keys[child.id]], gating))
             explained[tree.root.id] |= (open_ & set(child.targets)) - still
             frontier.append((tree, child, still))
     return verdicts, images, reasons
@@ -303,19 +304,20 @@ def diagnose(roots: Sequence[Case], root_verdicts: dict[str, dict[str, Outcome]]
              strategy: str = "full", roots_from_run: bool = True, root_images: dict[str, str] | None = None,
              causes: Callable[[Case, str], dict[str, tuple[str, ...]] | None] | None = None,
              plan: TreePlan | None = None, root_reasons: dict[str, dict[str, str]] | None = None,
-             recall: Recall | None = None) -> list[DiagnosticTree]:
+             recall: Recall | None = None, gating: Gating = Gating.WITHIN) -> list[DiagnosticTree]:
     """Diagnose ``roots`` given their verdicts, evaluating sub-cases with ``evaluate``.
 
     The model call is passed in: the CLI evaluates through the run harness; anything that
     maps sub-cases to verdicts will do. ``causes(case, image)`` gives the causes a synthetic
     generator recorded (question id -> causes) for the localization check; ``root_reasons``
     why the run's root verdicts abstained (case id -> question id -> reason); ``recall`` the
-    sub-cases evaluated before (an earlier window of roots). Returns the trees; :func:`summarize`
+    sub-cases evaluated before (an earlier window of roots); ``gating`` which dependencies fail a
+    question (:mod:`tracebench.score`). Returns the trees; :func:`summarize`
     makes the summary from them."""
     if strategy not in STRATEGIES:
         raise TraceError(f"--strategy: {strategy!r} is neither full nor adaptive")
     plan = plan or plan_trees(roots)
-    verdicts, images, reasons = _strategy_rounds(plan, strategy, root_verdicts, evaluate, roots_from_run, recall)
+    verdicts, images, reasons = _strategy_rounds(plan, strategy, root_verdicts, evaluate, roots_from_run, recall, gating)
     trees = []
     for tree in plan.trees:
         results: dict[str, dict] = {}
@@ -328,12 +330,12 @@ def diagnose(roots: Sequence[Case], root_verdicts: dict[str, dict[str, Outcome]]
                 node_verdicts[node.id] = verdicts[key]
             else:
                 continue
-            results[node.id] = instance_results(plan.cases[key], node_verdicts[node.id])
+            results[node.id] = instance_results(plan.cases[key], node_verdicts[node.id], gating)
         findings = attribute(tree.nodes, results)
         max_depth = max(n.depth for n in tree.nodes)
         root_image = (root_images or {}).get(tree.root.id) if roots_from_run else images.get(tree.keys["N0"])
         recorded = causes(tree.root, root_image) if causes and root_image else None
-        records = [f.record(max_depth, *_cause(f, tree.root, recorded)) for f in findings]
+        records = [f.record(*_cause(f, tree.root, recorded)) for f in findings]
         nodes = []
         for node in tree.nodes:
             key = tree.keys[node.id]
@@ -391,7 +393,8 @@ class _SummaryTally:
             cases=self.cases, instances=summary["instances"], undetermined=summary["undetermined"],
             abstained=summary["abstained"], abstained_verdicts=sum(reasons.values()),
             abstention_reasons=dict(reasons.most_common()),
-            sources=summary["sources"], counts=summary["counts"], by_operator=summary["by_operator"],
+            sources=summary["sources"], counts=summary["counts"], unstable=summary["unstable"],
+            by_operator=summary["by_operator"],
             cumulative_pass=summary["cumulative_pass"], nodes_generated=generated,
             nodes_in_trees=self.nodes_in_trees,
             nodes_per_case=round(generated / self.cases, 3) if self.cases else 0.0,
@@ -443,6 +446,11 @@ def format_summary(summary: DiagnosisSummary) -> str:
                      + f"{summary.sources.get(name, 0.0):9.1%}")
     lines.append(f"{'instances':22s}" + "".join(f"{int(summary.by_operator[op]['instances']):13d}" for op in ops)
                  + f"{summary.instances:9d}")
+    unstable = summary.unstable
+    if unstable:  # a flag beside the sources, not a row of them
+        lines.append(f"{'flagged unstable':22s}" + "".join(f"{unstable['by_operator'].get(op, 0.0):13.1%}" for op in ops)
+                     + f"{unstable['share']:9.1%}" + (f"  ({unstable['undecided']} undecided)" if unstable["undecided"]
+                                                       else ""))
     if summary.undetermined:
         reasons = "; ".join(f"{n}x {reason}" for reason, n in list(summary.abstention_reasons.items())[:3])
         lines.append(f"undetermined: {summary.undetermined} instances depend on {summary.abstained_verdicts} abstained "
@@ -467,14 +475,15 @@ def _zoo_causes(case: Case, image: str) -> dict[str, tuple[str, ...]] | None:
     return {qid: record.causes.get(qid) or (cause,) for qid, cause in record.failed.items()}
 
 
-def export_nodes(run_dir: Path, out: Path, *, cases: str = "failing", shard: tuple[int, int] | None = None) -> int:
+def export_nodes(run_dir: Path, out: Path, *, cases: str = "failing", shard: tuple[int, int] | None = None,
+                 gating: Gating | str = Gating.WITHIN) -> int:
     """Write every node of the chosen cases' whole trees as one benchmark folder (roots as
     ``<case>.N0``) with ``nodes.jsonl`` saying where each sub-case sits; returns the count."""
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise TraceError(f"--export-nodes {out}: exists and is not empty; choose a new folder")
     run = stream_run(run_dir)
-    chosen = _choose(_streamed(run), cases, shard, run.root)
+    chosen = _choose(_streamed(run), cases, shard, run.root, Gating(gating))
     plan = plan_trees([case for case, _, _ in _chosen_items(_streamed(run), chosen.ids)])
     _write_node_folder(Path(out), list(plan.cases.values()), run.cases_dir, read_sample_manifest(run.cases_dir),
                        {"diagnosis_of": str(Path(run_dir).resolve()), "cases": cases}, plan.occurrences)
@@ -485,10 +494,12 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
                  judges: Sequence[str] | None = None, strategy: str = "full", settings: ModelSettings | None = None,
                  concurrency: int = 8, judge_batch: str | None = None, cache_dir: Path | None = None,
                  shard: tuple[int, int] | None = None, retry_abstained: bool = False,
-                 progress: bool | None = None, window: int | None = None) -> DiagnosisSummary:
+                 progress: bool | None = None, window: int | None = None,
+                 gating: Gating | str = Gating.WITHIN) -> DiagnosisSummary:
     """Diagnose the cases of a run folder into ``out`` (see the module docstring); ``window``
-    roots at a time (:data:`WINDOW`)."""
+    roots at a time (:data:`WINDOW`); ``gating`` as ``trace score --gating``."""
     window = window or WINDOW
+    gating = Gating(gating)
     if strategy not in STRATEGIES:
         raise TraceError(f"--strategy: {strategy!r} is neither full nor adaptive")
     run = stream_run(run_dir)  # read as a stream: only the chosen cases are kept
@@ -500,6 +511,8 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
     generator = generator or manifest.generator
     judges = tuple(judges or manifest.judges)
     judge_batch = judge_batch or manifest.judge_batch
+    # the nodes' judges combine as the run's did (a run before the rule was recorded took the majority)
+    ensemble = manifest.ensemble or ("majority" if len(manifest.judges) > 1 else "mean")
     # a bad spec or a missing key is an error before anything is written; specs compared as resolved
     # (a models-file name or an @URL suffix names the same model as the run's plain spec)
     gen, judge_list = make_providers(generator, judges, settings)
@@ -507,12 +520,12 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
     generator_spec, judge_specs = gen.spec, tuple(j.spec for j in judge_list)
     roots_from_run = (generator_spec == manifest.generator and judge_specs == tuple(manifest.judges)
                       and judge_batch == manifest.judge_batch and seed == manifest.seed)
-    chosen = _choose(_streamed(run), cases, shard, run.root)
+    chosen = _choose(_streamed(run), cases, shard, run.root, gating)
     out = Path(out)
     identity = DiagnosisManifest(
         tool=f"tracebench {__version__}", run_dir=str(Path(run_dir).resolve()), cases_dir=str(run.cases_dir),
         cases_hash=manifest.cases_hash, generator=generator_spec, seed=seed, judges=judge_specs, judge_batch=judge_batch,
-        strategy=strategy, cases=cases, shard=f"{shard[0]}/{shard[1]}" if shard else None,
+        strategy=strategy, gating=gating.value, cases=cases, shard=f"{shard[0]}/{shard[1]}" if shard else None,
         roots_from_run=roots_from_run,
         hashes={"diagnose": data_hash(("diagnose", RULES_FILE), ("diagnose", SOURCES_FILE))})
     if DIAGNOSIS_MANIFEST.path(out).is_file():
@@ -545,7 +558,7 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
             shutil.rmtree(folder / "run")
         run_benchmark(folder / "cases", folder / "run", generator=generator, judges=judges, settings=settings,
                       concurrency=concurrency, judge_batch=judge_batch, cache_dir=cache_dir or out / CACHE_DIR,
-                      retry_abstained=retry_abstained, progress=progress)
+                      retry_abstained=retry_abstained, progress=progress, ensemble=ensemble)
         got, why = _round_verdicts(folder / "run")
         images = {c.id: str(p.relative_to(out)) for c in batch if (p := generated_image(folder / "run", c.id))}
         evaluated_in.update((c.id, folder.name) for c in batch)
@@ -578,7 +591,8 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
             yield from diagnose(roots, {c.id: o for c, o, _ in window_items}, evaluate, strategy=strategy,
                                 roots_from_run=roots_from_run, root_images=root_images,
                                 causes=causes if synthetic else None, plan=plan,
-                                root_reasons={c.id: r for c, _, r in window_items if r}, recall=recall)
+                                root_reasons={c.id: r for c, _, r in window_items if r}, recall=recall,
+                                gating=gating)
             names.update((key, case.id) for key, case in plan.cases.items())
             del window_items, roots, plan, root_images  # not held while the next window is read
 

@@ -18,7 +18,7 @@ from typing import Callable, Mapping
 
 from ..errors import TraceError
 from ..formula import Anchor, Apply, Compose, Disentangle, Expr, Node, Text, analyze, slot_count, symbol, walk
-from ..operators import LOCAL_ROLES, Family, Instance, Operator, Role, apply_target
+from ..operators import LOCAL_ROLES, SCENE, Family, Instance, Operator, Role, apply_target
 from ..resources import read_toml
 
 __all__ = ["Downgrades", "Rule", "Source", "number_terms", "rules", "sources", "targets", "zoo_expectations"]
@@ -306,7 +306,8 @@ def _root_units(root: Expr) -> dict[str, int]:
 
 def targets(formula: Expr, root: Expr | None = None) -> tuple[Instance, ...]:
     """The operator instances a node keeps, as (operator, target) in checklist order:
-    anchors, each g term and its binding, then compositions. A composition is kept while it
+    anchors, each g term and its binding, then compositions (a formula without C: the implicit
+    scene ``C0``, kept at every node). A composition is kept while it
     holds reference-conditioned content (a branch stated wholly in words is no longer
     judged as a composition) or never held any at the ``root``."""
     terms = analyze(formula)
@@ -321,4 +322,6 @@ def targets(formula: Expr, root: Expr | None = None) -> tuple[Instance, ...]:
     units = _units_by_composition(formula, roles)
     root_units = units if root is None else _root_units(root)
     out += [Instance(Operator.COMPOSE, c) for c, n in units.items() if n > 0 or root_units.get(c) == 0]
+    if not units:  # a formula without C is one scene (the checklist's implicit composition)
+        out.append(Instance(Operator.COMPOSE, SCENE))
     return tuple(out)

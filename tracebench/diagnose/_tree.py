@@ -1,11 +1,12 @@
 """Building a diagnostic tree: the root formula, then the rules of diagnose/rules.toml, breadth first.
 
 A node's children come from the first rule (in data order) that applies to it; a node with
-one slot, or to which no rule applies, is a leaf. Nodes are named as the paper names them:
-``N<depth>`` plus one label per branching on the way down, letters and digits alternating
-(``N0``, ``N1``, ``N2a``, ``N2b``, ``N3b1``). A child whose formula has the canonical form of a
-node already in the tree is kept as a node (``same_as`` names the first) but not expanded
-and not generated again. The tree is a networkx DiGraph whose nodes carry a
+one slot, or to which no rule applies, is a leaf. Nodes are named as the paper names them
+(TRACE-Bench, arXiv 2608.16765, Figs. 9-10): ``N<depth>``, plus a letter when the depth holds
+several nodes, ``a``, ``b`` ... breadth first (``N0``, ``N1``, ``N2a``, ``N2b``, ``N3a``,
+``N4a``, ``N4b``; past ``z``: ``aa``, ``ab`` ...). A child whose formula has the canonical
+form of a node already in the tree is kept as a reference to it (``same_as`` names the
+first): not expanded and not generated again. The tree is a networkx DiGraph whose nodes carry a
 :class:`TreeNode` and whose edges carry the rule applied.
 
 The rules read only a formula's structure (roles, slots, symbols), never its bindings, so a
@@ -17,8 +18,8 @@ the same canonical form unbound exactly when they do bound: every numbered symbo
 from __future__ import annotations
 
 import string
-from collections import deque
-from dataclasses import dataclass
+from collections import Counter, deque
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Callable
 
@@ -43,7 +44,6 @@ class TreeNode:
     depth: int
     formula: Expr
     targets: tuple[Instance, ...]  # the operator instances it keeps
-    suffix: str = ""
     same_as: str | None = None  # an earlier node with the same canonical formula
 
     @property
@@ -56,10 +56,26 @@ class TreeNode:
                 "same_as": self.same_as}
 
 
-def _label(parent_suffix: str, k: int) -> str:
-    if not parent_suffix or parent_suffix[-1].isdigit():
-        return string.ascii_lowercase[k] if k < 26 else f"z{k}"
-    return str(k + 1)
+def _letters(k: int) -> str:
+    """The ``k``-th label of a depth: a .. z, aa, ab .. (spreadsheet columns)."""
+    label = ""
+    k += 1
+    while k:
+        k, r = divmod(k - 1, 26)
+        label = string.ascii_lowercase[r] + label
+    return label
+
+
+def _paper_names(nodes: list[TreeNode]) -> tuple[TreeNode, ...]:
+    """The nodes (breadth first, provisionally named) under the paper's names."""
+    per_depth = Counter(n.depth for n in nodes)
+    met: Counter = Counter()
+    names: dict[str, str] = {}
+    for n in nodes:
+        names[n.id] = f"N{n.depth}" + (_letters(met[n.depth]) if per_depth[n.depth] > 1 else "")
+        met[n.depth] += 1
+    return tuple(replace(n, id=names[n.id], parent=n.parent and names[n.parent],
+                         same_as=n.same_as and names[n.same_as]) for n in nodes)
 
 
 def unbound(expr: Expr) -> Expr:
@@ -107,14 +123,13 @@ def grow_tree(root: Expr, dg: Downgrades) -> tuple[TreeNode, ...]:
                 break
         else:
             continue
-        for k, child in enumerate(children):
-            suffix = node.suffix + (_label(node.suffix, k) if len(children) > 1 else "")
-            child_id = f"N{node.depth + 1}{suffix}"
+        for child in children:
+            child_id = str(len(nodes))  # provisional: named once the tree is whole
             same = seen.setdefault(canonical(child), child_id)
-            nodes.append(TreeNode(child_id, node.id, rule.name, node.depth + 1, child, targets(child, root), suffix,
+            nodes.append(TreeNode(child_id, node.id, rule.name, node.depth + 1, child, targets(child, root),
                                   None if same == child_id else same))
             queue.append(nodes[-1])
-    return tuple(nodes)
+    return _paper_names(nodes)
 
 
 def _bind(expr: Expr, leaves: dict[str, Expr]) -> Expr:
@@ -148,7 +163,7 @@ def bound_tree(root: Expr, describe: Callable[[str], str | None] | None = None) 
     graph = nx.DiGraph(root="N0", formula=root, downgrades=dg, shape=shape)
     graph.add_nodes_from((n.id, {"node": TreeNode(n.id, n.parent, n.rule, n.depth,
                                                   root if n.parent is None else _bind(n.formula, leaves), n.targets,
-                                                  n.suffix, n.same_as)}) for n in shape.nodes)
+                                                  n.same_as)}) for n in shape.nodes)
     graph.add_edges_from((n.parent, n.id, {"rule": n.rule}) for n in shape.nodes[1:])
     return graph
 
@@ -174,9 +189,11 @@ def draw_tree(graph: nx.DiGraph) -> str:
         node: TreeNode = graph.nodes[node_id]["node"]
         branch = "" if top else ("└─ " if last else "├─ ")
         rule = f"[{node.rule}] " if node.rule else ""
-        same = f"  (same as {node.same_as})" if node.same_as else ""
+        if node.same_as:  # a reference to the node it repeats, not a leaf of its own
+            lines.append(f"{prefix}{branch}{node.id}  {rule}→ {node.same_as} (the same sub-case)")
+            return
         kept = ", ".join(t for _, t in node.targets)
-        lines.append(f"{prefix}{branch}{node.id}  {rule}{to_text(node.formula)}  slot {node.slot}{same}")
+        lines.append(f"{prefix}{branch}{node.id}  {rule}{to_text(node.formula)}  slot {node.slot}")
         lines.append(f"{prefix}{'' if top else ('   ' if last else '│  ')}    keeps: {kept}")
         children = list(graph.successors(node_id))
         for k, child in enumerate(children):

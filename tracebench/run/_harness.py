@@ -39,7 +39,7 @@ from ..records import (CASES, RUN_FILE, RUN_MANIFEST, VERDICTS, Case, Question, 
                        read_run_verdicts, repeated_question)
 from ..replies import unfence
 from ..templating import template_hash
-from ..outcomes import ABSTAINED, Outcome, Status, majority
+from ..outcomes import ABSTAINED, ENSEMBLES, Outcome, Status, combine
 from ..providers import (JUDGE_TEMPLATES, CallFailed, Generator, ImageBytes, Judge, ModelAccess, ModelSettings,
                          ReferenceFiles, clip, image_suffix, make_generator, make_judge)
 from ..sample import read_cases, read_sample_manifest
@@ -118,11 +118,12 @@ class _Runner:
     """The calls of one case: its image, then each judge's answers, through the one wrapper."""
 
     def __init__(self, root: Path, cases_dir: Path, generator: Generator, judges: list[Judge],
-                 access: ModelAccess, judge_batch: str) -> None:
+                 access: ModelAccess, judge_batch: str, ensemble: str | None = None) -> None:
         self.root = root
         self.references = ReferenceFiles(cases_dir)
         self.generator, self.judges, self.access = generator, judges, access
         self.judge_batch = judge_batch
+        self.ensemble = ensemble
         self.abstentions = 0
 
     async def image(self, case: Case, references: list[bytes]) -> tuple[bytes | None, str]:
@@ -170,7 +171,7 @@ class _Runner:
         spec = "+".join(j.spec for j in self.judges)
         verdicts = []
         for q in case.checklist:
-            outcome = majority(v.outcome for v in votes[q.id])
+            outcome = combine(self.ensemble, (v.outcome for v in votes[q.id]))
             verdicts.append(Verdict(case_id=case.id, question_id=q.id, op=q.op, verdict=outcome.status,
                                     value=outcome.value, judge=spec, votes=tuple(votes[q.id])))
         self.abstentions += sum(not v.outcome.answered for v in verdicts)
@@ -367,13 +368,16 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
                   settings: ModelSettings | None = None,
                   concurrency: int = 8, shard: tuple[int, int] | None = None, judge_batch: str = "case",
                   retry_abstained: bool = False, cache_dir: Path | None = None,
-                  progress: bool | None = None) -> RunManifest:
-    """Generate and judge every case of ``cases_dir`` (or one shard of them) into ``out``."""
+                  progress: bool | None = None, ensemble: str | None = "mean") -> RunManifest:
+    """Generate and judge every case of ``cases_dir`` (or one shard of them) into ``out``;
+    several judges combine by ``ensemble`` (:data:`~tracebench.outcomes.ENSEMBLES`)."""
     cases_dir, out = Path(cases_dir), Path(out)
     if concurrency < 1:
         raise TraceError(f"--concurrency: {concurrency} must be at least 1")
     if judge_batch not in ("case", "op"):
         raise TraceError(f"--judge-batch: {judge_batch!r} is neither case nor op")
+    if ensemble is not None and ensemble not in ENSEMBLES:
+        raise TraceError(f"--ensemble: {ensemble!r} is neither {' nor '.join(ENSEMBLES)}")
     cases_dir = cases_dir.resolve()
     if out.exists() and not out.is_dir():
         raise TraceError(f"--out {out}: is a file, not a folder")
@@ -402,18 +406,19 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
     if settings.library is None:
         settings = replace(settings, library=library_of(cases_dir))
     gen, judge_list = make_providers(generator, judges, settings)
+    ensemble = ensemble if len(judge_list) > 1 else None  # one judge: nothing to combine
     cases_hash = file_sha256(CASES.path(cases_dir))
     identity = RunManifest(
         tool=f"tracebench {__version__}", cases_dir=str(cases_dir), cases_hash=cases_hash, generator=gen.spec,
         seed=settings.seed if gen.spec.startswith("synthetic:") else None,
-        judges=tuple(j.spec for j in judge_list), judge_batch=judge_batch,
+        judges=tuple(j.spec for j in judge_list), judge_batch=judge_batch, ensemble=ensemble,
         endpoints={p.spec: e for p in (gen, *judge_list) if (e := p.endpoint()) is not None},
         hashes={"judge_templates": template_hash(*JUDGE_TEMPLATES)},
         shard=f"{shard[0]}/{shard[1]}" if shard else None, cases=0, verdicts=0, calls={}, cache_hits=0,
         abstentions=0, tokens=0)
     if RUN_MANIFEST.path(out).is_file():
         old = RUN_MANIFEST.read(out)
-        fields = ("cases_hash", "generator", "seed", "judges", "judge_batch", "shard")
+        fields = ("cases_hash", "generator", "seed", "judges", "judge_batch", "ensemble", "shard")
         changed = [f for f in fields if getattr(old, f) != getattr(identity, f)]
         if changed:
             raise TraceError(f"{out}: holds a run with another {', '.join(changed)}; choose another --out")
@@ -427,7 +432,7 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
     RUN_MANIFEST.write(out, identity)
     (out / IMAGES_DIR).mkdir(exist_ok=True)
     access = ModelAccess(Cache(cache_dir or out / CACHE_DIR), concurrency=concurrency, max_retries=settings.max_retries)
-    runner = _Runner(out, cases_dir, gen, judge_list, access, judge_batch)
+    runner = _Runner(out, cases_dir, gen, judge_list, access, judge_batch, ensemble)
     if progress is None:
         progress = sys.stderr.isatty()
     # keep only complete cases, then append new ones case by case

@@ -280,6 +280,12 @@ class _Binder:
                                   participant_entities=ref.participants))
 
 
+def _join_descs(entities: tuple[EntityRef, ...]) -> str | None:
+    """The grounding phrase of a reference relation: its participants in the source image."""
+    descs = [e.desc for e in entities]
+    return None if not descs else descs[0] if len(descs) == 1 else ", ".join(descs[:-1]) + " and " + descs[-1]
+
+
 def _whole(role: str) -> SubtypeSpec | None:
     """The special a term of ``role`` takes whole from an entity (attach, ip), if any."""
     return next((s for s in taxonomy().of_role(role) if s.record == "usable_as"), None)
@@ -367,7 +373,8 @@ def bind(template: Expr, index: LibraryIndex, rng: random.Random, *,
         symbol=d.symbol, op=d.op, role=d.role, kind=d.kind, carrier=d.carrier, handle=d.handle, noun=d.noun,
         category=d.category, image=f"Image {images[d.library_image]}" if d.library_image is not None else None,
         source_id=index.images[d.library_image].id if d.library_image is not None else None,
-        entity=d.entity.desc if d.entity else None, entity_index=d.entity.entity if d.entity else None,
+        entity=d.entity.desc if d.entity else _join_descs(d.participant_entities),
+        entity_index=d.entity.entity if d.entity else None,
         source_entities=len(index.images[d.library_image].ent_list) if d.library_image is not None else None,
         subtype=d.subtype, value=d.value, participants=d.participants) for d in binder.drafts)
     formula = _build(template, iter(binder.drafts), images, iter(range(1, binder.numbers["C"] + 1)))

@@ -17,7 +17,7 @@ from types import MappingProxyType
 
 from ..errors import TraceError
 from ..formula import Anchor, Compose, Disentangle, FormulaError, parse, symbol, walk
-from ..operators import ENTITY_ROLES, LOCAL_ROLES, Family, Role, split_target
+from ..operators import ENTITY_ROLES, LOCAL_ROLES, SCENE, Family, Role, split_target
 from ..records import Case, TermBinding
 from ._profiles import Failure, Profile
 
@@ -37,6 +37,8 @@ def _structure(formula: str) -> tuple[Mapping[str, frozenset[str]], int]:
             count += 1
             name = symbol(node) if node.index is not None else f"C{count}"
             out[name] = frozenset(symbol(n) for n in walk(node) if isinstance(n, Anchor))
+    if not out:  # one scene: the checklist's implicit composition
+        out[SCENE] = frozenset(symbol(n) for n in walk(expr) if isinstance(n, Anchor))
     outer = next((n for n in walk(expr) if isinstance(n, Compose)), None)
     branches = 1 if outer is None else sum(1 for arg in outer.args
                                            if any(isinstance(n, (Anchor, Disentangle)) for n in walk(arg)))

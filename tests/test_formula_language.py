@@ -232,3 +232,12 @@ def test_ast_constructors_reject_malformed_nodes(build):
 def test_the_papers_printed_set_members_parse(printed, normal):
     """The paper prints set members unquoted (§3, Eq. 2): they parse to the quoted form."""
     assert to_text(parse(printed)) == normal and parse(normal) == parse(printed)
+
+
+def test_an_anchor_named_without_an_image_parses_and_prints_back():
+    """The paper's f(person) (Eq. 3): an anchor named by the category of its entity."""
+    expr = parse("f(person) ⊕ g_attach ⊕ g_attach")
+    assert to_text(expr) == "f(person) ⊕ g_attach ⊕ g_attach" and parse(to_text(expr)) == expr
+    assert parse("f(person)") != parse("f") and parse("f1(animal)").index == 1
+    with pytest.raises(FormulaError, match=r"column 3: f\(robot\): no category is named 'robot'"):
+        parse("f(robot)")

@@ -461,3 +461,15 @@ def test_prompts_name_every_subtype_of_the_taxonomy():
     named = set(_phrases()["subtypes"])
     tax = taxonomy()
     assert {*tax.subtypes, *tax.special} <= named, {*tax.subtypes, *tax.special} - named
+
+
+def test_an_anchor_named_by_its_kind_is_drawn_from_that_category(index):
+    """The paper's f(person) (Eq. 3): the anchor is an entity of the category the word names."""
+    template = parse("C(f(animal), f(food)) ⊕ g_style")
+    for seed in range(12):
+        bound = bind(template, index, random.Random(seed))
+        anchors = [t for t in bound.terms if t.role == "anchor"]
+        assert [t.category for t in anchors] == ["Animal", "Food"], seed
+    people = [t.category for seed in range(12) for t in bind(parse("f(person) ⊕ g_attach"), index,
+                                                              random.Random(seed)).terms if t.role == "anchor"]
+    assert set(people) == {"Human"}

@@ -74,6 +74,7 @@ class SubtypeSpec:
 class Taxonomy:
     categories: Mapping[str, str]  # name -> description
     humanoid: frozenset[str]
+    category_words: Mapping[str, str]  # a word naming a category in f(person) -> the category
     groups: Mapping[str, GroupSpec]
     subtypes: Mapping[str, SubtypeSpec]
     special: Mapping[str, SubtypeSpec]  # background, attach, ip
@@ -176,10 +177,21 @@ def load_taxonomy(categories: Mapping[str, Any], subtypes: Mapping[str, Any], la
     return Taxonomy(
         categories=MappingProxyType({k: v.get("description", "") for k, v in cats.items()}),
         humanoid=frozenset(k for k, v in cats.items() if v.get("humanoid")),
+        category_words=MappingProxyType(_category_words(cats)),
         groups=MappingProxyType(groups),
         subtypes=MappingProxyType(subtype_specs),
         special=MappingProxyType(special),
     )
+
+
+def _category_words(cats: Mapping[str, Any]) -> dict[str, str]:
+    """Every word naming a category (its own name too, lower case) -> the category."""
+    out: dict[str, str] = {}
+    for name, entry in cats.items():
+        for word in (name.lower(), *entry.get("words", ())):
+            if out.setdefault(word, name) != name:
+                raise _fail(f"categories: the word {word!r} names both {out[word]} and {name}")
+    return out
 
 
 @cache

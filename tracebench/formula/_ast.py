@@ -105,14 +105,19 @@ class Anchor:
     column: int | None = field(default=None, compare=False, repr=False)
     line: int | None = field(default=None, compare=False, repr=False)
     _hash: int | None = field(default=None, init=False, repr=False, compare=False)
+    # an anchor named without an image, as the paper writes f(person) (Eq. 3): the word naming the
+    # entity's category (taxonomy/categories.toml); binding draws the entity from that category
+    kind: str | None = None
     __hash__ = _node_hash
     __eq__ = _node_eq
 
     def __post_init__(self) -> None:
         _check_index(self.index, "anchor")
+        if self.kind is not None:
+            _check_label(self.kind, "anchor kind")
 
     def _identity(self) -> tuple:
-        return (self.index, self.binding)
+        return (self.index, self.binding, self.kind)
 
 
 @dataclass(frozen=True, slots=True)

@@ -109,6 +109,16 @@ class _Builder(Transformer):
         binding = None if image is None else AnchorBinding(split_index(image)[1], _string(entity))
         return Anchor(split_index(symbol)[1], binding, column=symbol.column, line=symbol.line)
 
+    def anchor_kind(self, children: list) -> Anchor:
+        symbol, word = children
+        from ..taxonomy import taxonomy  # the words of taxonomy/categories.toml
+
+        words = taxonomy().category_words
+        if str(word).lower() not in words:
+            raise FormulaSyntaxError(f"f({word}): no category is named {str(word)!r} (known: {', '.join(words)})",
+                                     column=word.column, line=word.line)
+        return Anchor(split_index(symbol)[1], kind=str(word).lower(), column=symbol.column, line=symbol.line)
+
     def gterm(self, children: list) -> Disentangle:
         symbol, image, entities, attribute = children
         _bounded(symbol, image)

@@ -52,7 +52,7 @@ def _print(node: Node, plus: str) -> str:
         return symbol(node) + "(" + ", ".join(_print(a, plus) for a in node.args) + ")"
     if isinstance(node, Anchor):
         if node.binding is None:
-            return symbol(node)
+            return symbol(node) if node.kind is None else f"{symbol(node)}({node.kind})"
         return f"{symbol(node)}(I{node.binding.image}, {_quote(node.binding.entity)})"
     if isinstance(node, Disentangle):
         if node.binding is None:

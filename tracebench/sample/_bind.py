@@ -177,6 +177,9 @@ class _Binder:
         local = [m.kind for m, r in modifiers if r == "local"]
         named = {k for k in local if not lang.is_unspecified(k)}
         restrict = self.carrier_categories if isinstance(node, Anchor) else None
+        if isinstance(node, Anchor) and node.kind is not None:  # f(person): drawn from that category
+            kind = frozenset({tax.category_words[node.kind]})
+            restrict = kind if restrict is None else restrict & kind
 
         @cache  # a pure function of the category within this call: pick() may scan every entity
         def category_fits(category: str) -> bool:

@@ -69,13 +69,16 @@ def test_a_diagnosis_over_an_abstaining_judge_is_undetermined_exits_3_and_conver
     assert rows["Undetermined"][-1] != "0.0%" and "Stable Success" in rows
     summary = DiagnosisSummary.model_validate_json((root / "diag" / "summary.json").read_text())
     assert summary.undetermined > 0
-    # decided: only instances that no node below their root keeps (nothing unknown can change them)
+    # decided: a passing root (Stable Success, whatever lies below: only its unstable flag is unknown),
+    # and a failing one that no node below keeps (nothing unknown can change it)
     trees = [DiagnosticTree.model_validate_json(line) for line in (root / "diag" / "trees.jsonl").read_text().splitlines()]
     for tree in trees:
         for a in tree.attributions:
             kept_below = any(a.target in n.targets for n in tree.nodes[1:] if n.evaluated)
-            decided = "stable_success" if a.root == "pass" else "persistent_failure"
-            assert a.source == ("undetermined" if kept_below else decided), a
+            if a.root == "pass":
+                assert (a.source, a.unstable) == ("stable_success", None if kept_below else False), a
+            else:
+                assert a.source == ("undetermined" if kept_below else "persistent_failure"), a
     assert summary.abstained_verdicts > 0
     assert list(summary.abstention_reasons) == ["the reply is not the expected JSON"]
     assert summary.localization_accuracy is None  # nothing decided, nothing localized

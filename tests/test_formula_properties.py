@@ -33,9 +33,10 @@ from tracebench.formula import (
 from tracebench.formula._grammar import GRAMMAR_FILE, lark_options, split_index, terminal, tree_parser
 from tracebench.formula._language import check_spellings, load_language
 from tracebench.resources import read_text, read_toml
+from tracebench.taxonomy import taxonomy
 
 # Symbols the grammar's regexes allow but the vocabulary does not know are a vocabulary
-# error, not a syntax one: draw g kinds and text names from the taxonomy.
+# error, not a syntax one: draw g kinds, text names and category words from the taxonomy.
 _G_SPELLINGS = ["g"] + [f"g_{s}" for s in LANG.kind_aliases]
 _T_SPELLINGS = ["Te"] + [f"T_{n}" for n in LANG.texts]
 _grammar_strings = from_lark(
@@ -45,6 +46,7 @@ _grammar_strings = from_lark(
     explicit={
         "GSYM": st.tuples(st.sampled_from(_G_SPELLINGS), st.sampled_from(["", "1", "2", "12"])).map("".join),
         "TSYM": st.tuples(st.sampled_from(_T_SPELLINGS), st.sampled_from(["", "1", "3"])).map("".join),
+        "KIND": st.sampled_from(sorted(taxonomy().category_words)),  # f(person): the words of the categories
     },
 )
 

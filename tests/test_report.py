@@ -49,8 +49,9 @@ def report(default_world, shared_folder) -> dict:
         result = run_trace("report", str(world["run"]), "--diagnosis", str(world["diag"]), "--compare",
                            str(world["perfect"]), "--out", str(root / "report.html"))
         assert result.returncode == 0, result.stderr
-        # slot 1 only, every question failed: operator scores of 0.0 beside operators no case has
-        sample_benchmark(root / "tiny", slots=(1,), per_slot=2, seed=2, applications=False)
+        # one text entity with an attribute, every question failed: disentangle, apply and compose
+        # (its scene) 0.0, beside anchor, which no case has
+        sample_benchmark(root / "tiny", slots=(1,), per_slot=1, seed=0, applications=False)
         run_benchmark(root / "tiny", root / "tiny-run", generator="synthetic:noise:1.0", judges=["oracle"],
                       settings=SETTINGS)
         build_report(root / "tiny-run", root / "tiny.html")
@@ -158,7 +159,7 @@ def test_a_zero_score_and_a_missing_score_look_different_in_the_table(page, repo
     cells = {op: p.locator(f"#headline td[data-op='{op}']") for op in OPERATORS}
     zero = [op for op, c in cells.items() if c.get_attribute("data-value") == "0.0000"]
     missing = [op for op, c in cells.items() if c.get_attribute("data-value") == ""]
-    assert zero and missing  # slot 1 has anchors and no composition
+    assert zero and missing == ["anchor"]  # a text entity's attribute in its scene, no anchor
     for op in zero:
         assert cells[op].inner_text().startswith("0.0000") and "missing" not in cells[op].get_attribute("class")
     for op in missing:
@@ -200,7 +201,10 @@ def test_every_breakdown_plot_shows_n(page, report):
     slot_ticks = " ".join(plots.nth(0).locator("text").all_text_contents())
     for slot, group in scores["by_slot"].items():
         assert f"n={group['cases']}" in slot_ticks
-    assert "n/a" in slot_ticks  # compose at slot level 1: no case has it
+    tiny = page["context"].new_page()
+    tiny.goto(report["tiny"].as_uri())  # anchor at slot level 1: no case of that page has it
+    assert "n/a" in " ".join(tiny.locator("#fig-by-slot svg text").all_text_contents())
+    tiny.close()
     subtype_texts = plots.nth(1).locator("text").all_text_contents()
     for subtype, value in scores["by_subtype"].items():
         assert f"{value['disentangle']:.2f} (n={value['instances']})" in subtype_texts

@@ -184,3 +184,29 @@ def test_every_instance_of_the_root_gets_one_finding_in_order(formula):
     findings = attribute(nodes, _all(nodes, PASSED))
     assert [(f.op, f.target) for f in findings] == list(nodes[0].targets)
     assert {f.source for f in findings} == {"stable_success"} and not any(f.unstable for f in findings)
+
+
+def test_an_unknown_above_a_fail_clouds_the_flag_and_above_a_pass_does_not():
+    nodes = _nodes()
+    f1 = Instance(Operator.ANCHOR, "f1")
+    results = _all(nodes, FAILED)
+    results["N1"][f1] = ABSTAINED  # passing, it would flip the fail of N2a below it
+    found = _finding(nodes, results, "f1")
+    assert (found.source, found.unknown, found.unstable) == ("undetermined", ("N1",), None)
+    results["N2a"][f1] = PASSED  # nothing fails below the unknown: no flip it could make
+    found = _finding(nodes, results, "f1")
+    assert (found.source, found.unknown, found.unstable) == ("undetermined", ("N1",), False)
+
+
+def test_shares_curves_and_accuracy_are_rounded_to_four_places():
+    records = [_a("anchor", "global_reference", 0.5, ("global-interference",), ("global_reference",)),
+               _a("anchor", "joint_composition", 1.0, ("global-interference",), ("global_reference",)),
+               _a("anchor", "persistent_failure", None, ("global-interference",), ("global_reference",),
+                  unstable=True)]
+    summary = summarize_sources(records)
+    assert summary["sources"]["global_reference"] == 0.3333
+    assert summary["cumulative_pass"]["anchor"]["0.5"] == 0.3333
+    assert summary["localization"]["accuracy"] == 0.3333
+    assert summary["unstable"]["share"] == 0.3333
+    assert summarize_sources([])["unstable"]["share"] == 0.0
+    assert summarize_sources([_a("anchor", "undetermined", root="abstain")])["cumulative_pass"]["anchor"]["1.0"] == 0.0

@@ -22,6 +22,7 @@ Fast, pure tests make it practical: each surviving candidate reruns the tests th
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import re
 import subprocess
@@ -39,11 +40,7 @@ def main() -> None:
     parser.add_argument("--tests", nargs="+", required=True, help="the pytest node ids or files to run")
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args()
-    try:
-        import tracebench  # noqa: F401
-    except ImportError:
-        pass
-    else:
+    if importlib.util.find_spec("tracebench") is not None:
         raise SystemExit("tracebench is importable here: run this from an environment without it (see --help)")
     with tempfile.TemporaryDirectory(prefix="tracebench-mutation-") as tmp:
         clone = Path(tmp) / "repo"

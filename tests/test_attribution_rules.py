@@ -184,6 +184,24 @@ def test_every_instance_of_the_root_gets_one_finding_in_order(formula):
     findings = attribute(nodes, _all(nodes, PASSED))
     assert [(f.op, f.target) for f in findings] == list(nodes[0].targets)
     assert {f.source for f in findings} == {"stable_success"} and not any(f.unstable for f in findings)
+    assert {f.root for f in findings} == {PASSED} and {f.depth for f in findings} == {0}
+
+
+def test_every_finding_keeps_its_root_result_whatever_its_source():
+    """A mixed tree: each finding carries the root's own outcome (records store its status)."""
+    nodes = _nodes()
+    results = _all(nodes, FAILED)
+    f1, f2, f3 = (Instance(Operator.ANCHOR, t) for t in ("f1", "f2", "f3"))
+    results["N0"][f1] = PASSED  # stable success
+    results["N2b"][f2] = PASSED  # joint composition
+    results["N1"][f3] = ABSTAINED  # undetermined (no first pass, an unknown)
+    findings = {f.target: f for f in attribute(nodes, results) if f.op == "anchor"}
+    assert [(t, f.root, f.source) for t, f in sorted(findings.items())] == [
+        ("f1", PASSED, "stable_success"), ("f2", FAILED, "joint_composition"), ("f3", FAILED, "undetermined")]
+    assert [f.record().root for _, f in sorted(findings.items())] == ["pass", "fail", "fail"]
+    style = next(f for f in attribute(nodes, results) if f.target == "g_style1")  # failing everywhere it is kept
+    assert (style.root, style.source, style.unstable, style.record().root) == (FAILED, "persistent_failure", False,
+                                                                              "fail")
 
 
 def test_an_unknown_above_a_fail_clouds_the_flag_and_above_a_pass_does_not():

@@ -196,6 +196,13 @@ def localization_bench(tmp_path_factory) -> Path:
     return _benchmark(tmp_path_factory, per_slot=110, seed=11, applications=True)
 
 
+@pytest.fixture(scope="session")
+def run_bench(tmp_path_factory) -> Path:
+    """5 cases a slot level, with application cases (seed 1): the benchmark the run, score and
+    cache-key tests share (read only; its runs through ``shared_runs``)."""
+    return _benchmark(tmp_path_factory, per_slot=5, seed=1, applications=True)
+
+
 class SharedRuns:
     """``shared_runs(bench, generator, shard=None)``: the run folder of the zoo's ``generator``
     judged by the oracle on ``bench``, made on first request. Read it; never write into it."""

@@ -12,16 +12,14 @@ from tracebench.operators import SCENE, Family, Operator, Role
 from tracebench.providers import ModelSettings, make_generator, make_judge
 from tracebench.records import Verdict
 from tracebench.run import run_benchmark
-from tracebench.sample import read_cases, sample_benchmark
+from tracebench.sample import read_cases
 
 SETTINGS = ModelSettings(max_retries=0, timeout=5.0)
 
 
 @pytest.fixture(scope="module")
-def bench(shared_folder) -> Path:
-    """The same benchmark as tests/test_run.py's (one folder for both)."""
-    return shared_folder("test_run-bench", lambda out: sample_benchmark(out, slots=tuple(range(1, 9)), per_slot=5,
-                                                                        seed=1, applications=True))
+def bench(run_bench) -> Path:
+    return run_bench  # tests/conftest.py: shared with tests/test_run.py
 
 
 @pytest.fixture(scope="module")

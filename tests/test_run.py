@@ -28,10 +28,9 @@ SETTINGS = ModelSettings(max_retries=3, timeout=30.0)
 
 
 @pytest.fixture(scope="module")
-def bench(shared_folder) -> Path:
+def bench(run_bench) -> Path:
     """Read only (tests/conftest.py: made once for all workers); its runs through ``shared_runs``."""
-    return shared_folder("test_run-bench", lambda out: sample_benchmark(out, slots=tuple(range(1, 9)), per_slot=5,
-                                                                        seed=1, applications=True))
+    return run_bench
 
 
 def _run(bench: Path, out: Path, generator: str, judges=("oracle",), **kw):

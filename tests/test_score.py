@@ -14,15 +14,13 @@ import pytest
 from tracebench.operators import OPERATORS, Operator
 from tracebench.outcomes import FAILED, PASSED
 from tracebench.run import stream_run
-from tracebench.sample import read_cases, sample_benchmark
+from tracebench.sample import read_cases
 from tracebench.score import Gating, effective_outcomes, instance_scores, score_run
 
 
 @pytest.fixture(scope="module")
-def bench(shared_folder) -> Path:
-    """The same benchmark as tests/test_run.py's (one folder for both)."""
-    return shared_folder("test_run-bench", lambda out: sample_benchmark(out, slots=tuple(range(1, 9)), per_slot=5,
-                                                                        seed=1, applications=True))
+def bench(run_bench) -> Path:
+    return run_bench  # tests/conftest.py: shared with tests/test_run.py
 
 
 @pytest.fixture(scope="module")

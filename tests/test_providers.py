@@ -111,6 +111,14 @@ def test_the_example_plugins_run_through_trace_run(bench, tmp_path):
     expected = polarity_scores(cases)
     assert {op: value for op, value in scores["operators"].items() if value is not None} == expected
     assert any(value < 1.0 for value in expected.values())  # the polarity shows: duplication asks for "no"
+    # the run recorded where its plugins came from: trace diagnose loads them again without being told
+    manifest = json.loads((run / "run.json").read_text())
+    assert manifest["loaded_from"] == {"python:first_reference": f"python:{PLUGINS / 'first_reference.py'}",
+                                       "python:always_yes": f"python:{PLUGINS / 'always_yes.py'}"}
+    diagnosis = trace("diagnose", str(run), "--cases", cases[-1].id, "--out", str(tmp_path / "diag"))
+    assert diagnosis.returncode == 0, diagnosis.stderr
+    tree = json.loads((tmp_path / "diag" / "trees.jsonl").read_text().splitlines()[0])
+    assert tree["case_id"] == cases[-1].id and all(n["evaluated"] for n in tree["nodes"])
 
 
 def test_the_first_reference_plugin_draws_a_blank_image_without_references():

@@ -206,6 +206,9 @@ class RunManifest(_Record):
     tokens: int = Field(description="tokens reported by the servers in the last invocation (0 where unknown)")
     endpoints: dict[str, Endpoint] = Field(default_factory=dict, description="where each served model (by spec) "
                                            "was called: trace diagnose calls it there again unless told otherwise")
+    loaded_from: dict[str, str] = Field(default_factory=dict, description="a python: plugin's spec -> the "
+                                        "--generator/--judge text it was loaded from (its file or module): trace "
+                                        "diagnose loads it from there again unless told otherwise")
 
 
 # ---------------------------------------------------------------------------------- diagnosis

@@ -508,8 +508,9 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
                               generator=manifest.generator, judges=manifest.judges)
     if settings.library is None:
         settings = replace(settings, library=library_of(run.cases_dir))
-    generator = generator or manifest.generator
-    judges = tuple(judges or manifest.judges)
+    # a python: plugin is loaded from where the run loaded it (its spec names the plugin, not its file)
+    generator = generator or manifest.loaded_from.get(manifest.generator, manifest.generator)
+    judges = tuple(judges or (manifest.loaded_from.get(j, j) for j in manifest.judges))
     judge_batch = judge_batch or manifest.judge_batch
     # the nodes' judges combine as the run's did (a run before the rule was recorded took the majority)
     ensemble = manifest.ensemble or ("majority" if len(manifest.judges) > 1 else "mean")

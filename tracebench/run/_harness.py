@@ -413,6 +413,8 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
         seed=settings.seed if gen.spec.startswith("synthetic:") else None,
         judges=tuple(j.spec for j in judge_list), judge_batch=judge_batch, ensemble=ensemble,
         endpoints={p.spec: e for p in (gen, *judge_list) if (e := p.endpoint()) is not None},
+        loaded_from={p.spec: given for given, p in zip((generator, *judges), (gen, *judge_list))
+                     if given.startswith("python:") and given != p.spec},
         hashes={"judge_templates": template_hash(*JUDGE_TEMPLATES)},
         shard=f"{shard[0]}/{shard[1]}" if shard else None, cases=0, verdicts=0, calls={}, cache_hits=0,
         abstentions=0, tokens=0)

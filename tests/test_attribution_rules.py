@@ -228,3 +228,35 @@ def test_shares_curves_and_accuracy_are_rounded_to_four_places():
     assert summary["unstable"]["share"] == 0.3333
     assert summarize_sources([])["unstable"]["share"] == 0.0
     assert summarize_sources([_a("anchor", "undetermined", root="abstain")])["cumulative_pass"]["anchor"]["1.0"] == 0.0
+
+
+def test_a_fail_below_a_decided_node_under_an_unknown_clouds_the_flag():
+    """N1 unknown above N2a (a fail) whose children fail, fail and pass: N1 passing would flip
+    the fails below it, whichever child comes last."""
+    nodes = _nodes("C(f1 ⊕ g_pattern1 ⊕ g_material1, f2) ⊕ g_style1")
+    f1 = Instance(Operator.ANCHOR, "f1")
+    results = _all(nodes, FAILED)
+    results["N1"][f1] = ABSTAINED
+    results["N3c"][f1] = results["N4b"][f1] = PASSED  # the last child of N2a passes, and below it too
+    found = _finding(nodes, results, "f1")
+    assert (found.source, found.unknown, found.unstable) == ("undetermined", ("N1",), None)
+
+
+def test_a_kept_instance_missing_from_a_nodes_results_is_unknown():
+    nodes = _nodes()
+    f1 = Instance(Operator.ANCHOR, "f1")
+    results = _all(nodes, FAILED)
+    del results["N1"][f1]  # evaluated, but no result for it (its questions were not asked back)
+    assert _finding(nodes, results, "f1").unknown == ("N1",)
+
+
+def test_the_summary_counts_repeated_and_legacy_sources():
+    """Two instances of one source and operator count twice; a record of the version that made
+    Unstable a source is counted under it, beside the sources of today."""
+    records = [_a("anchor", "global_reference", 0.5), _a("anchor", "global_reference", 1.0),
+               _a("anchor", "unstable", 1.0), _a("anchor", "unstable", 1.0)]
+    summary = summarize_sources(records)
+    assert summary["counts"]["global_reference"] == 2 and summary["by_operator"]["anchor"]["global_reference"] == 0.5
+    assert summary["instances"] == 4 and summary["by_operator"]["anchor"]["instances"] == 4
+    empty = summarize_sources([])
+    assert set(empty["sources"].values()) == {0.0} and empty["counts"]["stable_success"] == 0

@@ -1,0 +1,172 @@
+"""Scoring on hand-made verdicts over a few bound cases: every field of the Scores record, fast
+enough for mutation testing (docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from statistics import fmean
+
+import pytest
+
+from tracebench.errors import TraceError
+from tracebench.formula import parse, slot_count
+from tracebench.operators import OPERATORS, Operator
+from tracebench.outcomes import ABSTAINED, FAILED, PASSED, Outcome
+from tracebench.records import RunManifest
+from tracebench.sample import bind
+from tracebench.sample._sample import Plan, _case
+from tracebench.score import Gating, effective_outcomes, format_scores, instance_results, instance_scores, score_cases
+from tracebench.score._score import _ci
+from tracebench.zoo._generate import default_index
+
+MANIFEST = RunManifest(tool="t", cases_dir="b", cases_hash="h", generator="gen", judges=("j1", "j2"), judge_batch="case",
+                       hashes={}, cases=0, verdicts=0, calls={}, cache_hits=0, abstentions=0, tokens=0)
+
+
+@pytest.fixture(scope="module")
+def cases():
+    index = default_index()
+    made = []
+    for k, (formula, application) in enumerate([("f ⊕ g", None), ("f ⊕ g", None), ("C(f, f) ⊕ g_style", None),
+                                                ("C(C(f, f) ⊕ g_rel, f)", None), ("T_e ⊕ g_attach", "try_on")]):
+        template = parse(formula)
+        bound = bind(template, index, random.Random(k))
+        made.append(_case(Plan(f"c{k}", slot_count(template), template, application), bound, index, random.Random(k)))
+    return made
+
+
+def _passing(case):
+    return {q.id: PASSED for q in case.checklist}
+
+
+def test_an_instance_is_the_mean_of_its_answered_values(cases):
+    case = cases[0]
+    g = next(t.symbol for t in case.terms if t.op == "g")
+    verdicts = {**_passing(case), f"{g}:fidelity": Outcome.of("pass", 0.5), f"{g}:isolation": ABSTAINED,
+                f"{g}:carrier": FAILED}
+    scores = instance_scores(case, verdicts)
+    assert scores[(Operator.DISENTANGLE, g)] == pytest.approx(fmean([1.0, 0.5, 0.0]))  # the abstention left out
+    results = instance_results(case, verdicts)
+    result = results[(Operator.DISENTANGLE, g)]
+    assert result.failed and result.value == pytest.approx(0.5)
+    assert results[(Operator.ANCHOR, "f1")] == PASSED
+    everything_abstains = {q.id: ABSTAINED for q in case.checklist}
+    assert instance_scores(case, everything_abstains) == {}
+    assert set(instance_results(case, everything_abstains).values()) == {ABSTAINED}
+    missing = effective_outcomes(case, {})  # no verdict at all: abstentions, never fails
+    assert set(missing.values()) == {ABSTAINED}
+
+
+def test_a_failed_parent_gives_its_children_zero_within_and_across_as_told(cases):
+    case = cases[0]
+    g = next(t.symbol for t in case.terms if t.op == "g")
+    verdicts = {**_passing(case), f"{g}:presence": FAILED}
+    within = instance_scores(case, verdicts)
+    cross = instance_scores(case, verdicts, Gating.CROSS)
+    assert within[(Operator.DISENTANGLE, g)] == 0.0 == cross[(Operator.DISENTANGLE, g)]
+    apply = (Operator.APPLY, f"f1⊕{g}")
+    assert within[apply] == 1.0 and cross[apply] == 0.25  # integrity needs f1 only; the rest needs g's presence
+
+
+def _verdicts(cases):
+    """Every question passes but: c0's f1 identity, c2's composition spatial, c3's g_rel presence,
+    and c1's anchor identity abstains."""
+    out = {}
+    for case in cases:
+        v = _passing(case)
+        if case.id == "c0":
+            v["f1:identity"] = FAILED
+        if case.id == "c1":
+            v["f1:identity"] = ABSTAINED
+        if case.id == "c2":
+            v["C1:spatial"] = FAILED
+        if case.id == "c3":
+            v["g_rel1:presence"] = FAILED
+        out[case.id] = v
+    return out
+
+
+def _by_op(case, verdicts, gating=Gating.WITHIN):
+    instances = instance_scores(case, verdicts, gating)
+    return {op: fmean(v for (o, _), v in instances.items() if o == op) if any(o == op for o, _ in instances) else None
+            for op in OPERATORS} | {"overall": fmean(instances.values())}
+
+
+@pytest.mark.parametrize("gating", list(Gating))
+def test_every_field_of_the_scores(cases, gating):
+    verdicts = _verdicts(cases)
+    scores = score_cases(MANIFEST, ((c, verdicts[c.id]) for c in cases), root=Path("run"), gating=gating)
+    rows = {c.id: _by_op(c, verdicts[c.id], gating) for c in cases}
+    general = [c for c in cases if c.application is None]
+    assert scores.scope == "general" and scores.gating is gating and scores.cases == 5
+    for op in OPERATORS:
+        slots: dict[int, list[float]] = {}
+        for c in general:
+            if rows[c.id][op] is not None:
+                slots.setdefault(c.slot, []).append(rows[c.id][op])
+        assert scores.operators[op] == round(fmean(fmean(v) for v in slots.values()), 4), op
+        weighted = [rows[c.id][op] for c in cases if rows[c.id][op] is not None]
+        assert scores.case_weighted.operators[op] == round(fmean(weighted), 4), op
+        low, high = scores.ci95[op]
+        assert low <= scores.operators[op] <= high
+    assert scores.avg == round(fmean(scores.operators.values()), 4)
+    assert scores.case_weighted.overall == round(fmean(r["overall"] for r in rows.values()), 4)
+    assert set(scores.by_slot) == {str(c.slot) for c in general}  # the application's slot 1 is not there
+    slot2 = scores.by_slot["2"]
+    assert slot2.cases == 2 and slot2.anchor == round(fmean([rows["c0"]["anchor"], rows["c1"]["anchor"]]), 4)
+    assert slot2.compose == 1.0 and slot2.overall == round(fmean([rows["c0"]["overall"], rows["c1"]["overall"]]), 4)
+    assert scores.by_slot["4"].anchor == 1.0 and scores.by_slot["4"].cases == 1
+    assert list(scores.by_application) == ["try_on"] and scores.by_application["try_on"].cases == 1
+    assert scores.by_application["try_on"].anchor is None
+    subtype = next(t.subtype for t in cases[3].terms if t.role == "relation")
+    assert scores.by_subtype[subtype].instances == 1 and scores.by_subtype[subtype].disentangle == 0.0
+    assert sum(s.instances for s in scores.by_subtype.values()) == sum(
+        1 for c in cases for t in c.terms if t.op == "g" and t.subtype)
+    counts = {}
+    for c in cases:
+        for t in c.terms:
+            if t.role == "anchor":
+                counts[str(t.source_entities)] = counts.get(str(t.source_entities), 0) + 1
+    assert {k: v.instances for k, v in scores.by_entity_count.items()} == counts
+    questions = sum(len(c.checklist) for c in cases)
+    assert (scores.abstentions.count, scores.abstentions.share) == (1, round(1 / questions, 4))
+    assert (scores.run.generator, scores.run.judges) == ("gen", ("j1", "j2"))
+
+
+def test_a_run_of_applications_only_is_averaged_over_all_its_cases(cases):
+    only = [c for c in cases if c.application is not None]
+    scores = score_cases(MANIFEST, ((c, _passing(c)) for c in only), root=Path("run"))
+    assert scores.scope == "all" and scores.by_slot and scores.operators[Operator.DISENTANGLE] == 1.0
+    assert scores.operators[Operator.ANCHOR] is None and scores.ci95["anchor"] is None
+    assert scores.avg == 1.0 and scores.ci95["avg"] == (1.0, 1.0)
+
+
+def test_no_verdict_is_an_error_naming_the_run(cases):
+    with pytest.raises(TraceError, match=r"^run: no verdicts to score$"):
+        score_cases(MANIFEST, iter(()), root=Path("run"))
+
+
+def test_intervals_of_degenerate_samples():
+    assert _ci([], 0) is None
+    assert _ci([0.25], 0) == (0.25, 0.25)
+    assert _ci([0.5, 0.5, 0.5], 0) == (0.5, 0.5)
+    low, high = _ci([0.0, 1.0] * 20, 0)
+    assert 0.0 < low < 0.5 < high < 1.0
+
+
+def test_the_table_shows_each_operator_avg_and_the_case_weighted_scores(cases):
+    verdicts = _verdicts(cases)
+    scores = score_cases(MANIFEST, ((c, verdicts[c.id]) for c in cases), root=Path("run"))
+    text = format_scores(scores)
+    lines = text.splitlines()
+    assert lines[0] == "mean of per-slot means over the general benchmark; gating within"
+    for op in OPERATORS:
+        row = next(line for line in lines if line.startswith(op.value))
+        assert f"{scores.operators[op]:7.4f}" in row and row.endswith(f"{scores.case_weighted.operators[op]:.4f}")
+    avg = next(line for line in lines if line.startswith("avg"))
+    assert f"{scores.avg:7.4f}" in avg and avg.endswith(f"{scores.case_weighted.overall:.4f} (overall)")
+    assert lines[-1] == f"cases 5, abstentions 1 ({scores.abstentions.share:.1%})"
+    only = score_cases(MANIFEST, ((c, _passing(c)) for c in cases if c.application), root=Path("run"))
+    assert "all cases (no general case)" in format_scores(only).splitlines()[0]
+    assert "    n/a" in next(line for line in format_scores(only).splitlines() if line.startswith("anchor"))

@@ -88,9 +88,11 @@ def _verdicts(cases):
 
 
 def _by_op(case, verdicts, gating=Gating.WITHIN):
+    """A case's scores per operator and overall, rounded to four places as a case's scores are."""
     instances = instance_scores(case, verdicts, gating)
-    return {op: fmean(v for (o, _), v in instances.items() if o == op) if any(o == op for o, _ in instances) else None
-            for op in OPERATORS} | {"overall": fmean(instances.values())}
+    return {op: round(fmean(v for (o, _), v in instances.items() if o == op), 4)
+            if any(o == op for o, _ in instances) else None
+            for op in OPERATORS} | {"overall": round(fmean(instances.values()), 4)}
 
 
 @pytest.mark.parametrize("gating", list(Gating))
@@ -170,3 +172,100 @@ def test_the_table_shows_each_operator_avg_and_the_case_weighted_scores(cases):
     only = score_cases(MANIFEST, ((c, _passing(c)) for c in cases if c.application), root=Path("run"))
     assert "all cases (no general case)" in format_scores(only).splitlines()[0]
     assert "    n/a" in next(line for line in format_scores(only).splitlines() if line.startswith("anchor"))
+
+
+def _scipy_interval(values, rng):
+    stats = pytest.importorskip("scipy.stats")
+    import numpy as np
+
+    ci = stats.bootstrap((np.asarray(values),), np.mean, n_resamples=1000, confidence_level=0.95,
+                         method="percentile", random_state=rng).confidence_interval
+    return round(float(ci.low), 4), round(float(ci.high), 4)
+
+
+def _stratified(strata, seed: int, j: int):
+    """The slot-stratified percentile interval computed here with numpy's own percentile (type 7)."""
+    import numpy as np
+
+    total = np.zeros(1000)
+    for k, values in enumerate(strata):
+        data = np.asarray(values)
+        total += data[np.random.default_rng([seed, j, k]).integers(0, len(data), (1000, len(data)))].mean(axis=-1)
+    low, high = np.percentile(total / len(strata), [2.5, 97.5])
+    return round(float(low), 4), round(float(high), 4)
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+def test_the_intervals_are_the_stated_bootstraps(cases, seed):
+    """Case-weighted: SciPy's percentile bootstrap over cases; slot-averaged: each slot resampled
+    on its own (seeded by seed, operator and stratum), the percentiles of the mean of slot means."""
+    import numpy as np
+
+    verdicts = _verdicts(cases)
+    kwargs = {} if seed == 0 else {"seed": seed}  # seed 0 is the default
+    scores = score_cases(MANIFEST, ((c, verdicts[c.id]) for c in cases), root=Path("run"), **kwargs)
+    rows = {c.id: _by_op(c, verdicts[c.id]) for c in cases}
+    anchor = [rows[c.id]["anchor"] for c in cases if rows[c.id]["anchor"] is not None]
+    assert scores.case_weighted.ci95["anchor"] == _scipy_interval(anchor, np.random.default_rng(seed))
+    overall = [r["overall"] for r in rows.values()]
+    assert scores.case_weighted.ci95["overall"] == _scipy_interval(overall, np.random.default_rng(seed))
+    general = [c for c in cases if c.application is None]
+    for j, op in enumerate(OPERATORS):
+        slots: dict[int, list[float]] = {}
+        for c in general:
+            if rows[c.id][op] is not None:
+                slots.setdefault(c.slot, []).append(rows[c.id][op])
+        assert scores.ci95[op] == _stratified([slots[s] for s in sorted(slots)], seed, j), op
+
+
+def test_the_percentile_bootstrap_is_scipys_on_skewed_samples():
+    import numpy as np
+    from tracebench.score._score import _bootstrap_interval
+
+    stats = pytest.importorskip("scipy.stats")
+    for k, values in enumerate(([0.0] * 9 + [1.0], [0.1, 0.2, 0.9, 0.95, 1.0, 0.3], list(np.linspace(0, 1, 23)))):
+        expected = stats.bootstrap((np.asarray(values),), np.mean, n_resamples=1000, confidence_level=0.95,
+                                   method="percentile", random_state=np.random.default_rng(k)).confidence_interval
+        assert _bootstrap_interval(list(values), k) == (float(expected.low), float(expected.high))
+
+
+def test_the_entity_count_breakdown_averages_anchor_instances(cases):
+    verdicts = _verdicts(cases)
+    scores = score_cases(MANIFEST, ((c, verdicts[c.id]) for c in cases), root=Path("run"))
+    by_count: dict[str, list[float]] = {}
+    for c in cases:
+        instances = instance_scores(c, verdicts[c.id])
+        for t in c.terms:
+            if t.role == "anchor" and (Operator.ANCHOR, t.symbol) in instances:
+                by_count.setdefault(str(t.source_entities), []).append(instances[(Operator.ANCHOR, t.symbol)])
+    assert {k: v.anchor for k, v in scores.by_entity_count.items()} == {k: round(fmean(v), 4) for k, v in by_count.items()}
+
+
+def test_cases_without_verdicts_score_nothing_and_abstain_nothing(cases):
+    scores = score_cases(MANIFEST, ((c, {}) for c in cases[:2]), root=Path("run"))
+    assert scores.cases == 2 and (scores.abstentions.count, scores.abstentions.share) == (0, 0.0)
+    assert set(scores.operators.values()) == {None} and scores.avg is None and scores.ci95["avg"] is None
+    assert scores.case_weighted.overall is None and scores.case_weighted.ci95["overall"] is None
+    assert format_scores(scores).splitlines()[1].startswith("operator")
+
+
+def test_a_run_folder_scores_as_its_cases_do(tmp_path):
+    from tracebench.providers import ModelSettings
+    from tracebench.run import load_run, run_benchmark
+    from tracebench.sample import read_cases, sample_benchmark
+    from tracebench.score import score_folder, score_run
+
+    sample_benchmark(tmp_path / "b", slots=(1, 2), per_slot=3, seed=4, applications=False)
+    run_benchmark(tmp_path / "b", tmp_path / "r", generator="synthetic:noise:0.3", judges=["oracle"],
+                  settings=ModelSettings(seed=0), progress=False)
+    from tracebench.run import stream_run
+
+    items = [(item.case, item.outcomes) for item in stream_run(tmp_path / "r")]
+    assert len(items) == len(list(read_cases(tmp_path / "b")))
+    for gating in Gating:
+        expected = score_cases(MANIFEST.model_copy(update={"generator": "synthetic:noise:0.3", "judges": ("oracle",)}),
+                               iter(items), root=tmp_path / "r", seed=5, gating=gating)
+        assert score_run(tmp_path / "r", seed=5, gating=gating) == expected
+        assert score_run(tmp_path / "r", cases_dir=tmp_path / "b", seed=5, gating=gating) == expected
+        assert score_folder(load_run(tmp_path / "r"), seed=5, gating=gating) == expected
+    assert score_run(tmp_path / "r") != score_run(tmp_path / "r", seed=5)  # the seed reaches the intervals

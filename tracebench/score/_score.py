@@ -45,7 +45,7 @@ from ..outcomes import ABSTAINED, FAILED, Outcome
 from ..records import Case, RunManifest
 from ..run import RunFolder
 
-__all__ = ["Abstentions", "CaseWeighted", "EntityCountScore", "GATINGS", "Gating", "GroupScores", "OPERATORS",
+__all__ = ["Abstentions", "CaseWeighted", "EntityCountScore", "Gating", "GroupScores", "OPERATORS",
            "RunIdentity", "Scores", "SubtypeScore",
            "effective_outcomes", "format_scores", "instance_results", "instance_scores", "score_cases", "score_folder",
            "score_run"]
@@ -60,8 +60,6 @@ class Gating(StrEnum):
     WITHIN = "within"  # the paper: within one operator instance
     CROSS = "cross"    # tracebench's extension: across instances too
 
-
-GATINGS = tuple(g.value for g in Gating)
 
 
 class _Record(BaseModel):

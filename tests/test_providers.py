@@ -156,7 +156,7 @@ def test_a_plugin_by_module_and_factory_name(tmp_path, monkeypatch):
     ("python:no_such_file.py", "no_such_file.py is not a file"),
     (f"python:{PLUGINS / 'always_yes.py'}:nope", "defines no 'nope'"),
     ("python:no_such_module_xyz", "cannot be loaded: ModuleNotFoundError"),
-    ("nosuchprovider", "expected openai:MODEL, oracle or python:FILE.py[:NAME]"),
+    ("nosuchprovider", "expected openai:MODEL, oracle[:flip=P,yes-bias=Q] or python:FILE.py[:NAME]"),
 ])
 def test_a_bad_plugin_is_one_line_and_exit_2(bench, tmp_path, spec, fragment):
     out = tmp_path / "run"

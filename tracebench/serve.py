@@ -7,7 +7,8 @@ parsing) is then exercised end to end against it. Endpoints:
   ``POST /v1/images/generations`` (JSON): model ``synthetic/PROFILE`` (e.g.
   ``synthetic/global-interference,noise:0.1``); the prompt selects the case among the
   benchmark folders the server was started with; the reply carries ``b64_json``.
-- ``POST /v1/chat/completions``: model ``oracle``; answers the questions listed as
+- ``POST /v1/chat/completions``: model ``oracle`` (or ``oracle:flip=P,yes-bias=Q``, a judge that
+  errs at those rates); answers the questions listed as
   ``- <id>: <text>`` from the record inside the generated image it is sent.
 - ``GET /v1/models``.
 
@@ -101,10 +102,15 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, {"created": int(time.time()), "data": [{"b64_json": base64.b64encode(png).decode()}]})
 
     def _chat(self, body: dict) -> None:
-        from .zoo import oracle_reply, read_record
+        from .zoo import oracle_reply, parse_oracle, read_record
 
-        if body.get("model") != "oracle":
+        model = str(body.get("model"))
+        if model.partition(":")[0] != "oracle":
             return self._error(404, f"unknown model {body.get('model')!r}; the judge here is oracle")
+        try:
+            errors = parse_oracle(model)
+        except TraceError as err:
+            return self._error(404, f"unknown model: {err}")
         texts, images = [], []
         for message in body.get("messages", []):
             content = message.get("content")
@@ -123,9 +129,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(400, f"case {record.case_id!r} is not in the benchmarks this server was started with")
         wanted = set(_QUESTION_LINE.findall("\n".join(texts)))
         questions = [q for q in case.checklist if q.id in wanted]
-        reply = json.dumps(oracle_reply(questions, record))
+        reply = json.dumps(oracle_reply(questions, record, errors))
         self._send(200, {"id": "chatcmpl-oracle", "object": "chat.completion", "created": int(time.time()),
-                         "model": "oracle", "choices": [{"index": 0, "finish_reason": "stop",
+                         "model": model, "choices": [{"index": 0, "finish_reason": "stop",
                                                           "message": {"role": "assistant", "content": reply}}],
                          "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}})
 

@@ -17,7 +17,7 @@ from ..resources import read_toml
 from ..realize import phrase_name
 from ..templating import compile_string
 
-__all__ = ["QUESTION_FILE", "compile_checklist"]
+__all__ = ["QUESTION_FILE", "aspects", "compile_checklist"]
 
 QUESTION_FILE = "checklist/questions.toml"
 
@@ -29,6 +29,11 @@ def _templates() -> dict[str, list[dict]]:
                      "depends": tuple(dep.rpartition(".")[::2] for dep in q.get("depends_on", ())),
                      "wanted": q.get("images"), "members": q.get("members", 1)} for q in entries]
             for group, entries in raw.items()}
+
+
+def aspects() -> dict[str, frozenset[str]]:
+    """Checklist section (``anchor``, ``local`` ..., ``compose_relation``) -> the aspects it asks."""
+    return {group: frozenset(q["aspect"] for q in entries) for group, entries in _templates().items()}
 
 
 def _join(items: list[str]) -> str:

@@ -15,7 +15,7 @@ def register(sub) -> None:
                    help="openai:MODEL[@URL], folder:PATH, command:'...' (reads the case on stdin, writes {output}), "
                         "synthetic:PROFILE, python:FILE.py[:NAME] or a registered provider's name")
     p.add_argument("--judge", action="append", required=True, metavar="SPEC",
-                   help="openai:MODEL[@URL[,URL]], oracle, python:FILE.py[:NAME], a registered provider's name "
+                   help="openai:MODEL[@URL[,URL]], oracle[:flip=P,yes-bias=Q], python:FILE.py[:NAME], a registered provider's name "
                         "or a name of the models file; repeat for an ensemble (--ensemble)")
     p.add_argument("--ensemble", choices=("mean", "majority"), default="mean",
                    help="how several judges combine: mean (default, as the paper averages its judges: the value "

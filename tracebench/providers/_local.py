@@ -134,17 +134,27 @@ class SyntheticGenerator(Generator):
 
 
 class OracleJudge(Judge):
-    """``oracle``: answers from the record a synthetic image carries."""
+    """``oracle``: answers from the record a synthetic image carries; ``oracle:flip=P,yes-bias=Q``
+    errs at those rates (:func:`tracebench.zoo.parse_oracle`)."""
 
     spec = "oracle"
 
+    def __init__(self, spec: str = "oracle") -> None:
+        from ..zoo import parse_oracle
+
+        self.errors = parse_oracle(spec)
+        self.spec = str(self.errors)
+
     def key(self, case, questions, image, references):
-        return {"adapter": "oracle", "questions": [q.model_dump(mode="json") for q in questions], "image": digest(image)}
+        key = {"adapter": "oracle", "questions": [q.model_dump(mode="json") for q in questions], "image": digest(image)}
+        if self.errors:  # the error-free oracle keeps the keys it always had
+            key["errors"] = str(self.errors)
+        return key
 
     async def ask(self, case, questions, image, references):
         from ..zoo import oracle_reply
 
         try:
-            return json.dumps(oracle_reply(questions, image))
+            return json.dumps(oracle_reply(questions, image, self.errors))
         except TraceError as err:
             raise CallFailed(str(err)) from None

@@ -6,7 +6,7 @@
 | ``folder:PATH`` | ``PATH/<case id>.png`` made elsewhere | |
 | ``command:'...'`` | a shell command (case JSON on stdin, writes ``{output}``) | |
 | ``synthetic:PROFILE`` | the zoo | |
-| ``oracle`` | | answers from the zoo's record |
+| ``oracle[:flip=P,yes-bias=Q]`` | | answers from the zoo's record (erring at the given rates) |
 | ``python:FILE.py[:NAME]``, ``python:pkg.module[:NAME]`` | a user's class, instance or factory (default NAME ``generator``) | (default NAME ``judge``) |
 | ``NAME[:ARG]`` | a provider registered by a package under the entry-point group ``tracebench.generators`` | ``tracebench.judges`` |
 
@@ -55,7 +55,7 @@ _JUDGES: dict[str, Factory] = {
     "openai": lambda rest, config, settings: OpenAIJudge(rest, config),
 }
 _USAGE = {"generator": "openai:MODEL, folder:PATH, command:'...', synthetic:PROFILE or python:FILE.py[:NAME]",
-          "judge": "openai:MODEL, oracle or python:FILE.py[:NAME]"}
+          "judge": "openai:MODEL, oracle[:flip=P,yes-bias=Q] or python:FILE.py[:NAME]"}
 
 
 def make_generator(spec: str, settings: ModelSettings | None = None) -> Generator:
@@ -72,8 +72,8 @@ def _make(spec: str, settings: ModelSettings, role: str, builtins: dict[str, Fac
     provider_spec, config = resolve_spec(spec, settings, judge=role == "judge")
     option = f"--{role} {spec}"
     scheme, _, rest = provider_spec.partition(":")
-    if role == "judge" and provider_spec == "oracle":
-        provider: Provider = OracleJudge()
+    if role == "judge" and scheme == "oracle":
+        provider: Provider = OracleJudge(provider_spec)
     elif scheme in builtins and rest:
         provider = builtins[scheme](rest, config, settings)
     elif scheme == "python" and rest:

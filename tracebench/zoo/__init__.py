@@ -7,30 +7,37 @@ questions were broken and why) in the PNG; :func:`oracle_answers` and :func:`ora
 judge from that record alone. :func:`failed_questions` gives the broken questions without
 drawing.
 
-Modules: ``_profiles`` (specs), ``_rules`` (which questions a profile breaks), ``_scene``
-(the render plan), ``_generate`` (drawing, the PNG record), ``_oracle`` (the judge).
+Modules: ``_profiles`` (specs), ``_rules`` (which questions a profile breaks), ``_load`` (the
+probabilistic load modes, ``taxonomy/zoo.toml``), ``_scene`` (the render plan), ``_generate``
+(drawing, the PNG record), ``_oracle`` (the judge, and the errors it can be told to make).
 """
 
 from __future__ import annotations
 
 from ._generate import RECORD_KEY, default_index, generate, read_record
-from ._oracle import oracle_answers, oracle_reply
+from ._load import load_modes, subtype_difficulty
+from ._oracle import JudgeErrors, oracle_answers, oracle_reply, parse_oracle
 from ._profiles import PROFILE_NAMES, Failure, Profile, parse_profile
-from ._rules import breakdown, failed_questions
+from ._rules import breakdown, failed_questions, load_probability
 from ._scene import plan_generation
 
 __all__ = [
     "PROFILE_NAMES",
     "RECORD_KEY",
     "Failure",
+    "JudgeErrors",
     "Profile",
     "breakdown",
     "default_index",
     "failed_questions",
     "generate",
+    "load_modes",
+    "load_probability",
     "oracle_answers",
     "oracle_reply",
+    "parse_oracle",
     "parse_profile",
     "plan_generation",
     "read_record",
+    "subtype_difficulty",
 ]

@@ -2,7 +2,9 @@
 
 A spec string lists failure modes separated by commas, e.g. ``"global-interference,noise:0.1"``;
 ``"perfect"`` alone is the generator that never fails. The order matters: when several modes
-break one requirement, the first one listed is recorded as its cause.
+break one requirement, the first one listed is recorded as its cause. The load modes
+(``load-global`` ..., ``taxonomy/zoo.toml``) break requirements with a probability; ``strain``
+is all of them at once.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 
 from ..errors import TraceError
 from ..taxonomy import taxonomy
+from ._load import load_modes
 
 __all__ = ["PROFILE_NAMES", "Failure", "Profile", "parse_profile"]
 
@@ -27,8 +30,20 @@ PROFILE_NAMES: dict[str, str | None] = {
     "leaky-binding": None,
     "duplicate": None,
     "noise": "P",
+    "strain": "S",
 }
 _PREFIX = "synthetic:"
+STRAIN = "strain"  # every load mode of taxonomy/zoo.toml at one scale
+
+
+def _names() -> dict[str, str | None]:
+    """Every profile name -> its parameter: the fixed ones and the load modes of the data file."""
+    return {**PROFILE_NAMES, **{name: "S" for name in load_modes()}}
+
+
+def _optional(name: str) -> bool:
+    """Whether a profile's parameter may be left out (the load modes' scale, default 1)."""
+    return name == STRAIN or name in load_modes()
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +52,11 @@ class Failure:
 
     name: str
     arg: int | float | str | None = None
+
+    @property
+    def probabilistic(self) -> bool:
+        """Whether the mode breaks requirements by chance (noise, the load modes)."""
+        return self.name in ("noise", STRAIN) or self.name in load_modes()
 
     def __str__(self) -> str:
         if self.arg is None:
@@ -65,13 +85,27 @@ class Profile:
         """Whether a failure mode of that name is part of the profile."""
         return any(f.name == name for f in self.failures)
 
+    @property
+    def probabilistic(self) -> bool:
+        """Whether any mode breaks requirements by chance: the profile's outcomes depend on the seed."""
+        return any(f.probabilistic for f in self.failures)
+
+    def modes(self) -> tuple[Failure, ...]:
+        """The failure modes with ``strain`` spelled out as every load mode at its scale, in the
+        order causes are recorded."""
+        out: list[Failure] = []
+        for f in self.failures:
+            out += [Failure(name, f.arg) for name in load_modes()] if f.name == STRAIN else [f]
+        return tuple(out)
+
     def weak_subtypes(self) -> frozenset[str]:
         """The attribute subtypes the generator never transfers."""
         return frozenset(str(f.arg) for f in self.failures if f.name == "weak-subtype")
 
 
 def _known() -> str:
-    return ", ".join(name if arg is None else f"{name}:{arg}" for name, arg in PROFILE_NAMES.items())
+    return ", ".join(name if arg is None else f"{name}[:{arg}]" if _optional(name) else f"{name}:{arg}"
+                     for name, arg in _names().items())
 
 
 def _subtype_keys() -> dict[str, str]:
@@ -94,11 +128,15 @@ def _argument(name: str, raw: str, fail) -> int | float | str:
         if k < 1:
             fail(f"K must be at least 1, got {k}")
         return k
-    if name == "noise":
+    if name == "noise" or _optional(name):
         try:
             p = float(raw)
         except ValueError:
-            fail(f"P must be a number, got {raw!r}")
+            fail(f"{'P' if name == 'noise' else 'S'} must be a number, got {raw!r}")
+        if name != "noise":  # a load mode's scale
+            if not (math.isfinite(p) and p > 0.0):
+                fail(f"S must be a positive number, got {raw}")
+            return p
         if not (math.isfinite(p) and 0.0 <= p <= 1.0):
             fail(f"P must lie between 0 and 1, got {raw}")
         return p
@@ -118,6 +156,7 @@ def parse_profile(spec: str) -> Profile:
     text = text.removeprefix(_PREFIX)
     failures: list[Failure] = []
     seen: set[tuple[str, object]] = set()
+    names = _names()
     parts = [p.strip() for p in text.split(",")]
     for part in parts:
         def fail(message: str, part: str = part) -> None:
@@ -127,21 +166,23 @@ def parse_profile(spec: str) -> Profile:
             fail("empty part")
         name, colon, raw = part.partition(":")
         name, raw = name.strip().lower(), raw.strip()
-        if name not in PROFILE_NAMES:
+        if name not in names:
             fail("unknown profile")
-        wanted = PROFILE_NAMES[name]
+        wanted = names[name]
         if wanted is None and colon:
             fail(f"{name} takes no parameter")
-        if wanted is not None and not raw:
+        if wanted is not None and not raw and (colon or not _optional(name)):
             fail(f"{name} needs a parameter, e.g. {name}:{wanted}")
         if name == PERFECT:
             if len(parts) > 1:
                 fail("perfect cannot be combined with failure modes")
             continue
-        arg = None if wanted is None else _argument(name, raw, fail)
-        key = (name, arg) if name == "weak-subtype" else (name, None)
-        if key in seen:
-            fail(f"{name} given twice")
-        seen.add(key)
+        arg = None if wanted is None or not raw else _argument(name, raw, fail)
+        for mode in (load_modes() if name == STRAIN else (name,)):
+            key = (mode, arg) if mode == "weak-subtype" else (mode, None)
+            if key in seen:
+                fail(f"{mode} given twice" + (" (strain holds every load mode)" if name == STRAIN or
+                                              any(f.name == STRAIN for f in failures) else ""))
+            seen.add(key)
         failures.append(Failure(name, arg))
     return Profile(tuple(failures))

@@ -9,7 +9,6 @@ propagating a parent's failure is the scorer's job.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
@@ -17,11 +16,12 @@ from types import MappingProxyType
 
 from ..errors import TraceError
 from ..formula import Anchor, Compose, Disentangle, FormulaError, parse, symbol, walk
-from ..operators import ENTITY_ROLES, LOCAL_ROLES, SCENE, Family, Role, split_target
+from ..operators import ENTITY_ROLES, LOCAL_ROLES, SCENE, Family, Role, question_id, split_target
 from ..records import Case, TermBinding
+from ._load import draw, load_modes, probability, subtype_difficulty
 from ._profiles import Failure, Profile
 
-__all__ = ["Scene", "breakdown", "breaking", "failed_questions"]
+__all__ = ["Scene", "breakdown", "breaking", "failed_questions", "load_probability"]
 
 
 @lru_cache(maxsize=4096)
@@ -92,9 +92,57 @@ class Scene:
         return t if t is not None and t.op is Family.DISENTANGLE and t.role in roles else None
 
 
-def _noise_draw(seed: int, case_id: str, question_id: str) -> float:
-    digest = hashlib.sha256(f"tracebench-zoo/noise/{seed}/{case_id}/{question_id}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2.0**64
+def _section(scene: Scene, target: str, aspect: str) -> tuple[str, TermBinding | None] | None:
+    """The checklist section of requirement ``target:aspect`` (``anchor``, ``local`` ...,
+    ``apply_local`` ..., ``compose``, ``compose_relation``) and its term (of a binding, its g
+    term; none for a composition); None for a text term or an unknown target."""
+    head, g_symbol = split_target(target)
+    if g_symbol is not None:  # a binding X ⊕ g: its section follows the g term's role, as the checklist's
+        g = scene.term(g_symbol)
+        if g is None or g.op is not Family.DISENTANGLE:
+            return None
+        return {Role.GLOBAL: "apply_global", Role.RELATION: "apply_relation"}.get(g.role, "apply_local"), g
+    if head in scene.compositions:
+        return ("compose_relation" if aspect == "relation" else "compose"), None
+    t = scene.term(head)
+    if t is None or t.op is Family.TEXT:
+        return None
+    return str(t.role), t
+
+
+def load_probability(failure: Failure, scene: Scene, target: str, aspect: str) -> float:
+    """The probability that load mode ``failure`` breaks requirement ``target:aspect`` of the scene
+    (0 where the mode does not reach it); ``taxonomy/zoo.toml`` gives the rates."""
+    mode = load_modes()[failure.name]
+    found = _section(scene, target, aspect)
+    if found is None or (found[0], aspect) not in mode.breaks:
+        return 0.0
+    scale = 1.0 if failure.arg is None else float(failure.arg)  # type: ignore[arg-type]
+    t = found[1]
+    if mode.load == "subtype":
+        return probability(subtype_difficulty().get(t.subtype or "", 0.0), 1, scale) if t is not None else 0.0
+    if mode.load == "entities" and (t is None or t.op is not Family.ANCHOR):
+        return 0.0
+    if mode.load == "global":
+        load = sum(1 for x in scene.case.terms if x.op is Family.DISENTANGLE and x.role is Role.GLOBAL)
+    elif mode.load == "composition":
+        load = scene.branches - 1
+    elif mode.load == "relation":
+        head = split_target(target)[0]
+        load = sum(1 for x in scene.case.terms if x.op is Family.DISENTANGLE and x.role is Role.RELATION
+                   and x.carrier == head)
+    else:  # entities: the others in the anchor's source image
+        load = max((t.source_entities or 1) - 1, 0)  # type: ignore[union-attr]
+    return probability(mode.p1 or 0.0, load, scale)
+
+
+def _fires(failure: Failure, scene: Scene, target: str, aspect: str, seed: int) -> bool:
+    """Whether a probabilistic mode (noise, a load mode) breaks the requirement in this generation."""
+    qid = question_id(target, aspect)
+    if failure.name == "noise":
+        return draw(seed, scene.case.id, qid, "noise") < float(failure.arg)  # type: ignore[arg-type]
+    p = load_probability(failure, scene, target, aspect)
+    return p > 0.0 and draw(seed, scene.case.id, qid, failure.name) < p
 
 
 def _ignored(failure: Failure, t: TermBinding) -> bool:
@@ -149,22 +197,26 @@ def _breaks(failure: Failure, scene: Scene, target: str, aspect: str, profile: P
     return name == "leaky-binding" and t.role is Role.LOCAL and aspect == "presence"
 
 
-def breaking(scene: Scene, profile: Profile, target: str, aspect: str) -> tuple[str, ...]:
-    """Names of the deterministic failure modes that break requirement ``target:aspect``, whether
-    or not the checklist asks it: what the renderer draws broken."""
-    return tuple(f.name for f in profile.failures if f.name != "noise" and _breaks(f, scene, target, aspect, profile))
+def _broken_by(f: Failure, scene: Scene, profile: Profile, target: str, aspect: str, seed: int) -> bool:
+    if f.probabilistic:
+        return _fires(f, scene, target, aspect, seed)
+    return _breaks(f, scene, target, aspect, profile)
+
+
+def breaking(scene: Scene, profile: Profile, target: str, aspect: str, *, seed: int = 0) -> tuple[str, ...]:
+    """Names of the failure modes that break requirement ``target:aspect`` in the pixels, whether
+    or not the checklist asks it: what the renderer draws broken (noise is in the record only)."""
+    return tuple(f.name for f in profile.modes()
+                 if f.name != "noise" and _broken_by(f, scene, profile, target, aspect, seed))
 
 
 def breakdown(case: Case, profile: Profile, *, seed: int = 0) -> dict[str, tuple[str, ...]]:
-    """Question id -> every failure mode that breaks it (canonical names, in profile order);
-    only broken questions are listed, in checklist order."""
+    """Question id -> every failure mode that breaks it (canonical names, in profile order, with
+    ``strain`` spelled out as its load modes); only broken questions are listed, in checklist order."""
     scene = Scene(case)
     out: dict[str, tuple[str, ...]] = {}
     for q in case.checklist:
-        noise = _noise_draw(seed, case.id, q.id)
-        causes = tuple(str(f) for f in profile.failures
-                       if (noise < float(f.arg) if f.name == "noise"  # type: ignore[arg-type]
-                           else _breaks(f, scene, q.target, q.aspect, profile)))
+        causes = tuple(str(f) for f in profile.modes() if _broken_by(f, scene, profile, q.target, q.aspect, seed))
         if causes:
             out[q.id] = causes
     return out

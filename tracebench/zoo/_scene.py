@@ -23,6 +23,7 @@ from ..library.synth import (RENDER_VERSION, World, entity_options, load_world, 
 from ..records import Case, TermBinding
 from ..sample import LibraryIndex
 from ._profiles import Profile
+from ._load import load_modes
 from ._rules import Scene, breaking
 
 __all__ = ["plan_generation"]
@@ -240,7 +241,9 @@ class _Planner:
                                       "transfers": [], "globals": [], "relations": []}
 
     def broken(self, target: str, aspect: str, *names: str) -> bool:
-        return any(n in names for n in breaking(self.scene, self.profile, target, aspect))
+        """Whether one of the named modes, or any load mode, breaks ``target:aspect`` in this image."""
+        names = (*names, *load_modes())
+        return any(n in names for n in breaking(self.scene, self.profile, target, aspect, seed=self.seed))
 
     def run(self) -> dict[str, Any]:
         terms = self.case.terms
@@ -413,7 +416,8 @@ class _Planner:
         kinds = [r["type"] for r in source.get("relations") or []
                  if relation_tag(world, r, source["entities"]) == g.value]
         kind = (kinds or [r["type"] for r in source.get("relations") or []] or ["beside"])[0]
-        drawn = not self.broken(g.symbol, "presence", "relation-blind", "weak-subtype")
+        drawn = not (self.broken(g.symbol, "presence", "relation-blind", "weak-subtype")
+                     or (g.carrier is not None and self.broken(g.carrier, "relation")))
         if drawn and kind in ("facing", "chasing") and len(members) >= 2:
             for i, k in enumerate(members):
                 want = "left" if kind == "facing" and i == len(members) - 1 else "right"

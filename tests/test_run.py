@@ -17,7 +17,7 @@ import pytest
 from openai_server import OpenAIStub
 from test_cli import _trace_executable, run_trace
 from tracebench.errors import TraceError
-from tracebench.records import RunManifest, Verdict
+from tracebench.records import RunManifest, Verdict, read_verdicts
 from tracebench.providers import ModelSettings
 from tracebench.run import run_benchmark
 from tracebench.sample import read_cases, sample_benchmark
@@ -477,3 +477,27 @@ def test_a_benchmark_removed_while_a_run_is_read_is_one_error(bench, tmp_path):
     (copy / "cases.jsonl").unlink()
     with pytest.raises(TraceError, match=r"cases.jsonl: changed while it was read \(No such file or directory\)"):
         list(stream)
+
+
+@pytest.mark.slow
+def test_an_erring_oracle_answers_alike_in_process_and_behind_trace_serve(bench, shared_runs, tmp_path, monkeypatch):
+    """oracle:flip=P,yes-bias=Q draws its errors from the record in the image, so the served judge
+    (model "oracle:flip=…") gives the verdicts the in-process one gives, and they differ from the
+    exact oracle's."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    images = shared_runs(bench, "synthetic:strain") / "images"
+    judge = "oracle:flip=0.1,yes-bias.leakage=0.5"
+    local = _run(bench, tmp_path / "local", f"folder:{images}", judges=(judge,))
+    with ZooServer([bench]).start() as server:
+        settings = ModelSettings(base_url=server.base_url, max_retries=2, timeout=30.0)
+        http = _run(bench, tmp_path / "http", f"folder:{images}", judges=(f"openai:{judge}",), settings=settings,
+                    concurrency=4)
+    assert local.abstentions == http.abstentions == 0 and local.judges == (judge,)
+
+    def statuses(run: Path) -> dict[tuple[str, str], str]:
+        return {(v.case_id, v.question_id): v.verdict for v in read_verdicts(run)}
+
+    exact = statuses(shared_runs(bench, "synthetic:strain"))
+    assert statuses(tmp_path / "http") == statuses(tmp_path / "local") != exact
+    wrong = [key for key, status in statuses(tmp_path / "local").items() if status != exact[key]]
+    assert 0.05 * len(exact) < len(wrong) < 0.25 * len(exact)

@@ -2,7 +2,8 @@
 
 One benchmark is sampled (``--per-slot`` cases per slot level 1..8, seed 7, no applications),
 then for each configuration below it is run in process and every failing case is diagnosed
-(``--strategy full``, one generation per node, as the paper does):
+(``--strategy full``; one generation per node, as the paper does, or ``--repeats K`` decided by
+majority):
 
 - the generator: a deterministic profile (its failures happen exactly where the rules look, so
   localization is 100% by construction) or the load modes of taxonomy/zoo.toml (``strain``: every
@@ -34,13 +35,20 @@ from _machine import compile_bytecode, machine
 
 ROOT = Path(__file__).resolve().parents[1]
 
-CONFIGS = [  # (name, generator profile, judge)
-    ("deterministic, exact judge", "global-interference,composition-interference:2", "oracle"),
-    ("deterministic, judge flips 5%", "global-interference,composition-interference:2", "oracle:flip=0.05"),
-    ("strain, exact judge", "strain", "oracle"),
-    ("strain:2, exact judge", "strain:2", "oracle"),
-    ("strain, judge flips 5%", "strain", "oracle:flip=0.05"),
-    ("strain, judge flips 5%, yes-bias 10%", "strain", "oracle:flip=0.05,yes-bias=0.1"),
+DETERMINISTIC = "global-interference,composition-interference:2"
+CONFIGS = [  # (name, generator profile, judge, --repeats)
+    ("deterministic, exact judge", DETERMINISTIC, "oracle", 1),
+    ("deterministic, judge flips 5%", DETERMINISTIC, "oracle:flip=0.05", 1),
+    ("deterministic, judge flips 5%, repeats 3", DETERMINISTIC, "oracle:flip=0.05", 3),
+    ("global-interference with 5% noise", "global-interference,noise:0.05", "oracle", 1),
+    ("global-interference with 5% noise, repeats 3", "global-interference,noise:0.05", "oracle", 3),
+    ("global-interference with 5% noise, repeats 5", "global-interference,noise:0.05", "oracle", 5),
+    ("strain, exact judge", "strain", "oracle", 1),
+    ("strain, exact judge, repeats 3", "strain", "oracle", 3),
+    ("strain, exact judge, repeats 5", "strain", "oracle", 5),
+    ("strain:2, exact judge", "strain:2", "oracle", 1),
+    ("strain, judge flips 5%", "strain", "oracle:flip=0.05", 1),
+    ("strain, judge flips 5%, yes-bias 10%", "strain", "oracle:flip=0.05,yes-bias=0.1", 1),
 ]
 
 
@@ -73,7 +81,7 @@ def _judge_truth(run: Path) -> dict:
             "abstained": counts["abstained"]}
 
 
-def _configuration(bench: Path, work: Path, name: str, profile: str, judge: str) -> dict:
+def _configuration(bench: Path, work: Path, name: str, profile: str, judge: str, repeats: int) -> dict:
     from tracebench.diagnose import diagnose_run
     from tracebench.providers import ModelSettings
     from tracebench.run import run_benchmark
@@ -84,10 +92,10 @@ def _configuration(bench: Path, work: Path, name: str, profile: str, judge: str)
     started = time.perf_counter()
     run_benchmark(bench, run, generator=f"synthetic:{profile}", judges=[judge], settings=settings, progress=False)
     scores = score_run(run)
-    summary = diagnose_run(run, diag, strategy="full", settings=settings, progress=False)
+    summary = diagnose_run(run, diag, strategy="full", settings=settings, progress=False, repeats=repeats)
     loc = summary.localization_accuracy or {}
     return {
-        "name": name, "generator": f"synthetic:{profile}", "judge": judge,
+        "name": name, "generator": f"synthetic:{profile}", "judge": judge, "repeats": repeats,
         "scores": {op.value: round(v, 4) for op, v in scores.operators.items()}, "avg": round(scores.avg, 4),
         "diagnosed_cases": summary.cases, "instances": summary.instances,
         "localization": {"accuracy": loc.get("accuracy"), "correct": loc.get("correct"),
@@ -114,8 +122,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="tracebench-localization-") as tmp:
         bench = Path(tmp) / "bench"
         sample_benchmark(bench, slots=tuple(range(1, 9)), per_slot=args.per_slot, seed=7, applications=False)
-        for i, (name, profile, judge) in enumerate(CONFIGS):
-            results.append(_configuration(bench, Path(tmp) / f"c{i}", name, profile, judge))
+        for i, (name, profile, judge, repeats) in enumerate(CONFIGS):
+            results.append(_configuration(bench, Path(tmp) / f"c{i}", name, profile, judge, repeats))
             if not args.json:
                 r = results[-1]
                 loc = r["localization"]

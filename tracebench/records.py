@@ -191,6 +191,8 @@ class RunManifest(_Record):
     cases_hash: str = Field(description="SHA-256 of its cases.jsonl")
     generator: str
     seed: int | None = Field(default=None, description="seed of a synthetic generator; none for other generators")
+    sample: int = Field(default=0, description="which generation of each case the images are (0 the first; trace "
+                                               "diagnose --repeats makes later ones): a later one is a call of its own")
     judges: tuple[str, ...]
     judge_batch: str = Field(description="case (one call per case) or op (one call per operator)")
     ensemble: str | None = Field(default=None, description="how several judges combine: mean (the paper) or majority; "
@@ -234,7 +236,13 @@ class DiagnosticNode(_Record):
     image: str | None = Field(default=None, description="the generated image (relative to the diagnosis folder, or absolute)")
     verdicts: dict[str, Status] = Field(default_factory=dict, description="question id -> verdict")
     abstained: dict[str, str] = Field(default_factory=dict, description="question id -> why its verdict abstained")
-    status: dict[str, Status] = Field(default_factory=dict, description="target -> whether the operator instance holds")
+    status: dict[str, Status] = Field(default_factory=dict, description="target -> whether the operator instance holds "
+                                      "(with --repeats, the majority over the node's generations; a tie is abstain)")
+    sample_status: dict[str, tuple[Status, ...]] = Field(
+        default_factory=dict, description="with --repeats: target -> its result in each generation of the node, the "
+                                          "first (image, verdicts) first; empty with one generation")
+    sample_images: tuple[str | None, ...] = Field(default=(), description="with --repeats: the images of the node's "
+                                                  "later generations (2nd, 3rd ...), as image")
 
 
 class DiagnosticEdge(_Record):
@@ -306,6 +314,8 @@ class DiagnosisManifest(_Record):
     cases: str = Field(description="the selection: failing, all, or a list of ids")
     shard: str | None = None
     roots_from_run: bool = Field(description="whether root verdicts are the run's (same generator and judges)")
+    repeats: int = Field(default=1, description="generations of each node (the root included) whose majority decides "
+                                                "its results")
     hashes: dict[str, str] = Field(description="SHA-256 of the diagnosis rules and sources")
 
 
@@ -316,6 +326,7 @@ class DiagnosisSummary(_Record):
     generator: str
     judges: tuple[str, ...]
     strategy: Literal["full", "adaptive"]
+    repeats: int = Field(default=1, description="generations of each node whose majority decides its results")
     cases: int = Field(description="cases diagnosed")
     instances: int = Field(description="operator instances diagnosed")
     undetermined: int = Field(default=0, description="instances whose source depends on abstained results")

@@ -26,6 +26,9 @@ def register(sub) -> None:
     p.add_argument("--judge", action="append", metavar="SPEC", help="judge of the nodes, repeatable (default: the run's)")
     p.add_argument("--strategy", choices=("full", "adaptive"), default="full",
                    help="full: the whole tree (default); adaptive: only branches holding an unexplained failure")
+    p.add_argument("--repeats", type=_repeats, default=1, metavar="K",
+                   help="generate every node K times (the root too: the run's image is its first) and decide each "
+                        "operator instance there by majority, a tie unknown (default 1, as the paper)")
     p.add_argument("--gating", choices=("within", "cross"), default="within",
                    help="which dependencies fail a question, as trace score --gating (default within, the paper)")
     add_model_options(p, cache_default="DIAG_DIR/cache", defaults_from="the run's")
@@ -34,6 +37,18 @@ def register(sub) -> None:
                         "nodes.jsonl), for generating them elsewhere and coming back with --generator folder:DIR")
     p.add_argument("--out", type=Path, help="the diagnosis folder (resumed if it holds the same diagnosis)")
     p.set_defaults(run=run)
+
+
+def _repeats(text: str) -> int:
+    import argparse
+
+    try:
+        k = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if k < 1:
+        raise argparse.ArgumentTypeError(f"{k} must be at least 1")
+    return k
 
 
 def _dry_run(args) -> int:
@@ -71,7 +86,7 @@ def run(args) -> int:
     summary = diagnose_run(args.run_dir, args.out, cases=args.cases, generator=args.generator, judges=args.judge,
                            strategy=args.strategy, settings=settings, concurrency=args.concurrency,
                            judge_batch=args.judge_batch, cache_dir=args.cache, shard=args.shard,
-                           retry_abstained=args.retry_abstained, gating=args.gating)
+                           retry_abstained=args.retry_abstained, gating=args.gating, repeats=args.repeats)
     if args.json:
         print(json.dumps(summary.model_dump(mode="json"), indent=2))
     else:

@@ -41,7 +41,7 @@ from ..records import (CASES, DIAGNOSIS_MANIFEST, NODES, SUMMARY, TREES, Case, D
                        DiagnosticEdge, DiagnosticNode, DiagnosticTree, NodeOccurrence, SampleManifest, VERDICTS)
 from ..resources import data_hash
 from ..safepaths import MAX_ID, inside, safe_id_problem
-from ..outcomes import Outcome
+from ..outcomes import ABSTAINED, Outcome, majority
 from ..providers import ModelSettings, synthetic_profile, with_endpoints
 from ..run import (abstention_reason, generated_image, library_of, make_providers, run_benchmark, shard_of,
                    stream_run)
@@ -67,7 +67,32 @@ WINDOW = 100
 # sub-cases in -> (case id -> question id -> verdict, case id -> image path,
 #                  case id -> question id -> why it abstained)
 Evaluated = tuple[dict[str, dict[str, Outcome]], dict[str, str], dict[str, dict[str, str]]]
-Evaluator = Callable[[list[Case]], Evaluated]
+# (sub-cases, the generations to make of each: 0 the first, 1 .. K-1 with --repeats K) -> one Evaluated per generation
+Evaluator = Callable[[list[Case], Sequence[int]], list[Evaluated]]
+
+
+@dataclass
+class _Samples:
+    """The later generations of the sub-cases (``--repeats``): key -> one entry per sample 1 .. K-1."""
+
+    verdicts: dict[str, list[dict[str, Outcome]]] = field(default_factory=dict)
+    images: dict[str, list[str | None]] = field(default_factory=dict)
+
+
+def majority_verdicts(samples: Sequence[dict[str, Outcome]]) -> dict[str, Outcome]:
+    """Question id -> the majority of its verdicts over a node's generations (a tie, or no answer,
+    is an abstention)."""
+    if len(samples) == 1:
+        return samples[0]
+    questions = dict.fromkeys(q for verdicts in samples for q in verdicts)
+    return {q: majority(verdicts.get(q, ABSTAINED) for verdicts in samples) for q in questions}
+
+
+def node_results(case: Case, samples: Sequence[dict[str, Outcome]], gating: Gating) -> dict:
+    """A node's operator-instance results from the verdicts of each of its generations: each
+    question decided by its majority over them, then the instances as for one generation (so a
+    dependency gates the majority, and a requirement that one generation in three breaks holds)."""
+    return instance_results(case, majority_verdicts(samples), gating)
 
 
 @dataclass
@@ -227,57 +252,68 @@ def _select(run, which: str, shard: tuple[int, int] | None) -> list[Case]:
 
 # ------------------------------------------------------------------------------ the diagnosis
 
-# a sub-case evaluated before (by key and id), as evaluated: verdicts, image, abstention reasons; None if it was not
-Recall = Callable[[str, str], "tuple[dict[str, Outcome], str | None, dict[str, str]] | None"]
+# a sub-case evaluated before (by key, id and generation), as evaluated: verdicts, image, abstention reasons;
+# None if it was not
+Recall = Callable[[str, str, int], "tuple[dict[str, Outcome], str | None, dict[str, str]] | None"]
 
 
 def _strategy_rounds(plan: TreePlan, strategy: str, root_verdicts: dict[str, dict[str, Outcome]], evaluate: Evaluator,
-                     roots_from_run: bool, recall: Recall | None = None, gating: Gating = Gating.WITHIN) -> Evaluated:
-    """Evaluate the sub-cases the strategy asks for (those ``recall`` knows are not evaluated
-    again); returns verdicts, images and abstention reasons by sub-case key."""
+                     roots_from_run: bool, recall: Recall | None = None, gating: Gating = Gating.WITHIN,
+                     repeats: int = 1) -> tuple[Evaluated, _Samples]:
+    """Evaluate the sub-cases the strategy asks for, ``repeats`` generations of each (those
+    ``recall`` knows are not evaluated again); returns the first generation's verdicts, images
+    and abstention reasons by sub-case key, and the later generations'."""
     verdicts: dict[str, dict[str, Outcome]] = {}
     images: dict[str, str] = {}
     reasons: dict[str, dict[str, str]] = {}
+    later = _Samples()
 
-    def run_round(keys: list[str]) -> None:
-        todo = []
-        for k in dict.fromkeys(keys):
-            if k in verdicts:
-                continue
-            known = recall(k, plan.cases[k].id) if recall else None
-            if known is None:
-                todo.append(k)
-                continue
-            verdicts[k], image, why = known
+    def store(k: str, sample: int, got: dict[str, Outcome], image: str | None, why: dict[str, str]) -> None:
+        if sample == 0:
+            verdicts[k] = got
             if image is not None:
                 images[k] = image
             if why:
                 reasons[k] = why
-        if not todo:
-            return
-        got, got_images, got_reasons = evaluate([plan.cases[k] for k in todo])
-        for k in todo:
+        else:
+            later.verdicts.setdefault(k, []).append(got)
+            later.images.setdefault(k, []).append(image)
+
+    def run_round(keys: list[str], first: int = 0) -> None:
+        """Generate and judge samples ``first`` .. repeats-1 of the sub-cases not done yet."""
+        wanted = [k for k in dict.fromkeys(keys) if (k not in verdicts if first == 0 else k not in later.verdicts)]
+        samples = range(first, repeats)
+        known = {(k, s): recall(k, plan.cases[k].id, s) if recall else None for k in wanted for s in samples}
+        todo = [k for k in wanted if any(known[k, s] is None for s in samples)]
+        made = evaluate([plan.cases[k] for k in todo], tuple(samples)) if todo and samples else []
+        for k in wanted:
             case_id = plan.cases[k].id
-            verdicts[k] = got.get(case_id, {})
-            if case_id in got_images:
-                images[k] = got_images[case_id]
-            if case_id in got_reasons:
-                reasons[k] = got_reasons[case_id]
+            for i, s in enumerate(samples):
+                if k in todo:
+                    got, got_images, got_reasons = made[i]
+                    store(k, s, got.get(case_id, {}), got_images.get(case_id), got_reasons.get(case_id, {}))
+                else:
+                    store(k, s, *known[k, s])  # type: ignore[misc]
+
+    def results(k: str, first: dict[str, Outcome] | None = None) -> dict:
+        return node_results(plan.cases[k], [verdicts[k] if first is None else first, *later.verdicts.get(k, [])],
+                            gating)
 
     if not roots_from_run:
         run_round([t.keys["N0"] for t in plan.trees])
+    elif repeats > 1:  # the run made the roots' first generation
+        run_round([t.keys["N0"] for t in plan.trees], first=1)
     if strategy == "full":
         run_round([t.keys[n.id] for t in plan.trees for n in t.nodes if n.parent is not None])
-        return verdicts, images, reasons
+        return (verdicts, images, reasons), later
     # adaptive: breadth first, one round per depth. A root failure is chased only until it first
     # passes somewhere in its tree: breadth first, that node is at the smallest depth, and every
     # node of that depth that could tie was in the same round.
     frontier: list[tuple[_Tree, TreeNode, frozenset]] = []
     explained: dict[str, set] = {}
     for tree in plan.trees:
-        at_root = root_verdicts.get(tree.root.id, {}) if roots_from_run else verdicts[tree.keys["N0"]]
-        results = instance_results(tree.root, at_root, gating)
-        failing = frozenset(i for i in tree.nodes[0].targets if i in results and results[i].failed)
+        at_root = results(tree.keys["N0"], root_verdicts.get(tree.root.id, {}) if roots_from_run else None)
+        failing = frozenset(i for i in tree.nodes[0].targets if i in at_root and at_root[i].failed)
         frontier.append((tree, tree.nodes[0], failing))
         explained[tree.root.id] = set()
     while frontier:
@@ -293,18 +329,17 @@ def _strategy_rounds(plan: TreePlan, strategy: str, root_verdicts: dict[str, dic
         run_round([tree.keys[child.id] for tree, child, _ in wanted])
         frontier = []
         for tree, child, open_ in wanted:
-            case = plan.cases[tree.keys[child.id]]
-            still = pending(child, open_, instance_results(case, verdicts[tree.keys[child.id]], gating))
+            still = pending(child, open_, results(tree.keys[child.id]))
             explained[tree.root.id] |= (open_ & set(child.targets)) - still
             frontier.append((tree, child, still))
-    return verdicts, images, reasons
+    return (verdicts, images, reasons), later
 
 
 def diagnose(roots: Sequence[Case], root_verdicts: dict[str, dict[str, Outcome]], evaluate: Evaluator, *,
              strategy: str = "full", roots_from_run: bool = True, root_images: dict[str, str] | None = None,
              causes: Callable[[Case, str], dict[str, tuple[str, ...]] | None] | None = None,
              plan: TreePlan | None = None, root_reasons: dict[str, dict[str, str]] | None = None,
-             recall: Recall | None = None, gating: Gating = Gating.WITHIN) -> list[DiagnosticTree]:
+             recall: Recall | None = None, gating: Gating = Gating.WITHIN, repeats: int = 1) -> list[DiagnosticTree]:
     """Diagnose ``roots`` given their verdicts, evaluating sub-cases with ``evaluate``.
 
     The model call is passed in: the CLI evaluates through the run harness; anything that
@@ -312,16 +347,21 @@ def diagnose(roots: Sequence[Case], root_verdicts: dict[str, dict[str, Outcome]]
     generator recorded (question id -> causes) for the localization check; ``root_reasons``
     why the run's root verdicts abstained (case id -> question id -> reason); ``recall`` the
     sub-cases evaluated before (an earlier window of roots); ``gating`` which dependencies fail a
-    question (:mod:`tracebench.score`). Returns the trees; :func:`summarize`
-    makes the summary from them."""
+    question (:mod:`tracebench.score`); ``repeats`` how many generations of each node (the root
+    included) decide its results by majority. Returns the trees; :func:`summarize` makes the
+    summary from them."""
     if strategy not in STRATEGIES:
         raise TraceError(f"--strategy: {strategy!r} is neither full nor adaptive")
+    if repeats < 1:
+        raise TraceError(f"--repeats: {repeats} must be at least 1")
     plan = plan or plan_trees(roots)
-    verdicts, images, reasons = _strategy_rounds(plan, strategy, root_verdicts, evaluate, roots_from_run, recall, gating)
+    (verdicts, images, reasons), later = _strategy_rounds(plan, strategy, root_verdicts, evaluate, roots_from_run,
+                                                          recall, gating, repeats)
     trees = []
     for tree in plan.trees:
         results: dict[str, dict] = {}
         node_verdicts: dict[str, dict[str, Outcome]] = {}
+        sample_status: dict[str, dict[str, tuple]] = {}
         for node in tree.nodes:
             key = tree.keys[node.id]
             if node.parent is None and roots_from_run:
@@ -330,11 +370,19 @@ def diagnose(roots: Sequence[Case], root_verdicts: dict[str, dict[str, Outcome]]
                 node_verdicts[node.id] = verdicts[key]
             else:
                 continue
-            results[node.id] = instance_results(plan.cases[key], node_verdicts[node.id], gating)
+            samples = [node_verdicts[node.id], *later.verdicts.get(key, [])]
+            results[node.id] = node_results(plan.cases[key], samples, gating)
+            if len(samples) > 1:
+                each = [instance_results(plan.cases[key], v, gating) for v in samples]
+                sample_status[node.id] = {i[1]: tuple(r.get(i, ABSTAINED).status for r in each)
+                                          for i in results[node.id]}
         findings = attribute(tree.nodes, results)
         max_depth = max(n.depth for n in tree.nodes)
         root_image = (root_images or {}).get(tree.root.id) if roots_from_run else images.get(tree.keys["N0"])
-        recorded = causes(tree.root, root_image) if causes and root_image else None
+        recorded = None
+        if causes:
+            recorded = _merged_causes(causes(tree.root, image) for image in
+                                      (root_image, *later.images.get(tree.keys["N0"], ())) if image)
         records = [f.record(*_cause(f, tree.root, recorded)) for f in findings]
         nodes = []
         for node in tree.nodes:
@@ -351,7 +399,9 @@ def diagnose(roots: Sequence[Case], root_verdicts: dict[str, dict[str, Outcome]]
                 verdicts={qid: o.status for qid, o in node_verdicts.get(node.id, {}).items()},
                 abstained={qid: why.get(qid, "no verdict") for qid, o in node_verdicts.get(node.id, {}).items()
                            if not o.answered},
-                status={t: v.status for (_, t), v in results.get(node.id, {}).items()}))
+                status={t: v.status for (_, t), v in results.get(node.id, {}).items()},
+                sample_status=sample_status.get(node.id, {}),
+                sample_images=tuple(later.images.get(key, ())) if evaluated else ()))
         edges = tuple(DiagnosticEdge(parent=u, child=v, rule=d["rule"]) for u, v, d in tree.graph.edges(data=True))
         trees.append(DiagnosticTree(case_id=tree.root.id, formula=tree.root.formula, slot=tree.root.slot,
                                     strategy=strategy, max_depth=max_depth, nodes=tuple(nodes), edges=edges,
@@ -384,13 +434,14 @@ class _SummaryTally:
                 self.abstained[_digest((root and tree.case_id, n.prompt, n.references, n.question_ids))] = n.abstained
         return tree
 
-    def summary(self, *, generator: str, judges: Sequence[str], strategy: str, synthetic: bool) -> DiagnosisSummary:
+    def summary(self, *, generator: str, judges: Sequence[str], strategy: str, synthetic: bool,
+                repeats: int = 1) -> DiagnosisSummary:
         summary = self.sources.result()
         reasons = Counter(reason for why in self.abstained.values() for reason in why.values())
         generated = len(self.generated)
         return DiagnosisSummary(
             tool=f"tracebench {__version__}", generator=generator, judges=tuple(judges), strategy=strategy,
-            cases=self.cases, instances=summary["instances"], undetermined=summary["undetermined"],
+            repeats=repeats, cases=self.cases, instances=summary["instances"], undetermined=summary["undetermined"],
             abstained=summary["abstained"], abstained_verdicts=sum(reasons.values()),
             abstention_reasons=dict(reasons.most_common()),
             sources=summary["sources"], counts=summary["counts"], unstable=summary["unstable"],
@@ -407,12 +458,26 @@ def _digest(value: tuple) -> bytes:
 
 
 def summarize(trees: Iterable[DiagnosticTree], *, generator: str, judges: Sequence[str], strategy: str,
-              synthetic: bool) -> DiagnosisSummary:
+              synthetic: bool, repeats: int = 1) -> DiagnosisSummary:
     """The summary of a diagnosis, from its trees alone (so shards merge by concatenation)."""
     tally = _SummaryTally()
     for tree in trees:
         tally.add(tree)
-    return tally.summary(generator=generator, judges=judges, strategy=strategy, synthetic=synthetic)
+    return tally.summary(generator=generator, judges=judges, strategy=strategy, synthetic=synthetic, repeats=repeats)
+
+
+def _merged_causes(found: Iterable[dict[str, tuple[str, ...]] | None]) -> dict[str, tuple[str, ...]] | None:
+    """The causes recorded in the images of a root's generations, question by question (a
+    question's causes in the order first met); None when no image carries a record."""
+    merged: dict[str, dict[str, None]] = {}
+    seen = False
+    for recorded in found:
+        if recorded is None:
+            continue
+        seen = True
+        for qid, causes in recorded.items():
+            merged.setdefault(qid, {}).update(dict.fromkeys(causes))
+    return {qid: tuple(causes) for qid, causes in merged.items()} if seen else None
 
 
 def _cause(finding: Finding, root: Case, recorded: dict[str, tuple[str, ...]] | None
@@ -495,13 +560,16 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
                  concurrency: int = 8, judge_batch: str | None = None, cache_dir: Path | None = None,
                  shard: tuple[int, int] | None = None, retry_abstained: bool = False,
                  progress: bool | None = None, window: int | None = None,
-                 gating: Gating | str = Gating.WITHIN) -> DiagnosisSummary:
+                 gating: Gating | str = Gating.WITHIN, repeats: int = 1) -> DiagnosisSummary:
     """Diagnose the cases of a run folder into ``out`` (see the module docstring); ``window``
-    roots at a time (:data:`WINDOW`); ``gating`` as ``trace score --gating``."""
+    roots at a time (:data:`WINDOW`); ``gating`` as ``trace score --gating``; ``repeats``
+    generations of every node (the root's first is the run's), decided by majority."""
     window = window or WINDOW
     gating = Gating(gating)
     if strategy not in STRATEGIES:
         raise TraceError(f"--strategy: {strategy!r} is neither full nor adaptive")
+    if not isinstance(repeats, int) or repeats < 1:
+        raise TraceError(f"--repeats: {repeats} must be a whole number of at least 1")
     run = stream_run(run_dir)  # read as a stream: only the chosen cases are kept
     manifest = run.manifest
     settings = with_endpoints(settings or ModelSettings(seed=manifest.seed or 0), manifest.endpoints,
@@ -520,14 +588,14 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
     seed = settings.seed if gen.spec.startswith("synthetic:") else None
     generator_spec, judge_specs = gen.spec, tuple(j.spec for j in judge_list)
     roots_from_run = (generator_spec == manifest.generator and judge_specs == tuple(manifest.judges)
-                      and judge_batch == manifest.judge_batch and seed == manifest.seed)
+                      and judge_batch == manifest.judge_batch and seed == manifest.seed and manifest.sample == 0)
     chosen = _choose(_streamed(run), cases, shard, run.root, gating)
     out = Path(out)
     identity = DiagnosisManifest(
         tool=f"tracebench {__version__}", run_dir=str(Path(run_dir).resolve()), cases_dir=str(run.cases_dir),
         cases_hash=manifest.cases_hash, generator=generator_spec, seed=seed, judges=judge_specs, judge_batch=judge_batch,
         strategy=strategy, gating=gating.value, cases=cases, shard=f"{shard[0]}/{shard[1]}" if shard else None,
-        roots_from_run=roots_from_run,
+        roots_from_run=roots_from_run, repeats=repeats,
         hashes={"diagnose": data_hash(("diagnose", RULES_FILE), ("diagnose", SOURCES_FILE))})
     if DIAGNOSIS_MANIFEST.path(out).is_file():
         old = DIAGNOSIS_MANIFEST.read(out)
@@ -548,32 +616,41 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
     used: list[str] = []  # the round folders, in order
     evaluated_in: dict[str, str] = {}  # sub-case id -> the round folder that evaluated it
 
-    def evaluate(batch: list[Case]) -> Evaluated:
+    def evaluate(batch: list[Case], samples: Sequence[int]) -> list[Evaluated]:
         folder = out / ROUNDS_DIR / f"{next(rounds):02d}"
         used.append(folder.name)
+        runs = [folder / _run_name(s) for s in samples]
         if _write_node_folder(folder / "cases", batch, run.cases_dir, sample,
                               {"diagnosis_of": identity.run_dir, "strategy": strategy, "round": folder.name},
-                              replace=True) and (folder / "run").exists():
-            # a round of other sub-cases (rounds made by another version, windowed otherwise): its run
-            # is made again, from the call cache
-            shutil.rmtree(folder / "run")
-        run_benchmark(folder / "cases", folder / "run", generator=generator, judges=judges, settings=settings,
-                      concurrency=concurrency, judge_batch=judge_batch, cache_dir=cache_dir or out / CACHE_DIR,
-                      retry_abstained=retry_abstained, progress=progress, ensemble=ensemble)
-        got, why = _round_verdicts(folder / "run")
-        images = {c.id: str(p.relative_to(out)) for c in batch if (p := generated_image(folder / "run", c.id))}
+                              replace=True):
+            # a round of other sub-cases (rounds made by another version, windowed otherwise): its runs
+            # are made again, from the call cache
+            for stale in folder.iterdir():
+                if stale.name.startswith("run"):
+                    shutil.rmtree(stale)
+        made = []
+        for s, run_dir in zip(samples, runs):
+            run_benchmark(folder / "cases", run_dir, generator=generator, judges=judges,
+                          settings=replace(settings, sample=s), concurrency=concurrency, judge_batch=judge_batch,
+                          cache_dir=cache_dir or out / CACHE_DIR, retry_abstained=retry_abstained, progress=progress,
+                          ensemble=ensemble)
+            got, why = _round_verdicts(run_dir)
+            images = {c.id: str(p.relative_to(out)) for c in batch if (p := generated_image(run_dir, c.id))}
+            made.append((got, images, why))
         evaluated_in.update((c.id, folder.name) for c in batch)
-        return got, images, why
+        return made
 
     names: dict[str, str] = {}  # sub-case key -> id, of the windows diagnosed so far
 
-    def recall(key: str, case_id: str) -> tuple[dict[str, Outcome], str | None, dict[str, str]] | None:
+    def recall(key: str, case_id: str, s: int) -> tuple[dict[str, Outcome], str | None, dict[str, str]] | None:
         """A sub-case an earlier window evaluated (rare: two roots that differ only by id), read back."""
         if key not in names or case_id not in evaluated_in:
             return None
-        folder = out / ROUNDS_DIR / evaluated_in[case_id]
-        got, why = _round_verdicts(folder / "run", case_id)
-        image = generated_image(folder / "run", case_id)
+        run_dir = out / ROUNDS_DIR / evaluated_in[case_id] / _run_name(s)
+        if not run_dir.is_dir():
+            return None
+        got, why = _round_verdicts(run_dir, case_id)
+        image = generated_image(run_dir, case_id)
         return got.get(case_id, {}), str(image.relative_to(out)) if image else None, why.get(case_id, {})
 
     synthetic = synthetic_profile(generator_spec) is not None  # the zoo, in process or behind trace serve
@@ -593,7 +670,7 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
                                 roots_from_run=roots_from_run, root_images=root_images,
                                 causes=causes if synthetic else None, plan=plan,
                                 root_reasons={c.id: r for c, _, r in window_items if r}, recall=recall,
-                                gating=gating)
+                                gating=gating, repeats=repeats)
             names.update((key, case.id) for key, case in plan.cases.items())
             del window_items, roots, plan, root_images  # not held while the next window is read
 
@@ -602,9 +679,15 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
     for stale in (out / ROUNDS_DIR).iterdir() if (out / ROUNDS_DIR).is_dir() else ():
         if stale.name not in used and stale.name.isdigit():  # rounds of an earlier version's plan
             shutil.rmtree(stale)
-    result = tally.summary(generator=generator_spec, judges=judge_specs, strategy=strategy, synthetic=synthetic)
+    result = tally.summary(generator=generator_spec, judges=judge_specs, strategy=strategy, synthetic=synthetic,
+                           repeats=repeats)
     SUMMARY.write(out, result)
     return result
+
+
+def _run_name(sample: int) -> str:
+    """A round's run folder of one generation: ``run`` for the first, ``run-2``, ``run-3`` ... after."""
+    return "run" if sample == 0 else f"run-{sample + 1}"
 
 
 def _round_verdicts(run_dir: Path, case_id: str | None = None
@@ -640,13 +723,15 @@ def merge_diagnoses(folders: Sequence[Path], out: Path) -> DiagnosisSummary:
         for tree in folder_trees:
             if tree.case_id in trees:
                 raise TraceError(f"{folder}: case {tree.case_id} is in two of the folders")
-            nodes = tuple(n.model_copy(update={"image": _moved(n.image, folder, out)}) for n in tree.nodes)
+            nodes = tuple(n.model_copy(update={"image": _moved(n.image, folder, out),
+                                               "sample_images": tuple(_moved(i, folder, out) for i in n.sample_images)})
+                          for n in tree.nodes)
             trees[tree.case_id] = tree.model_copy(update={"nodes": nodes})
     order = {item.case.id: k for k, item in enumerate(stream_run(Path(first.run_dir)))}
     merged = sorted(trees.values(), key=lambda t: order.get(t.case_id, len(order)))
     identity = first.model_copy(update={"shard": None})
     summary = summarize(merged, generator=first.generator, judges=first.judges, strategy=first.strategy,
-                        synthetic=synthetic_profile(first.generator) is not None)
+                        synthetic=synthetic_profile(first.generator) is not None, repeats=first.repeats)
     with staged_output(out) as stage:
         DIAGNOSIS_MANIFEST.write(stage, identity)
         TREES.write(stage, merged)

@@ -265,6 +265,8 @@ class ModelAccess:
     async def generate(self, generator: Generator, case: Case, references: Sequence[bytes]) -> bytes:
         """The image for a case, from the cache or a call; raises CallFailed."""
         parts = generator.key(case, references)
+        if parts is not None and generator.sample:  # a later generation of the case: its own call
+            parts = {**parts, "sample": generator.sample}
         key = cache_key(**parts) if parts is not None and self.cache is not None else None
         if key is not None:
             hit = self.cache.get(key)

@@ -97,7 +97,14 @@ class Provider(ABC):
 
 
 class Generator(Provider):
-    """Turns a case (its prompt and reference images) into an image."""
+    """Turns a case (its prompt and reference images) into an image.
+
+    ``sample`` says which generation of each case is asked (0: the first; ``trace diagnose
+    --repeats K`` asks 0 .. K-1): a sample after the first is a call of its own, cached apart
+    (the wrapper adds it to the key), so a generator that samples gives another image; the
+    synthetic zoo draws it with another seed, a ``command:`` sees it in $TRACEBENCH_SAMPLE."""
+
+    sample: int = 0
 
     def key(self, case: Case, references: Sequence[bytes]) -> dict[str, Any] | None:
         """What the output depends on (the cache key's parts); None: not worth caching (reading a

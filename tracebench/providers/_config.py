@@ -107,11 +107,14 @@ class ModelSettings:
     timeout: float = 300.0
     library: Path | None = None  # the synthetic generator's library (default: the benchmark's)
     seed: int = 0
+    sample: int = 0  # which generation of each case (0 the first): another is a call of its own (trace diagnose --repeats)
     models: Mapping[str, ModelEntry] = field(default_factory=dict)
     max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES
 
     def __post_init__(self) -> None:
         check_call_limits(timeout=self.timeout, max_retries=self.max_retries, max_reply_bytes=self.max_reply_bytes)
+        if self.sample < 0:
+            raise TraceError(f"sample: {self.sample} must be 0 or more")
 
 
 def check_call_limits(*, timeout: float, max_retries: int, max_reply_bytes: int) -> None:

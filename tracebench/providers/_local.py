@@ -4,6 +4,7 @@ zoo and its oracle judge."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import shlex
@@ -16,7 +17,15 @@ from ..safepaths import path_problem
 from ._base import CallFailed, Generator, Judge
 from ._images import digest, image_suffix
 
-__all__ = ["CommandGenerator", "FolderGenerator", "OracleJudge", "SyntheticGenerator"]
+__all__ = ["CommandGenerator", "FolderGenerator", "OracleJudge", "SyntheticGenerator", "sample_seed"]
+
+
+def sample_seed(seed: int, sample: int) -> int:
+    """The synthetic zoo's seed for one generation of each case: ``seed`` for the first, a seed
+    derived from both for a later one (no two samples of two seeds share one)."""
+    if sample == 0:
+        return seed
+    return int.from_bytes(hashlib.sha256(f"tracebench-sample/{seed}/{sample}".encode()).digest()[:4], "big") >> 1
 
 _IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
 
@@ -51,7 +60,8 @@ class FolderGenerator(Generator):
 
 class CommandGenerator(Generator):
     """``command:'...'``: a shell command that reads the case as JSON on stdin and writes the image
-    to the path given as ``{output}`` in the command (also in $TRACEBENCH_OUTPUT).
+    to the path given as ``{output}`` in the command (also in $TRACEBENCH_OUTPUT); $TRACEBENCH_SAMPLE
+    says which generation of the case it is (0 the first).
 
     The JSON is the case record (``cases.jsonl``'s line) with each reference's ``path`` made
     absolute: a copy of the reference image in a temporary folder that lives while the command
@@ -78,7 +88,7 @@ class CommandGenerator(Generator):
                 given.append(ref.model_copy(update={"path": str(copy)}))
             stdin = case.model_copy(update={"references": tuple(given)}).model_dump_json().encode()
             command = self.command.replace("{output}", shlex.quote(str(output)))
-            env = {**os.environ, "TRACEBENCH_OUTPUT": str(output)}
+            env = {**os.environ, "TRACEBENCH_OUTPUT": str(output), "TRACEBENCH_SAMPLE": str(self.sample)}
             proc = await asyncio.create_subprocess_shell(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                                          stderr=subprocess.PIPE, env=env)
             try:

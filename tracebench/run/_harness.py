@@ -410,7 +410,7 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
     cases_hash = file_sha256(CASES.path(cases_dir))
     identity = RunManifest(
         tool=f"tracebench {__version__}", cases_dir=str(cases_dir), cases_hash=cases_hash, generator=gen.spec,
-        seed=settings.seed if gen.spec.startswith("synthetic:") else None,
+        seed=settings.seed if gen.spec.startswith("synthetic:") else None, sample=settings.sample,
         judges=tuple(j.spec for j in judge_list), judge_batch=judge_batch, ensemble=ensemble,
         endpoints={p.spec: e for p in (gen, *judge_list) if (e := p.endpoint()) is not None},
         loaded_from={p.spec: given for given, p in zip((generator, *judges), (gen, *judge_list))
@@ -420,7 +420,7 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
         abstentions=0, tokens=0)
     if RUN_MANIFEST.path(out).is_file():
         old = RUN_MANIFEST.read(out)
-        fields = ("cases_hash", "generator", "seed", "judges", "judge_batch", "ensemble", "shard")
+        fields = ("cases_hash", "generator", "seed", "sample", "judges", "judge_batch", "ensemble", "shard")
         changed = [f for f in fields if getattr(old, f) != getattr(identity, f)]
         if changed:
             raise TraceError(f"{out}: holds a run with another {', '.join(changed)}; choose another --out")

@@ -28,7 +28,7 @@ def register(sub) -> None:
                    help="full: the whole tree (default); adaptive: only branches holding an unexplained failure")
     p.add_argument("--repeats", type=_repeats, default=1, metavar="K",
                    help="generate every node K times (the root too: the run's image is its first) and decide each "
-                        "operator instance there by majority, a tie unknown (default 1, as the paper)")
+                        "question there by its majority, a tie unknown (default 1, as the paper)")
     p.add_argument("--gating", choices=("within", "cross"), default="within",
                    help="which dependencies fail a question, as trace score --gating (default within, the paper)")
     add_model_options(p, cache_default="DIAG_DIR/cache", defaults_from="the run's")
@@ -93,7 +93,8 @@ def run(args) -> int:
         from ..diagnose import format_summary
 
         print(format_summary(summary))
-        print(f"{args.out}: {summary.cases} cases, {summary.nodes_generated} nodes generated "
+        times = f", each {summary.repeats} times" if summary.repeats > 1 else ""
+        print(f"{args.out}: {summary.cases} cases, {summary.nodes_generated} nodes generated{times} "
               f"({summary.nodes_per_case} per case; whole trees hold {summary.nodes_in_trees})")
     if not summary.abstained_verdicts:
         return 0

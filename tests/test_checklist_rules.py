@@ -1,0 +1,156 @@
+"""The checklist compiled from hand-made bound terms, question by question: ids, operators,
+targets, aspects, polarity, dependencies, images and wording, as templates/checklist/questions.toml
+and the paper's Table 6 state them. Pure and fast (no library, no sampling): the tests
+bench/mutation.py runs against tracebench/checklist/_compile.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from tracebench.checklist import aspects, compile_checklist
+from tracebench.records import TermBinding
+
+
+def anchor(symbol: str, noun: str, handle: str, image: str, entity: str) -> TermBinding:
+    return TermBinding(symbol=symbol, op="f", role="anchor", carrier=None, handle=handle, noun=noun, image=image,
+                       entity=entity, value=entity)
+
+
+def text(symbol: str, noun: str, handle: str) -> TermBinding:
+    return TermBinding(symbol=symbol, op="T", role="text", handle=handle, noun=noun, value=f"a {noun}")
+
+
+def g(symbol: str, role: str, carrier: str | None, image: str, subtype: str, value: str, entity: str,
+      participants: tuple[str, ...] = ()) -> TermBinding:
+    return TermBinding(symbol=symbol, op="g", role=role, carrier=carrier, image=image, subtype=subtype, value=value,
+                       entity=entity, participants=participants)
+
+
+def rows(questions) -> list[tuple]:
+    return [(q.id, q.op.value, q.target, q.aspect, q.expected, q.depends_on, q.images) for q in questions]
+
+
+DOG = anchor("f1", "dog", "dog_A", "Image 1", "the plush dog")
+CAT = anchor("f2", "cat", "cat_A", "Image 2", "the grey cat")
+CHEF = text("T_e1", "chef", "chef_A")
+PATTERN = g("g_pattern1", "local", "f1", "Image 3", "1.1_pattern_texture", "striped", "the robe")
+STYLE = g("g_style1", "global", None, "Image 4", "4.1_style", "watercolor", "the painting")
+
+
+def test_one_anchor_with_an_attribute_is_one_scene_c0_as_the_papers_example():
+    """C(f1 ⊕ g1) written without C: anchor 2, g 4, its binding 4, the scene's composition 4
+    (coexistence needs two members; no relation asked)."""
+    questions = compile_checklist((DOG, PATTERN), ())
+    assert rows(questions) == [
+        ("f1:existence", "anchor", "f1", "existence", "yes", (), ()),
+        ("f1:identity", "anchor", "f1", "identity", "yes", ("f1:existence",), ("Image 1",)),
+        ("g_pattern1:presence", "disentangle", "g_pattern1", "presence", "yes", (), ("Image 3",)),
+        ("g_pattern1:fidelity", "disentangle", "g_pattern1", "fidelity", "yes", ("g_pattern1:presence",), ("Image 3",)),
+        ("g_pattern1:isolation", "disentangle", "g_pattern1", "isolation", "yes", ("g_pattern1:presence",),
+         ("Image 3",)),
+        ("g_pattern1:carrier", "disentangle", "g_pattern1", "carrier", "yes", ("g_pattern1:presence",), ()),
+        ("f1+g_pattern1:integrity", "apply", "f1⊕g_pattern1", "integrity", "yes", ("f1:existence",), ()),
+        ("f1+g_pattern1:visibility", "apply", "f1⊕g_pattern1", "visibility", "yes", ("g_pattern1:presence",), ()),
+        ("f1+g_pattern1:fit", "apply", "f1⊕g_pattern1", "fit", "yes", ("g_pattern1:presence",), ()),
+        ("f1+g_pattern1:exclusivity", "apply", "f1⊕g_pattern1", "exclusivity", "no", ("g_pattern1:presence",),
+         ("Image 3",)),
+        ("C0:spatial", "compose", "C0", "spatial", "yes", (), ()),
+        ("C0:duplication", "compose", "C0", "duplication", "no", (), ()),
+        ("C0:leakage", "compose", "C0", "leakage", "no", (), ("Image 1", "Image 3")),
+        ("C0:leakage_context", "compose", "C0", "leakage_context", "no", (), ("Image 1", "Image 3")),
+    ]
+    text_of = {q.id: q.question for q in questions}
+    assert text_of["f1:existence"] == "Does the image show the dog ('dog_A')?"
+    assert text_of["f1:identity"] == ("Does the dog ('dog_A') keep the identity and appearance of [the plush dog] "
+                                      "in Image 1?")
+    assert text_of["g_pattern1:presence"] == "Does the dog ('dog_A') show the pattern taken from [the robe] in Image 3?"
+    assert text_of["g_pattern1:fidelity"] == "Is that pattern faithful to the source (striped)?"
+    assert text_of["f1+g_pattern1:exclusivity"] == ("Does the pattern taken from Image 3 also appear on anything "
+                                                    "other than the dog ('dog_A')?")
+    assert text_of["C0:duplication"] == "Does the dog ('dog_A') appear more than once?"
+    assert text_of["C0:leakage"] == ("Does the image contain entities or objects from Image 1 and Image 3 that were "
+                                     "not asked for?")
+
+
+def test_a_text_carrier_has_no_existence_to_depend_on_and_a_global_binds_to_the_scene():
+    """C1(T_e1 ⊕ g_pattern1, f2) ⊕ g_style1: the binding's integrity depends on nothing (a text
+    entity has no existence question); the global term asks presence, fidelity, isolation and its
+    binding consistency and integrity; C1 has two members: coexistence on the anchor's existence."""
+    on_chef = g("g_pattern1", "local", "T_e1", "Image 3", "1.1_pattern_texture", "striped", "the robe")
+    style = g("g_style1", "global", "C1", "Image 4", "4.1_style", "watercolor", "the painting")
+    questions = compile_checklist((CHEF, on_chef, CAT, style), (("C1", ("T_e1", "f2"), None),))
+    got = {q.id: q for q in questions}
+    assert got["T_e1+g_pattern1:integrity"].depends_on == ()
+    assert got["T_e1+g_pattern1:visibility"].depends_on == ("g_pattern1:presence",)
+    assert [q.id for q in questions if q.target == "g_style1"] == [
+        "g_style1:presence", "g_style1:fidelity", "g_style1:isolation"]
+    assert [(q.id, q.depends_on) for q in questions if q.target == "C1⊕g_style1"] == [
+        ("C1+g_style1:consistency", ("g_style1:presence",)), ("C1+g_style1:integrity", ())]
+    assert [(q.aspect, q.depends_on, q.images) for q in questions if q.target == "C1"] == [
+        ("coexistence", ("f2:existence",), ()), ("spatial", (), ()), ("duplication", (), ()),
+        ("leakage", (), ("Image 3", "Image 2", "Image 4")), ("leakage_context", (), ("Image 3", "Image 2", "Image 4"))]
+    assert got["C1:coexistence"].question == "Do the chef ('chef_A') and the cat ('cat_A') appear together in the image?"
+    assert got["C1:duplication"].question == "Does any of the chef ('chef_A') and the cat ('cat_A') appear more than once?"
+    assert got["g_style1:fidelity"].question == "Does the style of the image match that of Image 4 (watercolor)?"
+    assert "C1:relation" not in got  # no relation requested
+
+
+def test_a_reference_relation_and_nested_compositions():
+    """C1(C2(f1, f2) ⊕ g_rel1, T_e1): the relation's own questions, its binding, the inner
+    composition's relation question on its anchors; a composition's members are every entity
+    inside it, and its images those of the nested composition too (and of terms carried by it)."""
+    rel = g("g_rel1", "relation", "C2", "Image 5", "4.6_inter_instance_relation", "a child holding a bag",
+            "the child and the bag", participants=("f1", "f2"))
+    questions = compile_checklist((DOG, CAT, rel, CHEF), (("C1", ("f1", "f2", "T_e1"), None), ("C2", ("f1", "f2"), "C1")))
+    got = {q.id: q for q in questions}
+    assert [(q.id, q.depends_on, q.images) for q in questions if q.target == "g_rel1"] == [
+        ("g_rel1:presence", (), ()), ("g_rel1:fidelity", ("g_rel1:presence",), ("Image 5",)),
+        ("g_rel1:isolation", ("g_rel1:presence",), ("Image 5",))]
+    assert [(q.id, q.depends_on) for q in questions if q.target == "C2⊕g_rel1"] == [
+        ("C2+g_rel1:binding", ("g_rel1:presence",)), ("C2+g_rel1:integrity", ())]
+    assert got["C2:relation"].depends_on == ("f1:existence", "f2:existence")
+    assert got["C2:relation"].question == ("Do ('dog_A') and ('cat_A') relate as requested "
+                                          "(a child holding a bag)?")
+    assert got["g_rel1:presence"].question == "Do ('dog_A') and ('cat_A') interact with each other?"
+    assert "C1:relation" not in got
+    assert got["C2:coexistence"].depends_on == ("f1:existence", "f2:existence")
+    assert got["C1:coexistence"].depends_on == ("f1:existence", "f2:existence")  # the anchors nested in it too
+    assert got["C1:leakage"].images == ("Image 1", "Image 2", "Image 5")
+    assert got["C2:leakage"].images == ("Image 1", "Image 2", "Image 5")
+    order = [q.target for q in questions]
+    assert order.index("C1") < order.index("C2")  # compositions in formula order, after the terms
+
+
+def test_attach_and_ip_terms_ask_their_own_aspects():
+    hat = g("g_attach1", "attach", "f1", "Image 6", "attach", "the red hat", "the red hat")
+    design = g("g_ip1", "ip", "f2", "Image 7", "ip", "the robot's design", "the robot")
+    questions = compile_checklist((DOG, hat, CAT, design), (("C1", ("f1", "f2"), None),))
+    assert [(q.aspect, q.depends_on, q.images) for q in questions if q.target == "g_attach1"] == [
+        ("presence", (), ("Image 6",)), ("fidelity", ("g_attach1:presence",), ("Image 6",)),
+        ("details", ("g_attach1:presence",), ("Image 6",)), ("carrier", ("g_attach1:presence",), ())]
+    assert [q.aspect for q in questions if q.target == "g_ip1"] == ["presence", "fidelity", "scheme", "carrier"]
+    assert [q.aspect for q in questions if q.target == "f2⊕g_ip1"] == ["integrity", "visibility", "fit",
+                                                                       "exclusivity"]
+    got = {q.id: q for q in questions}
+    assert got["g_attach1:presence"].question == "Does the dog ('dog_A') wear or carry [the red hat] from Image 6?"
+    assert got["f2+g_ip1:integrity"].depends_on == ("f2:existence",)
+
+
+@pytest.mark.parametrize("noun, verb", [("dog", "Does"), ("towers", "Do")])
+def test_verbs_agree_with_the_noun(noun, verb):
+    thing = anchor("f1", noun, "x_A", "Image 1", f"the {noun}")
+    identity = next(q for q in compile_checklist((thing,), ()) if q.aspect == "identity")
+    assert identity.question.startswith(f"{verb} the {noun} ('x_A') keep")
+
+
+def test_ids_are_unique_and_every_dependency_is_asked():
+    rel = g("g_rel1", "relation", "C2", "Image 5", "4.6_inter_instance_relation", "holding", "the pair",
+            participants=("f1", "f2"))
+    questions = compile_checklist((DOG, PATTERN, CAT, rel, CHEF, STYLE.model_copy(update={"carrier": "C1"})),
+                                  (("C1", ("f1", "f2", "T_e1"), None), ("C2", ("f1", "f2"), "C1")))
+    ids = [q.id for q in questions]
+    assert len(ids) == len(set(ids))
+    assert all(d in ids for q in questions for d in q.depends_on)
+    asked = aspects()
+    assert {q.aspect for q in questions} <= set().union(*asked.values())
+    assert asked["compose"] == {"coexistence", "spatial", "duplication", "leakage", "leakage_context"}

@@ -39,6 +39,7 @@ def main() -> None:
     parser.add_argument("--module", required=True, help="the file to mutate, from the repository root")
     parser.add_argument("--tests", nargs="+", required=True, help="the pytest node ids or files to run")
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--show-survivors", action="store_true", help="print the diff of every surviving mutant")
     args = parser.parse_args()
     if importlib.util.find_spec("tracebench") is not None:
         raise SystemExit("tracebench is importable here: run this from an environment without it (see --help)")
@@ -59,14 +60,18 @@ def main() -> None:
                        stdout=subprocess.DEVNULL)
         results = subprocess.run([*mutmut, "results", "--all", "true"], cwd=clone, env=env, check=True,
                                  capture_output=True, text=True).stdout
-    statuses = Counter(m.group(1) for m in re.finditer(r":\s*(\w[\w ]*\w)\s*$", results, re.M))
-    total = sum(statuses.values())
-    killed = statuses.get("killed", 0)
-    print(f"{args.module}: {total} mutants, {killed} killed, {statuses.get('survived', 0)} survived, "
-          f"{statuses.get('no tests', 0)} not covered by the tests given; kill rate {killed / total:.1%}"
-          if total else f"{args.module}: no mutants")
-    for status, n in sorted(statuses.items()):
-        print(f"  {status}: {n}")
+        statuses = Counter(m.group(1) for m in re.finditer(r":\s*(\w[\w ]*\w)\s*$", results, re.M))
+        total = sum(statuses.values())
+        killed = statuses.get("killed", 0)
+        print(f"{args.module}: {total} mutants, {killed} killed, {statuses.get('survived', 0)} survived, "
+              f"{statuses.get('no tests', 0)} not covered by the tests given; kill rate {killed / total:.1%}"
+              if total else f"{args.module}: no mutants")
+        for status, n in sorted(statuses.items()):
+            print(f"  {status}: {n}")
+        if args.show_survivors:  # each surviving mutant's diff, to classify it
+            for name in re.findall(r"^\s*(\S+):\s*survived\s*$", results, re.M):
+                shown = subprocess.run([*mutmut, "show", name], cwd=clone, env=env, capture_output=True, text=True)
+                print(f"--- {name}\n{shown.stdout.strip()}")
 
 
 if __name__ == "__main__":

@@ -40,6 +40,9 @@ def main() -> None:
     parser.add_argument("--tests", nargs="+", required=True, help="the pytest node ids or files to run")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--show-survivors", action="store_true", help="print the diff of every surviving mutant")
+    parser.add_argument("--functions", nargs="+", metavar="NAME",
+                        help="count only the mutants of these functions of the module (Class.method for a method), "
+                             "e.g. the resume functions of a larger module")
     args = parser.parse_args()
     if importlib.util.find_spec("tracebench") is not None:
         raise SystemExit("tracebench is importable here: run this from an environment without it (see --help)")
@@ -60,12 +63,16 @@ def main() -> None:
                        stdout=subprocess.DEVNULL)
         results = subprocess.run([*mutmut, "results", "--all", "true"], cwd=clone, env=env, check=True,
                                  capture_output=True, text=True).stdout
+        if args.functions:  # mutmut names a mutant x_<function>__mutmut_N, or xǁClassǁmethod__mutmut_N
+            marks = tuple(("xǁ" + f.replace(".", "ǁ") if "." in f else "x_" + f) + "__mutmut_" for f in args.functions)
+            results = "\n".join(line for line in results.splitlines() if any(m in line for m in marks))
         statuses = Counter(m.group(1) for m in re.finditer(r":\s*(\w[\w ]*\w)\s*$", results, re.M))
         total = sum(statuses.values())
         killed = statuses.get("killed", 0)
-        print(f"{args.module}: {total} mutants, {killed} killed, {statuses.get('survived', 0)} survived, "
+        where = f"{args.module} ({', '.join(args.functions)})" if args.functions else args.module
+        print(f"{where}: {total} mutants, {killed} killed, {statuses.get('survived', 0)} survived, "
               f"{statuses.get('no tests', 0)} not covered by the tests given; kill rate {killed / total:.1%}"
-              if total else f"{args.module}: no mutants")
+              if total else f"{where}: no mutants")
         for status, n in sorted(statuses.items()):
             print(f"  {status}: {n}")
         if args.show_survivors:  # each surviving mutant's diff, to classify it

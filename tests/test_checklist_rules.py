@@ -154,3 +154,34 @@ def test_ids_are_unique_and_every_dependency_is_asked():
     asked = aspects()
     assert {q.aspect for q in questions} <= set().union(*asked.values())
     assert asked["compose"] == {"coexistence", "spatial", "duplication", "leakage", "leakage_context"}
+
+
+def test_lists_of_three_and_a_scene_without_references():
+    """Three members are joined "a, b and c"; a scene of text entities alone names "the references"."""
+    horse = text("T_e2", "horse", "horse_A")
+    questions = compile_checklist((DOG, CAT, CHEF), (("C1", ("f1", "f2", "T_e1"), None),))
+    coexistence = next(q for q in questions if q.id == "C1:coexistence")
+    assert coexistence.question == ("Do the dog ('dog_A'), the cat ('cat_A') and the chef ('chef_A') appear together "
+                                    "in the image?")
+    leakage = next(q for q in compile_checklist((CHEF, horse), (("C1", ("T_e1", "T_e2"), None),))
+                   if q.aspect == "leakage")
+    assert leakage.question == "Does the image contain entities or objects from the references that were not asked for?"
+    assert leakage.images == ()
+
+
+def test_an_inner_composition_sees_only_its_own_images_and_the_outer_one_all_of_them():
+    """C1(C2(f1, f2) ⊕ g_rel1, C3(f3, T_e1) ⊕ g_rel2): each inner composition's images are its own
+    (and those of the relation it carries); the outer one's are those of both."""
+    bird = anchor("f3", "bird", "bird_A", "Image 8", "the blue bird")
+    rel1 = g("g_rel1", "relation", "C2", "Image 5", "4.6_inter_instance_relation", "holding", "the pair",
+             participants=("f1", "f2"))
+    rel2 = g("g_rel2", "relation", "C3", "Image 9", "4.6_inter_instance_relation", "chasing", "the pair",
+             participants=("f3", "T_e1"))
+    questions = compile_checklist((DOG, CAT, rel1, bird, CHEF, rel2),
+                                  (("C1", ("f1", "f2", "f3", "T_e1"), None), ("C2", ("f1", "f2"), "C1"),
+                                   ("C3", ("f3", "T_e1"), "C1")))
+    images = {q.target: q.images for q in questions if q.aspect == "leakage"}
+    assert images == {"C1": ("Image 1", "Image 2", "Image 5", "Image 8", "Image 9"),
+                      "C2": ("Image 1", "Image 2", "Image 5"), "C3": ("Image 8", "Image 9")}
+    relation = {q.target: q.depends_on for q in questions if q.aspect == "relation"}
+    assert relation == {"C2": ("f1:existence", "f2:existence"), "C3": ("f3:existence",)}

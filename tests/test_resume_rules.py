@@ -1,0 +1,104 @@
+"""What a resumed run keeps of its verdicts.jsonl, on hand-written files: complete cases only, their
+lines where they lie, nothing of a torn or half-written case. Pure and fast (no benchmark, no
+model): the tests bench/mutation.py runs against the resume functions of tracebench/run/_harness.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from tracebench.errors import TraceError
+from tracebench.jsonfiles import record_line
+from tracebench.records import Verdict, Vote
+from tracebench.run._harness import _existing, _keep_only, _Lines, _question_digest
+
+ANSWERED = {"verdict": "pass", "value": 1.0}
+
+
+def verdict(case_id: str, question_id: str, status: str = "pass") -> Verdict:
+    value = {"pass": 1.0, "fail": 0.0, "abstain": None}[status]
+    vote = Vote(judge="oracle", verdict=status, value=value, answer=None if status == "abstain" else "yes",
+                reason="no reply" if status == "abstain" else "as drawn")
+    return Verdict(case_id=case_id, question_id=question_id, op="anchor", verdict=status, value=value, judge="oracle",
+                   votes=(vote,))
+
+
+def lines(*verdicts: Verdict) -> list[bytes]:
+    return [record_line(v).encode() for v in verdicts]
+
+
+def write(folder, chunks: list[bytes], tail: bytes = b"") -> bytes:
+    data = b"".join(chunks) + tail
+    (folder / "verdicts.jsonl").write_bytes(data)
+    return data
+
+
+CHECKLISTS = {"a": _question_digest(["a1", "a2"]), "b": _question_digest(["b1", "b2", "b3"]),
+              "c": _question_digest(["c1", "c2"])}
+
+
+def test_the_question_digest_counts_and_ignores_order():
+    assert _question_digest(["x", "y", "z"]) == _question_digest(["z", "x", "y"])
+    assert _question_digest(["x", "y"])[0] == 2 and _question_digest([]) == (0, 0)
+    assert _question_digest(["x", "y"]) != _question_digest(["x", "z"])
+    assert _question_digest(["x", "y"])[1] != _question_digest(["x"])[1]
+
+
+def test_lines_merge_touching_spans_and_count():
+    kept = _Lines()
+    kept.add(0, 10, "q1", True)
+    kept.add(10, 25, "q2", False)
+    kept.add(30, 40, "q3", True)
+    assert kept.spans == [(0, 25), (30, 40)] and kept.verdicts == 3 and kept.abstained == 1
+    assert (kept.verdicts, kept.digest) == _question_digest(["q3", "q1", "q2"])
+
+
+def test_complete_cases_are_kept_where_they_lie_and_a_half_written_one_is_not(tmp_path):
+    chunks = lines(verdict("a", "a1"), verdict("a", "a2"), verdict("b", "b1"), verdict("b", "b2", "abstain"),
+                   verdict("b", "b3"), verdict("c", "c1"))  # c: killed after its first line
+    write(tmp_path, chunks)
+    found = _existing(tmp_path, CHECKLISTS, retry_abstained=False)
+    ends = [sum(map(len, chunks[:k])) for k in range(len(chunks) + 1)]
+    assert list(found) == ["a", "b"]
+    assert found["a"].spans == [(ends[0], ends[2])] and found["b"].spans == [(ends[2], ends[5])]
+    assert (found["b"].verdicts, found["b"].abstained) == (3, 1)
+    # --retry-abstained: a case with an abstention is asked again
+    assert list(_existing(tmp_path, CHECKLISTS, retry_abstained=True)) == ["a"]
+
+
+def test_a_torn_last_line_is_dropped_and_a_broken_line_elsewhere_is_an_error(tmp_path):
+    chunks = lines(verdict("a", "a1"), verdict("a", "a2"), verdict("c", "c1"), verdict("c", "c2"))
+    torn = chunks[-1][: len(chunks[-1]) // 2]
+    write(tmp_path, chunks[:-1], torn)
+    assert list(_existing(tmp_path, CHECKLISTS, retry_abstained=False)) == ["a"]
+    write(tmp_path, [chunks[0], b'{"case_id": "a", "broken\n', *chunks[1:]])
+    with pytest.raises(TraceError, match=r"verdicts\.jsonl:2"):
+        _existing(tmp_path, CHECKLISTS, retry_abstained=False)
+
+
+def test_a_question_twice_in_a_case_is_an_error_and_another_checklist_is_not_kept(tmp_path):
+    write(tmp_path, lines(verdict("a", "a1"), verdict("a", "a1")))
+    with pytest.raises(TraceError, match=r"verdicts\.jsonl:2: question_id: case 'a' question 'a1' appears twice "
+                                         r"\(first on line 1\)"):
+        _existing(tmp_path, CHECKLISTS, retry_abstained=False)
+    write(tmp_path, lines(verdict("a", "a1"), verdict("a", "a3"), verdict("d", "d1")))  # other ids; a case not asked
+    assert _existing(tmp_path, CHECKLISTS, retry_abstained=False) == {}
+    assert _existing(tmp_path / "nowhere", CHECKLISTS, retry_abstained=False) == {}
+
+
+def test_keep_only_rewrites_the_kept_lines_in_order_and_points_at_them(tmp_path):
+    chunks = lines(verdict("c", "c1"), verdict("a", "a1"), verdict("a", "a2"), verdict("b", "b1"),
+                   verdict("b", "b2"), verdict("b", "b3"))
+    write(tmp_path, chunks)
+    found = _existing(tmp_path, CHECKLISTS, retry_abstained=False)
+    assert list(found) == ["a", "b"]
+    _keep_only(tmp_path / "verdicts.jsonl", found)
+    kept = b"".join(chunks[1:])
+    assert (tmp_path / "verdicts.jsonl").read_bytes() == kept
+    a = len(chunks[1]) + len(chunks[2])
+    assert found["a"].spans == [(0, a)] and found["b"].spans == [(a, len(kept))]
+    reordered = {"b": found["b"], "a": found["a"]}
+    _keep_only(tmp_path / "verdicts.jsonl", reordered)
+    assert (tmp_path / "verdicts.jsonl").read_bytes() == b"".join(chunks[3:]) + b"".join(chunks[1:3])
+    assert found["b"].spans == [(0, len(kept) - a)] and found["a"].spans == [(len(kept) - a, len(kept))]
+    _keep_only(tmp_path / "new.jsonl", {})
+    assert (tmp_path / "new.jsonl").read_bytes() == b""

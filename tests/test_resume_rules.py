@@ -102,3 +102,25 @@ def test_keep_only_rewrites_the_kept_lines_in_order_and_points_at_them(tmp_path)
     assert found["b"].spans == [(0, len(kept) - a)] and found["a"].spans == [(len(kept) - a, len(kept))]
     _keep_only(tmp_path / "new.jsonl", {})
     assert (tmp_path / "new.jsonl").read_bytes() == b""
+
+
+def test_cases_share_question_ids_and_a_case_split_in_two_is_redone(tmp_path):
+    """Question ids repeat across cases ("f1:existence" in each); a case whose lines are not together
+    and repeat a question (a file edited by hand) is not complete: it is run again, no error."""
+    checklists = {c: _question_digest(["f1:existence", "f1:identity"]) for c in ("a", "b", "c")}
+    chunks = lines(verdict("a", "f1:existence"), verdict("a", "f1:identity"), verdict("b", "f1:existence"),
+                   verdict("c", "f1:existence"), verdict("c", "f1:identity"), verdict("b", "f1:existence"))
+    write(tmp_path, chunks)
+    found = _existing(tmp_path, checklists, retry_abstained=False)
+    assert list(found) == ["a", "c"]
+    # three kept cases: each points at its own new place
+    write(tmp_path, lines(verdict("a", "f1:existence"), verdict("a", "f1:identity"), verdict("x", "f1:existence"),
+                          verdict("b", "f1:existence"), verdict("b", "f1:identity"),
+                          verdict("c", "f1:existence"), verdict("c", "f1:identity")))
+    found = _existing(tmp_path, checklists, retry_abstained=False)
+    _keep_only(tmp_path / "verdicts.jsonl", found)
+    data = (tmp_path / "verdicts.jsonl").read_bytes()
+    for case_id, kept in found.items():
+        (start, end), = kept.spans
+        assert [Verdict.model_validate_json(line).case_id for line in data[start:end].splitlines()] == [case_id] * 2
+    assert found["c"].spans[0][1] == len(data)

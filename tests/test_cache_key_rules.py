@@ -91,9 +91,11 @@ class _Counting:
 
             def __init__(self) -> None:
                 self.calls = 0
+                self.seen: list = []
 
             async def generate(self, case, references):
                 self.calls += 1
+                self.seen.append((case.id, list(references)))
                 return IMAGE + bytes([self.calls])
 
         self.provider = Counting()
@@ -110,11 +112,15 @@ def test_a_later_generation_is_cached_apart_and_the_first_keeps_its_key(tmp_path
         return data, made.calls
 
     first, calls = generate(0)
-    assert calls == 1 and generate(0) == (first, 0)  # the first generation, from the cache
+    assert calls == 1 and access.stats.calls == {"python:counting": 1} and access.stats.cache_hits == 0
+    assert generate(0) == (first, 0)  # the first generation, from the cache
+    assert access.stats.cache_hits == 1 and access.stats.calls == {"python:counting": 1}
     second, calls = generate(1)
     assert calls == 1 and generate(1) == (second, 0)  # the second: a call of its own, cached apart
+    assert access.stats.cache_hits == 2 and access.stats.calls == {"python:counting": 2}
     base = {"provider": "python:counting", "prompt": CASE.prompt, "images": [sha256(REF)]}
-    assert cache.get(cache_key(**base)) is not None and cache.get(cache_key(**base, sample=1)) is not None
+    assert cache.get(cache_key(**base)) == ({"generator": "python:counting"}, first)
+    assert cache.get(cache_key(**base, sample=1)) == ({"generator": "python:counting"}, second)
     assert cache.get(cache_key(**base, sample=2)) is None
 
 
@@ -177,3 +183,80 @@ def test_a_judge_reply_is_cached_under_its_key_only_when_complete(tmp_path):
                                                                                     "raw": reply.text}
     third, key3 = ask(lambda text: True)
     assert judge.calls == 2 and third.text == reply.text and key3 == key  # from the cache
+
+
+def test_the_wrapper_passes_the_call_through_and_counts_only_model_calls(tmp_path):
+    """The provider gets the case and references given; a folder read (no key) is not cached and
+    not counted as a model call; without a cache nothing is stored."""
+    made = _Counting().provider
+    access = ModelAccess(Cache(tmp_path / "c"), concurrency=1, max_retries=0)
+    asyncio.run(access.generate(made, CASE, [REF]))
+    assert made.seen == [(CASE.id, [REF])]
+    folder = tmp_path / "images"
+    folder.mkdir()
+    (folder / f"{CASE.id}.png").write_bytes(IMAGE)
+    reader = make_generator(f"folder:{folder}")
+    entries = sorted(p for p in (tmp_path / "c").rglob("*") if p.is_file())
+    assert entries  # the counting generator's image
+    assert asyncio.run(access.generate(reader, CASE, [REF])) == IMAGE
+    assert access.stats.calls == {"python:counting": 1}
+    assert sorted(p for p in (tmp_path / "c").rglob("*") if p.is_file()) == entries
+    uncached = ModelAccess(None, concurrency=1, max_retries=0)
+    again = _Counting().provider
+    asyncio.run(uncached.generate(again, CASE, [REF]))
+    asyncio.run(uncached.generate(again, CASE, [REF]))
+    assert again.calls == 2 and uncached.stats.cache_hits == 0
+
+
+def test_a_judge_s_reply_is_scrubbed_counted_and_a_failure_carries_its_key(tmp_path):
+    from tracebench.providers import CallFailed, Judge, Reply
+
+    class Leaky(Judge):
+        spec = "python:leaky"
+
+        def __init__(self, fail: bool = False) -> None:
+            self.fail, self.seen = fail, []
+
+        def secrets(self):
+            return ("sk-leaked-key-123",)
+
+        def ask(self, case, questions, image, references):
+            self.seen.append((case.id, [q.id for q in questions], image, list(references)))
+            if self.fail:
+                raise CallFailed("down")
+            return Reply('{"answers": [], "note": "sk-leaked-key-123"}', tokens=7)
+
+    access = ModelAccess(Cache(tmp_path), concurrency=1, max_retries=0)
+    judge, questions = Leaky(), list(CASE.checklist)
+    seen_texts = []
+    reply, key = asyncio.run(access.ask(judge, CASE, questions, IMAGE, [REF],
+                                        keep=lambda text: seen_texts.append(text) or True))
+    assert judge.seen == [(CASE.id, ["f1:existence", "C0:duplication"], IMAGE, [REF])]
+    assert reply.text == '{"answers": [], "note": "***"}' and seen_texts == [reply.text]
+    assert reply.tokens == 7 and access.stats.tokens == 7
+    asyncio.run(access.ask(Leaky(), CASE, questions, IMAGE + b"2", [REF], keep=lambda text: True))
+    assert access.stats.tokens == 14 and access.stats.cache_hits == 0
+    asyncio.run(access.ask(Leaky(), CASE, questions, IMAGE, [REF], keep=lambda text: True))
+    assert access.stats.cache_hits == 1 and access.stats.tokens == 14
+    assert Cache(tmp_path).get(key)[0] == {"judge": "python:leaky", "raw": '{"answers": [], "note": "***"}'}
+    broken = Leaky(fail=True)
+    with pytest.raises(CallFailed) as info:
+        asyncio.run(access.ask(broken, CASE, questions, IMAGE + b"3", [REF], keep=lambda text: True))
+    assert info.value.cache_key == cache_key(**broken.key(CASE, questions, IMAGE + b"3", [REF]))
+
+
+def test_the_zoo_seed_of_a_later_generation():
+    """sample 0 keeps the seed; a later one is derived from both (documented, so the images of a
+    repeated diagnosis are the same in every version), within 31 bits."""
+    import hashlib
+
+    from tracebench.providers._local import sample_seed
+
+    assert sample_seed(5, 0) == 5
+    for seed, sample in ((0, 1), (5, 2), (123456, 7)):
+        digest = hashlib.sha256(f"tracebench-sample/{seed}/{sample}".encode()).digest()
+        assert sample_seed(seed, sample) == int.from_bytes(digest[:4], "big") >> 1 < 2**31
+    assert make_generator("synthetic:perfect", ModelSettings(seed=5, sample=2)).key(CASE, [REF])["seed"] == \
+        sample_seed(5, 2)
+    assert make_judge("oracle").spec == "oracle"
+    assert make_judge("oracle:yes-bias=0.2,flip=0.1").spec == "oracle:flip=0.1,yes-bias=0.2"

@@ -269,3 +269,29 @@ def test_a_run_folder_scores_as_its_cases_do(tmp_path):
         assert score_run(tmp_path / "r", cases_dir=tmp_path / "b", seed=5, gating=gating) == expected
         assert score_folder(load_run(tmp_path / "r"), seed=5, gating=gating) == expected
     assert score_run(tmp_path / "r") != score_run(tmp_path / "r", seed=5)  # the seed reaches the intervals
+
+
+def test_two_values_are_bootstrapped_and_bounds_have_four_places():
+    """From two values on, the interval is a bootstrap: the resampled means of two values are one
+    of them or their mean; bounds and single values are rounded to four places."""
+    assert _ci([0.123456], 0) == (0.1235, 0.1235)
+    low, high = _ci([0.123456, 0.654321], 0)
+    assert low in (0.1235, 0.3889) and high in (0.3889, 0.6543) and low < high
+
+
+def test_the_table_row_by_row(cases):
+    verdicts = _verdicts(cases)
+    scores = score_cases(MANIFEST, ((c, verdicts[c.id]) for c in cases), root=Path("run"))
+    lines = format_scores(scores).splitlines()
+    assert lines[1] == f"{'operator':12s} {'score':>7s}  {'95% CI':18s}  case-weighted"
+    for op, line in zip(OPERATORS, lines[2:6]):
+        assert line == (f"{op.value:12s} {scores.operators[op]:7.4f}  {str(list(scores.ci95[op])):18s}  "
+                        f"{scores.case_weighted.operators[op]:.4f}")
+    assert lines[6] == (f"{'avg':12s} {scores.avg:7.4f}  {str(list(scores.ci95['avg'])):18s}  "
+                        f"{scores.case_weighted.overall:.4f} (overall)")
+    only = score_cases(MANIFEST, ((c, _passing(c)) for c in cases if c.application), root=Path("run"))
+    first = format_scores(only).splitlines()
+    assert first[0] == "mean of per-slot means over the all cases (no general case); gating within"
+    missing = [line for line in first[2:6] if "n/a" in line]
+    assert missing and all(line.startswith(tuple(f"{op.value:12s}     n/a  {'':18s}  " for op in OPERATORS))
+                           for line in missing)

@@ -238,6 +238,8 @@ def test_a_judge_s_reply_is_scrubbed_counted_and_a_failure_carries_its_key(tmp_p
     assert access.stats.tokens == 14 and access.stats.cache_hits == 0
     asyncio.run(access.ask(Leaky(), CASE, questions, IMAGE, [REF], keep=lambda text: True))
     assert access.stats.cache_hits == 1 and access.stats.tokens == 14
+    asyncio.run(access.ask(Leaky(), CASE, questions, IMAGE, [REF], keep=lambda text: True))
+    assert access.stats.cache_hits == 2
     assert Cache(tmp_path).get(key)[0] == {"judge": "python:leaky", "raw": '{"answers": [], "note": "***"}'}
     broken = Leaky(fail=True)
     with pytest.raises(CallFailed) as info:
@@ -258,5 +260,7 @@ def test_the_zoo_seed_of_a_later_generation():
         assert sample_seed(seed, sample) == int.from_bytes(digest[:4], "big") >> 1 < 2**31
     assert make_generator("synthetic:perfect", ModelSettings(seed=5, sample=2)).key(CASE, [REF])["seed"] == \
         sample_seed(5, 2)
-    assert make_judge("oracle").spec == "oracle"
+    from tracebench.providers._local import OracleJudge
+
+    assert make_judge("oracle").spec == "oracle" and OracleJudge().spec == "oracle" and not OracleJudge().errors
     assert make_judge("oracle:yes-bias=0.2,flip=0.1").spec == "oracle:flip=0.1,yes-bias=0.2"

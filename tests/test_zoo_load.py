@@ -374,3 +374,38 @@ def test_localization_under_load_is_what_its_probabilities_predict(shared_folder
     assert localization is not None and localization["instances"] > len(p_right)  # other operators too
     # and it is far from the deterministic profiles' 100%: one generation per node cannot tell
     assert sum(p_right) / len(p_right) < 0.9
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d["modes"].update({"strainy": {"load": "global", "p1": 0.1, "breaks": []}}),
+     "modes.strainy: a load mode's name starts with 'load-'"),
+    (lambda d: d["modes"]["load-global"].update(load="weather"), "modes.load-global.load: 'weather' is not one of"),
+    (lambda d: d["modes"]["load-global"].update(p1=1.0), "modes.load-global.p1: expected a probability in [0, 1)"),
+    (lambda d: d["modes"]["load-global"].update(p1=True), "modes.load-global.p1: expected a probability"),
+    (lambda d: d["modes"]["load-global"].update(breaks=["anchor"]), "modes.load-global.breaks: 'anchor' is not"),
+    (lambda d: d["modes"]["load-global"].update(breaks=["anchor.sparkle"]),
+     "modes.load-global.breaks: the checklist asks no 'sparkle' in [[anchor]]"),
+    (lambda d: d.update(modes={}), "no [modes.load-*] table"),
+    (lambda d: d["subtype"].pop("1.4_font"), "[subtype]: no difficulty for 1.4_font"),
+    (lambda d: d["subtype"].update(sparkle=0.1), "subtype.sparkle: not a subtype"),
+    (lambda d: d["subtype"].update({"1.5_color": -0.1}), "subtype.1.5_color: expected a probability"),
+])
+def test_a_broken_zoo_file_is_one_line_naming_the_field(monkeypatch, edit, message):
+    import copy
+
+    from tracebench.zoo import _load
+
+    data = copy.deepcopy(RATES)
+    edit(data)
+    monkeypatch.setattr(_load, "read_toml", lambda folder, name: data)
+    _load.load_modes.cache_clear()
+    _load.subtype_difficulty.cache_clear()
+    try:
+        with pytest.raises(TraceError) as info:
+            _load.load_modes()
+            _load.subtype_difficulty()
+        assert str(info.value).startswith("taxonomy/zoo.toml: ") and message in str(info.value), str(info.value)
+        assert "\n" not in str(info.value)
+    finally:
+        _load.load_modes.cache_clear()
+        _load.subtype_difficulty.cache_clear()

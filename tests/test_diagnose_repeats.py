@@ -164,3 +164,33 @@ def test_repeats_undo_what_noise_does_to_localization(small, shared_runs, tmp_pa
     assert exact.localization_accuracy["accuracy"] == 1.0
     assert thrice.localization_accuracy["accuracy"] > once.localization_accuracy["accuracy"] + 0.05
     assert thrice.unstable["share"] < once.unstable["share"] / 2
+
+
+def test_abstentions_of_later_generations_are_counted(small, shared_runs, tmp_path):
+    """A judge that answers the first generation and abstains on the others: the decided results
+    are the first generation's (one answer is the majority of the answered), and the summary
+    counts the later abstentions, so the command exits 3 and --retry-abstained asks again."""
+    plugin = tmp_path / "picky.py"
+    plugin.write_text(
+        "from tracebench.providers import CallFailed, Judge\n"
+        "from tracebench.zoo import oracle_reply, read_record\n"
+        "import json\n"
+        "class Picky(Judge):\n"
+        "    spec = 'python:picky'\n"
+        "    def ask(self, case, questions, image, references):\n"
+        "        record = read_record(image)\n"
+        "        if record.drawn['seed'] != 0:  # two ways, so the calls are never stopped early as one outage\n"
+        "            raise CallFailed('busy' if sum(map(ord, case.id)) % 2 else 'asleep')\n"
+        "        return json.dumps(oracle_reply(questions, record))\n"
+        "judge = Picky\n")
+    run = shared_runs(small, "synthetic:global-interference")
+    once = diagnose_run(run, tmp_path / "once", judges=[f"python:{plugin}"], settings=SETTINGS)
+    thrice = diagnose_run(run, tmp_path / "thrice", judges=[f"python:{plugin}"], settings=SETTINGS, repeats=3)
+    assert once.abstained_verdicts == 0 and thrice.sources == once.sources
+    assert thrice.abstained_verdicts > 0
+    assert all("busy" in reason or "asleep" in reason for reason in thrice.abstention_reasons)
+    tree = _trees(tmp_path / "thrice")[0]
+    assert all(len(n.sample_abstained) == 2 and all(n.sample_abstained) for n in tree.nodes if n.evaluated)
+    result = run_trace("diagnose", str(run), "--judge", f"python:{plugin}", "--repeats", "3",
+                       "--out", str(tmp_path / "thrice"))
+    assert result.returncode == 3 and "--retry-abstained" in result.stderr, result.stderr

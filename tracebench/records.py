@@ -243,6 +243,9 @@ class DiagnosticNode(_Record):
                                           "first (image, verdicts) first; empty with one generation")
     sample_images: tuple[str | None, ...] = Field(default=(), description="with --repeats: the images of the node's "
                                                   "later generations (2nd, 3rd ...), as image")
+    sample_abstained: tuple[dict[str, str], ...] = Field(default=(), description="with --repeats: per later "
+                                                         "generation, question id -> why its verdict abstained, as "
+                                                         "abstained")
 
 
 class DiagnosticEdge(_Record):

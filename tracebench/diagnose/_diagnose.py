@@ -77,6 +77,7 @@ class _Samples:
 
     verdicts: dict[str, list[dict[str, Outcome]]] = field(default_factory=dict)
     images: dict[str, list[str | None]] = field(default_factory=dict)
+    reasons: dict[str, list[dict[str, str]]] = field(default_factory=dict)
 
 
 def majority_verdicts(samples: Sequence[dict[str, Outcome]]) -> dict[str, Outcome]:
@@ -278,6 +279,7 @@ def _strategy_rounds(plan: TreePlan, strategy: str, root_verdicts: dict[str, dic
         else:
             later.verdicts.setdefault(k, []).append(got)
             later.images.setdefault(k, []).append(image)
+            later.reasons.setdefault(k, []).append(why)
 
     def run_round(keys: list[str], first: int = 0) -> None:
         """Generate and judge samples ``first`` .. repeats-1 of the sub-cases not done yet."""
@@ -401,7 +403,10 @@ def diagnose(roots: Sequence[Case], root_verdicts: dict[str, dict[str, Outcome]]
                            if not o.answered},
                 status={t: v.status for (_, t), v in results.get(node.id, {}).items()},
                 sample_status=sample_status.get(node.id, {}),
-                sample_images=tuple(later.images.get(key, ())) if evaluated else ()))
+                sample_images=tuple(later.images.get(key, ())) if evaluated else (),
+                sample_abstained=tuple({qid: why.get(qid, "no verdict") for qid, o in v.items() if not o.answered}
+                                       for v, why in zip(later.verdicts.get(key, ()), later.reasons.get(key, ())))
+                if evaluated else ()))
         edges = tuple(DiagnosticEdge(parent=u, child=v, rule=d["rule"]) for u, v, d in tree.graph.edges(data=True))
         trees.append(DiagnosticTree(case_id=tree.root.id, formula=tree.root.formula, slot=tree.root.slot,
                                     strategy=strategy, max_depth=max_depth, nodes=tuple(nodes), edges=edges,
@@ -432,6 +437,9 @@ class _SummaryTally:
                 self.generated.add(_digest((n.prompt, n.references, n.question_ids)))
             if n.abstained:
                 self.abstained[_digest((root and tree.case_id, n.prompt, n.references, n.question_ids))] = n.abstained
+            for k, why in enumerate(n.sample_abstained, start=2):  # the later generations' own abstentions
+                if why:
+                    self.abstained[_digest((k, root and tree.case_id, n.prompt, n.references, n.question_ids))] = why
         return tree
 
     def summary(self, *, generator: str, judges: Sequence[str], strategy: str, synthetic: bool,

@@ -295,3 +295,40 @@ def test_the_table_row_by_row(cases):
     missing = [line for line in first[2:6] if "n/a" in line]
     assert missing and all(line.startswith(tuple(f"{op.value:12s}     n/a  {'':18s}  " for op in OPERATORS))
                            for line in missing)
+
+
+def test_the_intervals_on_strata_that_vary(cases):
+    """Forty copies of the cases with seeded random verdicts, so every slot varies: the slot-averaged
+    interval is the stratified bootstrap at 95% (not its extremes), the case-weighted SciPy's;
+    and instance results follow the gating asked for."""
+    import numpy as np
+
+    rng = random.Random(11)
+    many, verdicts = [], {}
+    for k in range(40):
+        for case in cases:
+            copy = case.model_copy(update={"id": f"{case.id}-{k}"})
+            many.append(copy)
+            verdicts[copy.id] = {q.id: PASSED if rng.random() < 0.7 else FAILED for q in case.checklist}
+    scores = score_cases(MANIFEST, ((c, verdicts[c.id]) for c in many), root=Path("run"))
+    rows = {c.id: _by_op(c, verdicts[c.id]) for c in many}
+    general = [c for c in many if c.application is None]
+    for j, op in enumerate(OPERATORS):
+        slots: dict[int, list[float]] = {}
+        for c in general:
+            if rows[c.id][op] is not None:
+                slots.setdefault(c.slot, []).append(rows[c.id][op])
+        strata = [slots[s] for s in sorted(slots)]
+        assert all(len(set(s)) > 1 for s in strata)
+        low, high = scores.ci95[op]
+        assert (low, high) == _stratified(strata, 0, j), op
+        means = [fmean(s) for s in strata]
+        assert low < fmean(means) < high
+    overall = [r["overall"] for r in rows.values()]
+    assert scores.case_weighted.ci95["overall"] == _scipy_interval(overall, np.random.default_rng(0))
+    case = many[0]
+    g = next(t.symbol for t in case.terms if t.op == "g")
+    failing = {**_passing(case), f"{g}:presence": FAILED}
+    apply = (Operator.APPLY, f"f1⊕{g}")  # g's presence gates its binding only across instances
+    assert instance_results(case, failing, Gating.CROSS)[apply] == Outcome.of("fail", 0.25)
+    assert instance_results(case, failing, Gating.WITHIN)[apply] == PASSED

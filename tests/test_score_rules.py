@@ -332,3 +332,12 @@ def test_the_intervals_on_strata_that_vary(cases):
     apply = (Operator.APPLY, f"f1⊕{g}")  # g's presence gates its binding only across instances
     assert instance_results(case, failing, Gating.CROSS)[apply] == Outcome.of("fail", 0.25)
     assert instance_results(case, failing, Gating.WITHIN)[apply] == PASSED
+
+
+def test_an_instance_that_abstains_leaves_the_others_decided(cases):
+    case = cases[2]  # C(f, f) ⊕ g_style: two anchors, a global term, a composition
+    verdicts = {**_passing(case), "f1:existence": ABSTAINED, "f1:identity": ABSTAINED, "f2:identity": FAILED}
+    results = instance_results(case, verdicts)
+    assert results[(Operator.ANCHOR, "f1")] == ABSTAINED and results[(Operator.ANCHOR, "f2")].failed
+    assert len(results) == len({(q.op, q.target) for q in case.checklist})
+    assert [o for i, o in results.items() if i[0] is not Operator.ANCHOR] == [PASSED] * (len(results) - 2)

@@ -370,8 +370,7 @@ def format_scores(scores: Scores) -> str:
         other = weighted.operators.get(op) if op != "avg" else weighted.overall  # type: ignore[call-overload]
         ci = scores.ci95.get(op)
         shown = "    n/a" if value is None else f"{value:7.4f}"
-        label = op if op != "avg" else "avg"
-        lines.append(f"{label:12s} {shown}  {str(list(ci)) if ci else '':18s}  "
+        lines.append(f"{op:12s} {shown}  {str(list(ci)) if ci else '':18s}  "
                      f"{'n/a' if other is None else f'{other:.4f}'}{' (overall)' if op == 'avg' else ''}")
     lines.append(f"cases {scores.cases}, abstentions {scores.abstentions.count} ({scores.abstentions.share:.1%})")
     return "\n".join(lines)

@@ -25,6 +25,29 @@ def small(diagnosis_bench) -> Path:
     return diagnosis_bench  # tests/conftest.py: sampled once per session
 
 
+def _first_cases(bench: Path, out: Path, n: int) -> Path:
+    """A benchmark folder holding the first ``n`` cases of ``bench`` (its references hard-linked)."""
+    import os
+    import shutil
+
+    out.mkdir()
+    lines = (bench / "cases.jsonl").read_text().splitlines()[:n]
+    (out / "cases.jsonl").write_text("".join(line + "\n" for line in lines))
+    shutil.copyfile(bench / "manifest.json", out / "manifest.json")
+    shutil.copytree(bench / "references", out / "references", copy_function=os.link)
+    return out
+
+
+def _failing_ids(run: Path, n: int) -> str:
+    """``--cases`` naming the first ``n`` cases of a run with a failing verdict."""
+    ids = []
+    for line in (run / "verdicts.jsonl").read_text().splitlines():
+        v = json.loads(line)
+        if v["verdict"] == "fail" and v["case_id"] not in ids:
+            ids.append(v["case_id"])
+    return ",".join(ids[:n])
+
+
 def _trees(folder: Path) -> list[DiagnosticTree]:
     return [DiagnosticTree.model_validate_json(line) for line in (folder / TREES_FILE).read_text().splitlines()]
 
@@ -75,16 +98,18 @@ def test_a_command_generator_is_told_its_generation(small, tmp_path):
     import sys
 
     spec = f"command:{sys.executable} {script}"
-    run_benchmark(small, tmp_path / "r", generator=spec, judges=["oracle"],
+    bench = _first_cases(small, tmp_path / "bench", 2)  # a process per case: two are enough
+    run_benchmark(bench, tmp_path / "r", generator=spec, judges=["oracle"],
                   settings=ModelSettings(max_retries=0, timeout=60.0, sample=4))
-    case = next(iter(read_cases(small)))
+    case = next(iter(read_cases(bench)))
     assert read_record((tmp_path / "r" / "images" / f"{case.id}.png").read_bytes()).drawn["seed"] == 4
 
 
 def test_repeats_of_a_deterministic_generator_change_nothing_but_the_images(small, shared_runs, tmp_path):
     run = shared_runs(small, "synthetic:global-interference")
-    once = diagnose_run(run, tmp_path / "once", settings=SETTINGS)
-    thrice = diagnose_run(run, tmp_path / "thrice", settings=SETTINGS, repeats=3)
+    chosen = _failing_ids(run, 10)
+    once = diagnose_run(run, tmp_path / "once", cases=chosen, settings=SETTINGS)
+    thrice = diagnose_run(run, tmp_path / "thrice", cases=chosen, settings=SETTINGS, repeats=3)
     assert thrice.repeats == 3 and once.repeats == 1
     assert thrice.sources == once.sources and thrice.by_operator == once.by_operator
     for a, b in zip(_trees(tmp_path / "once"), _trees(tmp_path / "thrice")):
@@ -119,7 +144,8 @@ def test_repeats_decide_each_question_by_majority_resume_and_refuse_another_k(sm
     from tracebench.score import Gating, instance_results
 
     run = shared_runs(small, "synthetic:global-interference,noise:0.2")
-    summary = diagnose_run(run, tmp_path / "d", settings=SETTINGS, repeats=3)
+    chosen = _failing_ids(run, 14)
+    summary = diagnose_run(run, tmp_path / "d", cases=chosen, settings=SETTINGS, repeats=3)
     generations = _round_verdicts(tmp_path / "d")
     cases = {c.id: c for folder in (tmp_path / "d" / "rounds").iterdir() for c in read_cases(folder / "cases")}
     mixed = checked = 0
@@ -139,13 +165,13 @@ def test_repeats_decide_each_question_by_majority_resume_and_refuse_another_k(sm
                 mixed += len(set(statuses)) > 1
         root = tree.nodes[0]
         assert root.case_id == tree.case_id and len(root.sample_images) == 2  # the run's image is the first
-    assert mixed > 20 and checked > 50 and summary.cases > 10
+    assert mixed > 10 and checked > 15 and summary.cases == 14
     before = (tmp_path / "d" / TREES_FILE).read_bytes()
-    diagnose_run(run, tmp_path / "d", settings=SETTINGS, repeats=3)  # resumed: nothing redone
+    diagnose_run(run, tmp_path / "d", cases=chosen, settings=SETTINGS, repeats=3)  # resumed: nothing redone
     assert (tmp_path / "d" / TREES_FILE).read_bytes() == before
     calls = [json.loads(p.read_text())["calls"] for p in (tmp_path / "d" / "rounds").glob("*/run*/run.json")]
     assert len(calls) >= 3 and all(c == {} for c in calls)
-    result = run_trace("diagnose", str(run), "--out", str(tmp_path / "d"), "--repeats", "5")
+    result = run_trace("diagnose", str(run), "--cases", chosen, "--out", str(tmp_path / "d"), "--repeats", "5")
     assert result.returncode == 2 and "another repeats" in result.stderr, result.stderr
     for bad in ("0", "two"):
         result = run_trace("diagnose", str(run), "--out", str(tmp_path / "e"), "--repeats", bad)
@@ -184,13 +210,15 @@ def test_abstentions_of_later_generations_are_counted(small, shared_runs, tmp_pa
         "        return json.dumps(oracle_reply(questions, record))\n"
         "judge = Picky\n")
     run = shared_runs(small, "synthetic:global-interference")
-    once = diagnose_run(run, tmp_path / "once", judges=[f"python:{plugin}"], settings=SETTINGS)
-    thrice = diagnose_run(run, tmp_path / "thrice", judges=[f"python:{plugin}"], settings=SETTINGS, repeats=3)
+    chosen = _failing_ids(run, 6)
+    once = diagnose_run(run, tmp_path / "once", cases=chosen, judges=[f"python:{plugin}"], settings=SETTINGS)
+    thrice = diagnose_run(run, tmp_path / "thrice", cases=chosen, judges=[f"python:{plugin}"], settings=SETTINGS,
+                          repeats=3)
     assert once.abstained_verdicts == 0 and thrice.sources == once.sources
     assert thrice.abstained_verdicts > 0
     assert all("busy" in reason or "asleep" in reason for reason in thrice.abstention_reasons)
     tree = _trees(tmp_path / "thrice")[0]
     assert all(len(n.sample_abstained) == 2 and all(n.sample_abstained) for n in tree.nodes if n.evaluated)
-    result = run_trace("diagnose", str(run), "--judge", f"python:{plugin}", "--repeats", "3",
+    result = run_trace("diagnose", str(run), "--cases", chosen, "--judge", f"python:{plugin}", "--repeats", "3",
                        "--out", str(tmp_path / "thrice"))
     assert result.returncode == 3 and "--retry-abstained" in result.stderr, result.stderr

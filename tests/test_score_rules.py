@@ -269,6 +269,9 @@ def test_a_run_folder_scores_as_its_cases_do(tmp_path):
         assert score_run(tmp_path / "r", cases_dir=tmp_path / "b", seed=5, gating=gating) == expected
         assert score_folder(load_run(tmp_path / "r"), seed=5, gating=gating) == expected
     assert score_run(tmp_path / "r") != score_run(tmp_path / "r", seed=5)  # the seed reaches the intervals
+    default = score_cases(MANIFEST.model_copy(update={"generator": "synthetic:noise:0.3", "judges": ("oracle",)}),
+                          iter(items), root=tmp_path / "r")  # seed 0 and gating within, everywhere by default
+    assert score_run(tmp_path / "r") == default == score_folder(load_run(tmp_path / "r"))
 
 
 def test_two_values_are_bootstrapped_and_bounds_have_four_places():

@@ -17,8 +17,8 @@ from ..lazy import lazy_exports
 _WHERE = {
     "..records": ("DIAGNOSIS_FILE", "NODES_FILE", "SUMMARY_FILE", "TREES_FILE"),
     "._attribute": ("UNDETERMINED", "attribute", "pending", "summarize_sources"),
-    "._diagnose": ("TreePlan", "diagnose", "diagnose_run", "export_nodes", "format_summary", "merge_diagnoses",
-                   "plan_trees", "summarize"),
+    "._diagnose": ("TreePlan", "diagnose", "diagnose_run", "export_nodes", "format_summary", "majority_verdicts",
+                   "merge_diagnoses", "node_results", "plan_trees", "summarize"),
     "._node": ("compositions_of", "node_case", "root_formula"),
     "._rules": ("Downgrades", "Rule", "Source", "number_terms", "rules", "sources", "targets", "zoo_expectations"),
     "._tree": ("TreeNode", "build_tree", "draw_tree", "tree_json", "tree_nodes"),

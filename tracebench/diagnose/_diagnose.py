@@ -54,8 +54,8 @@ from ._node import node_case, node_shape, root_formula
 from ._rules import RULES_FILE, SOURCES_FILE, number_terms, sources
 from ._tree import TreeNode, bound_tree, tree_nodes
 
-__all__ = ["Evaluated", "Evaluator", "TreePlan", "diagnose", "diagnose_run", "export_nodes", "format_summary", "merge_diagnoses",
-           "plan_trees", "summarize"]
+__all__ = ["Evaluated", "Evaluator", "TreePlan", "diagnose", "diagnose_run", "export_nodes", "format_summary",
+           "majority_verdicts", "merge_diagnoses", "node_results", "plan_trees", "summarize"]
 
 ROUNDS_DIR = "rounds"
 CACHE_DIR = "cache"

@@ -195,6 +195,15 @@ def _stratified(strata, seed: int, j: int):
     return round(float(low), 4), round(float(high), 4)
 
 
+def _slot_strata(cases, rows, op) -> list[list[float]]:
+    """The general cases' scores of one operator, a list per slot level in slot order."""
+    slots: dict[int, list[float]] = {}
+    for c in cases:
+        if c.application is None and rows[c.id][op] is not None:
+            slots.setdefault(c.slot, []).append(rows[c.id][op])
+    return [slots[s] for s in sorted(slots)]
+
+
 @pytest.mark.parametrize("seed", [0, 7])
 def test_the_intervals_are_the_stated_bootstraps(cases, seed):
     """Case-weighted: SciPy's percentile bootstrap over cases; slot-averaged: each slot resampled
@@ -209,13 +218,8 @@ def test_the_intervals_are_the_stated_bootstraps(cases, seed):
     assert scores.case_weighted.ci95["anchor"] == _scipy_interval(anchor, np.random.default_rng(seed))
     overall = [r["overall"] for r in rows.values()]
     assert scores.case_weighted.ci95["overall"] == _scipy_interval(overall, np.random.default_rng(seed))
-    general = [c for c in cases if c.application is None]
     for j, op in enumerate(OPERATORS):
-        slots: dict[int, list[float]] = {}
-        for c in general:
-            if rows[c.id][op] is not None:
-                slots.setdefault(c.slot, []).append(rows[c.id][op])
-        assert scores.ci95[op] == _stratified([slots[s] for s in sorted(slots)], seed, j), op
+        assert scores.ci95[op] == _stratified(_slot_strata(cases, rows, op), seed, j), op
 
 
 def test_the_percentile_bootstrap_is_scipys_on_skewed_samples():
@@ -315,13 +319,8 @@ def test_the_intervals_on_strata_that_vary(cases):
             verdicts[copy.id] = {q.id: PASSED if rng.random() < 0.7 else FAILED for q in case.checklist}
     scores = score_cases(MANIFEST, ((c, verdicts[c.id]) for c in many), root=Path("run"))
     rows = {c.id: _by_op(c, verdicts[c.id]) for c in many}
-    general = [c for c in many if c.application is None]
     for j, op in enumerate(OPERATORS):
-        slots: dict[int, list[float]] = {}
-        for c in general:
-            if rows[c.id][op] is not None:
-                slots.setdefault(c.slot, []).append(rows[c.id][op])
-        strata = [slots[s] for s in sorted(slots)]
+        strata = _slot_strata(many, rows, op)
         assert all(len(set(s)) > 1 for s in strata)
         low, high = scores.ci95[op]
         assert (low, high) == _stratified(strata, 0, j), op

@@ -124,3 +124,18 @@ def test_cases_share_question_ids_and_a_case_split_in_two_is_redone(tmp_path):
         (start, end), = kept.spans
         assert [Verdict.model_validate_json(line).case_id for line in data[start:end].splitlines()] == [case_id] * 2
     assert found["c"].spans[0][1] == len(data)
+
+
+def test_an_ensemble_member_s_silent_vote_is_kept_on_resume_and_asked_again_on_retry(tmp_path):
+    def two_votes(case_id: str, question_id: str, second: str) -> Verdict:
+        one = verdict(case_id, question_id)
+        silent = Vote(judge="python:terse", verdict=second, value=None if second == "abstain" else 1.0,
+                      answer=None if second == "abstain" else "yes", reason="no answer for this question")
+        return one.model_copy(update={"judge": "oracle+python:terse", "votes": (*one.votes, silent)})
+
+    write(tmp_path, lines(two_votes("a", "a1", "pass"), two_votes("a", "a2", "abstain"),
+                          two_votes("c", "c1", "pass"), two_votes("c", "c2", "pass")))
+    kept = _existing(tmp_path, CHECKLISTS, retry_abstained=False)
+    assert list(kept) == ["a", "c"] and kept["a"].abstained == 0
+    assert kept["a"].votes_abstained == {"python:terse": 1} and kept["c"].votes_abstained is None
+    assert list(_existing(tmp_path, CHECKLISTS, retry_abstained=True)) == ["c"]

@@ -323,6 +323,39 @@ def test_an_ensemble_averages_its_judges_by_default_and_takes_the_majority_on_de
         _run(bench, tmp_path / "mean", f"folder:{first / 'images'}", judges=judges, ensemble="majority")
 
 
+def test_an_ensemble_member_s_silence_is_counted_reported_and_asked_again(bench, shared_runs, tmp_path):
+    """The oracle answers everything; a second judge answers only the first question of each case
+    (until told otherwise): no verdict abstains, yet the run records that judge's silent votes,
+    exits 3 with the retry line, and --retry-abstained asks those cases again."""
+    images = shared_runs(bench, "synthetic:noise:0.2") / "images"
+    fixed = tmp_path / "fixed"
+    plugin = tmp_path / "terse.py"
+    plugin.write_text(
+        "from pathlib import Path\n"
+        "from tracebench.providers import Judge\n"
+        "class Terse(Judge):\n"
+        "    spec = 'python:terse'\n"
+        "    def ask(self, case, questions, image, references):\n"
+        f"        every = Path({str(fixed)!r}).exists()\n"
+        "        return {q.id: q.expected for q in (questions if every else questions[:1])}\n"
+        "judge = Terse\n")
+    args = ("run", str(bench), "--generator", f"folder:{images}", "--judge", "oracle", "--judge", f"python:{plugin}",
+            "--out", str(tmp_path / "run"))
+    result = run_trace(*args)
+    manifest = RunManifest.model_validate_json((tmp_path / "run" / "run.json").read_text())
+    silent = manifest.verdicts - manifest.cases  # every question but one per case
+    assert manifest.abstentions == 0 and manifest.votes_abstained == {"python:terse": silent}
+    assert result.returncode == 3, result.stderr
+    assert f"python:terse {silent} of {manifest.verdicts}" in result.stderr and "--retry-abstained" in result.stderr
+    assert "python:terse: no answer for this question" in result.stderr
+    assert run_trace(*args).returncode == 3  # a plain resume keeps them
+    fixed.touch()
+    again = run_trace(*args, "--retry-abstained")
+    assert again.returncode == 0, again.stderr
+    manifest = RunManifest.model_validate_json((tmp_path / "run" / "run.json").read_text())
+    assert manifest.votes_abstained == {} and manifest.calls.get("python:terse") == manifest.cases
+
+
 def test_score_json_and_command_line(bench, shared_runs):
     run = shared_runs(bench, "synthetic:global-interference")
     result = run_trace("score", str(run), "--json")

@@ -205,6 +205,10 @@ class RunManifest(_Record):
     calls: dict[str, int] = Field(description="model calls made by the last invocation, per generator and judge spec")
     cache_hits: int = Field(description="cache hits of the last invocation")
     abstentions: int = Field(description="questions whose verdict is an abstention")
+    votes_abstained: dict[str, int] = Field(default_factory=dict, description="with several judges: judge spec -> "
+                                            "its votes that abstained where other judges answered or abstained too "
+                                            "(an ensemble member's silence, hidden from the verdicts it did not "
+                                            "decide); trace run exits 3 for them as for abstentions")
     tokens: int = Field(description="tokens reported by the servers in the last invocation (0 where unknown)")
     endpoints: dict[str, Endpoint] = Field(default_factory=dict, description="where each served model (by spec) "
                                            "was called: trace diagnose calls it there again unless told otherwise")

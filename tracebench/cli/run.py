@@ -27,7 +27,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..run import abstention_reasons, run_benchmark
+    from ..run import abstention_reasons, run_benchmark, vote_abstention_reasons
 
     settings = model_settings(args)
     manifest = run_benchmark(args.cases_dir, args.out, generator=args.generator, judges=args.judge,
@@ -37,8 +37,13 @@ def run(args) -> int:
     calls = ", ".join(f"{spec}: {n}" for spec, n in manifest.calls.items()) or "none"
     print(f"{args.out}: {manifest.cases} cases, {manifest.verdicts} verdicts, {manifest.abstentions} abstentions; "
           f"calls {calls}; cache hits {manifest.cache_hits}")
-    if not manifest.abstentions:
-        return 0
-    return report_incomplete("trace run", f"{manifest.abstentions} of {manifest.verdicts} questions abstained (no "
-                                          "usable answer; never scored as fails)",
-                             abstention_reasons(args.out).most_common(3), retry_flag="--retry-abstained")
+    if manifest.abstentions:
+        return report_incomplete("trace run", f"{manifest.abstentions} of {manifest.verdicts} questions abstained "
+                                              "(no usable answer; never scored as fails)",
+                                 abstention_reasons(args.out).most_common(3), retry_flag="--retry-abstained")
+    if manifest.votes_abstained:  # every verdict answered, but an ensemble member was silent on some
+        silent = ", ".join(f"{spec} {n} of {manifest.verdicts}" for spec, n in manifest.votes_abstained.items())
+        return report_incomplete("trace run", f"judges abstained on some questions the other judges answered "
+                                              f"({silent}); the verdicts stand on the answers given",
+                                 vote_abstention_reasons(args.out).most_common(3), retry_flag="--retry-abstained")
+    return 0

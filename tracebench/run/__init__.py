@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..records import RUN_FILE, VERDICTS_FILE, read_verdicts
 from ._harness import (IMAGES_DIR, RunFolder, abstention_reason, abstention_reasons, generated_image, library_of, load_run, make_providers, parse_reply,
-                       run_benchmark, shard_of)
+                       run_benchmark, shard_of, vote_abstention_reasons)
 from ._merge import merge_runs
 from ._stream import CaseIndex, RecordIndex, RunCase, RunStream, stream_run
 
@@ -28,5 +28,6 @@ __all__ = [
     "read_verdicts",
     "run_benchmark",
     "shard_of",
+    "vote_abstention_reasons",
     "stream_run",
 ]

@@ -28,7 +28,7 @@ import zlib
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 from tqdm import tqdm
 
@@ -46,7 +46,7 @@ from ..sample import read_cases, read_sample_manifest
 from ..cache import TEMPORARY_PREFIX, Cache, file_sha256, write_atomic
 from ..safepaths import inside
 
-__all__ = ["IMAGES_DIR", "RunFolder", "abstention_reason", "abstention_reasons", "generated_image", "library_of", "load_run", "make_providers", "parse_reply",
+__all__ = ["IMAGES_DIR", "RunFolder", "abstention_reason", "abstention_reasons", "vote_abstention_reasons", "generated_image", "library_of", "load_run", "make_providers", "parse_reply",
            "run_benchmark", "shard_of"]
 
 IMAGES_DIR = "images"
@@ -125,6 +125,7 @@ class _Runner:
         self.judge_batch = judge_batch
         self.ensemble = ensemble
         self.abstentions = 0
+        self.votes_abstained: Counter = Counter()  # judge spec -> its votes that abstained (this invocation)
 
     async def image(self, case: Case, references: list[bytes]) -> tuple[bytes | None, str]:
         """The generated image (or None) and the abstention reason."""
@@ -175,7 +176,15 @@ class _Runner:
             verdicts.append(Verdict(case_id=case.id, question_id=q.id, op=q.op, verdict=outcome.status,
                                     value=outcome.value, judge=spec, votes=tuple(votes[q.id])))
         self.abstentions += sum(not v.outcome.answered for v in verdicts)
+        self.votes_abstained.update(_abstained_votes(verdicts))
         return verdicts
+
+
+def _abstained_votes(verdicts: Iterable[Verdict]) -> Counter:
+    """Judge spec -> how many of its votes abstained, where the verdict had other votes: an
+    ensemble member's silence, which the other judges' answers hide from the verdict."""
+    return Counter(vote.judge for v in verdicts if len(v.votes) > 1
+                   for vote in v.votes if vote.verdict is Status.ABSTAIN)
 
 
 def _append(handle, data: bytes) -> int:
@@ -277,8 +286,9 @@ class _Lines:
     verdicts: int = 0
     abstained: int = 0
     digest: int = 0
+    votes_abstained: Counter | None = None  # judge spec -> ensemble votes that abstained; None: none did
 
-    def add(self, start: int, end: int, question_id: str, answered: bool) -> None:
+    def add(self, start: int, end: int, question_id: str, answered: bool, votes_abstained: Counter | None = None) -> None:
         if self.spans and self.spans[-1][1] == start:
             self.spans[-1] = (self.spans[-1][0], end)
         else:
@@ -286,6 +296,8 @@ class _Lines:
         self.verdicts += 1
         self.abstained += not answered
         self.digest ^= _id_hash(question_id)
+        if votes_abstained:
+            self.votes_abstained = (self.votes_abstained or Counter()) + votes_abstained
 
 
 def _existing(out: Path, checklists: dict[str, tuple[int, int]], retry_abstained: bool) -> dict[str, _Lines]:
@@ -300,10 +312,11 @@ def _existing(out: Path, checklists: dict[str, tuple[int, int]], retry_abstained
         if verdict.case_id != current:  # a case's lines are written together
             current, first_line = verdict.case_id, {}
         repeated_question(VERDICTS.path(out), lineno, verdict, first_line)
-        found.setdefault(verdict.case_id, _Lines()).add(start, end, verdict.question_id, verdict.outcome.answered)
+        found.setdefault(verdict.case_id, _Lines()).add(start, end, verdict.question_id, verdict.outcome.answered,
+                                                        _abstained_votes((verdict,)))
     return {case_id: lines for case_id, lines in found.items()
             if (lines.verdicts, lines.digest) == checklists.get(case_id)
-            and not (retry_abstained and lines.abstained)}
+            and not (retry_abstained and (lines.abstained or lines.votes_abstained))}
 
 
 def _copy_spans(source, spans) -> Iterator[bytes]:
@@ -338,6 +351,14 @@ def abstention_reasons(run_dir: Path) -> Counter:
     grow with the run): the file is one a run has just written, or one a run has read."""
     return Counter(abstention_reason(v) for _, _, _, v in VERDICTS.read_spanned(run_dir, unique=False)
                    if not v.outcome.answered)
+
+
+def vote_abstention_reasons(run_dir: Path) -> Counter:
+    """Why the votes of ensemble members abstained: "judge: reason" -> votes, read as a stream
+    (see :func:`abstention_reasons`)."""
+    return Counter(f"{vote.judge}: {vote.reason or 'no answer'}"
+                   for _, _, _, v in VERDICTS.read_spanned(run_dir, unique=False) if len(v.votes) > 1
+                   for vote in v.votes if vote.verdict is Status.ABSTAIN)
 
 
 def abstention_reason(verdict: Verdict) -> str:
@@ -455,11 +476,13 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
             async def one(case: Case) -> None:
                 verdicts = await runner.case(case)
                 unanswered = sum(not v.outcome.answered for v in verdicts)
-                if unanswered:
+                silent = _abstained_votes(verdicts)
+                if unanswered or silent:
                     abstained_new[case.id] = unanswered
                 data = "".join(map(record_line, verdicts)).encode()
                 start = _append(handle, data)
-                done[case.id] = _Lines([(start, start + len(data))], len(verdicts), unanswered)
+                done[case.id] = _Lines([(start, start + len(data))], len(verdicts), unanswered,
+                                       votes_abstained=silent or None)
                 bar.update(1)
                 bar.set_postfix(calls=sum(access.stats.calls.values()), errors=access.stats.failures,
                                 abstained=runner.abstentions)
@@ -499,6 +522,9 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
         for case_id in abstained_new:
             del done[case_id]
         runner.abstentions -= sum(abstained_new.values())
+    votes_abstained: Counter = Counter()
+    for lines in done.values():
+        votes_abstained.update(lines.votes_abstained or {})
     # the final file in case order, copied from the lines appended (no record held, none serialised again)
     with open(verdict_path, "rb") as source:
         write_atomic(verdict_path, _copy_spans(source, [span for case_id in order if case_id in done
@@ -507,7 +533,8 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
         "cases": len(done), "verdicts": sum(lines.verdicts for lines in done.values()),
         "calls": dict(access.stats.calls),
         "cache_hits": access.stats.cache_hits, "tokens": access.stats.tokens,
-        "abstentions": sum(lines.abstained for lines in previous.values()) + runner.abstentions})
+        "abstentions": sum(lines.abstained for lines in previous.values()) + runner.abstentions,
+        "votes_abstained": dict(votes_abstained)})
     RUN_MANIFEST.write(out, manifest)
     if access.stopped is not None:
         raise TraceError(f"stopped early, {access.stopped}; {len(done)} of {len(order)} cases done, none kept "

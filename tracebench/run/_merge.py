@@ -9,7 +9,7 @@ from pathlib import Path
 from ..errors import TraceError
 from ..library import staged_output
 from ..records import RUN_MANIFEST, VERDICTS, RunManifest, Verdict, read_cases, read_run_verdicts
-from ._harness import IMAGES_DIR
+from ._harness import IMAGES_DIR, _abstained_votes
 
 __all__ = ["merge_runs"]
 
@@ -51,6 +51,7 @@ def merge_runs(runs: list[Path], out: Path) -> RunManifest:
         manifest = first.model_copy(update={
             "shard": None, "cases": len(by_case), "verdicts": len(ordered), "calls": dict(calls),
             "cache_hits": sum(m.cache_hits for m in manifests), "tokens": sum(m.tokens for m in manifests),
-            "abstentions": sum(not v.outcome.answered for v in ordered)})
+            "abstentions": sum(not v.outcome.answered for v in ordered),
+            "votes_abstained": dict(_abstained_votes(ordered))})
         RUN_MANIFEST.write(root, manifest)
     return manifest

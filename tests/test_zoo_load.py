@@ -365,6 +365,7 @@ def test_localization_under_load_is_what_its_probabilities_predict(shared_folder
             p_right.append(sum(v for s, v in dist.items() if s in expected))
             right += a["source"] in expected
     assert len(p_right) >= 150, len(p_right)
+    print(f"anchor root failures {len(p_right)}: {right} localized right, {sum(p_right):.1f} predicted")  # pytest -s
     ok, why = within(right, p_right)
     assert ok, ("right", why)
     for source, ps in predicted.items():

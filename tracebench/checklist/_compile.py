@@ -17,7 +17,7 @@ from ..resources import read_toml
 from ..realize import phrase_name
 from ..templating import compile_string
 
-__all__ = ["QUESTION_FILE", "aspects", "compile_checklist"]
+__all__ = ["QUESTION_FILE", "apply_section", "aspects", "compile_checklist"]
 
 QUESTION_FILE = "checklist/questions.toml"
 
@@ -29,6 +29,11 @@ def _templates() -> dict[str, list[dict]]:
                      "depends": tuple(dep.rpartition(".")[::2] for dep in q.get("depends_on", ())),
                      "wanted": q.get("images"), "members": q.get("members", 1)} for q in entries]
             for group, entries in raw.items()}
+
+
+def apply_section(role: Role) -> str:
+    """The checklist section of a binding ``X ⊕ g``, by the g term's role."""
+    return {Role.GLOBAL: "apply_global", Role.RELATION: "apply_relation"}.get(role, "apply_local")
 
 
 def aspects() -> dict[str, frozenset[str]]:
@@ -79,7 +84,7 @@ def compile_checklist(terms: tuple[TermBinding, ...],
                        "carrier_handle": handle(carrier.symbol) if carrier else "",
                        "carrier_noun": carrier.noun if carrier else "", "participants": participants}
             emit(t.role, Operator.DISENTANGLE, t.symbol, context, {}, t.image)
-            group = {Role.GLOBAL: "apply_global", Role.RELATION: "apply_relation"}.get(t.role, "apply_local")
+            group = apply_section(t.role)
             links = {"term": [t.symbol],
                      "carrier": [carrier.symbol] if carrier and carrier.op is Family.ANCHOR else []}
             emit(group, Operator.APPLY, apply_target(t.carrier, t.symbol), context, links, t.image)

@@ -312,8 +312,9 @@ def _existing(out: Path, checklists: dict[str, tuple[int, int]], retry_abstained
         if verdict.case_id != current:  # a case's lines are written together
             current, first_line = verdict.case_id, {}
         repeated_question(VERDICTS.path(out), lineno, verdict, first_line)
+        silent = _abstained_votes((verdict,)) if len(verdict.votes) > 1 else None  # an ensemble's only
         found.setdefault(verdict.case_id, _Lines()).add(start, end, verdict.question_id, verdict.outcome.answered,
-                                                        _abstained_votes((verdict,)))
+                                                        silent)
     return {case_id: lines for case_id, lines in found.items()
             if (lines.verdicts, lines.digest) == checklists.get(case_id)
             and not (retry_abstained and (lines.abstained or lines.votes_abstained))}

@@ -23,8 +23,6 @@ __all__ = ["LOADS", "LoadMode", "draw", "load_modes", "probability", "subtype_di
 
 ZOO_FILE = "zoo.toml"
 LOADS = ("global", "composition", "relation", "entities", "subtype")
-SECTIONS = ("anchor", "local", "attach", "ip", "global", "relation", "apply_local", "apply_global", "apply_relation",
-            "compose", "compose_relation")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +49,10 @@ def _probability(where: str, value: object) -> float:
 @cache
 def load_modes() -> Mapping[str, LoadMode]:
     """The load modes, in file order (the order ``strain`` lists them and records causes in)."""
+    from ..checklist import aspects
+
     raw = read_toml("taxonomy", ZOO_FILE).get("modes", {})
+    asked = aspects()  # checklist section -> its aspects: what a mode may break
     modes: dict[str, LoadMode] = {}
     for name, entry in raw.items():
         if not name.startswith("load-"):
@@ -63,21 +64,16 @@ def load_modes() -> Mapping[str, LoadMode]:
         breaks = set()
         for item in entry.get("breaks", []):
             section, _, aspect = str(item).partition(".")
-            if section not in SECTIONS or not aspect:
+            if section not in asked or not aspect:
                 raise _fail(f"modes.{name}.breaks: {item!r} is not <section>.<aspect> with a section of "
-                            f"{', '.join(SECTIONS)}")
+                            f"{', '.join(asked)}")
+            if aspect not in asked[section]:
+                raise _fail(f"modes.{name}.breaks: the checklist asks no {aspect!r} in [[{section}]] "
+                            f"(templates/checklist/questions.toml)")
             breaks.add((section, aspect))
         modes[name] = LoadMode(name, load, p1, frozenset(breaks))
     if not modes:
         raise _fail("no [modes.load-*] table")
-    from ..checklist import aspects
-
-    asked = aspects()
-    for mode in modes.values():
-        for section, aspect in sorted(mode.breaks):
-            if aspect not in asked.get(section, ()):
-                raise _fail(f"modes.{mode.name}.breaks: the checklist asks no {aspect!r} in [[{section}]] "
-                            f"(templates/checklist/questions.toml)")
     return MappingProxyType(modes)
 
 

@@ -58,7 +58,7 @@ class JudgeErrors:
 
 
 def _number(p: float) -> str:
-    return repr(p).removesuffix(".0") if p != int(p) else str(int(p))
+    return str(int(p)) if p == int(p) else repr(p)
 
 
 def parse_oracle(spec: str) -> JudgeErrors:

@@ -55,8 +55,9 @@ class Failure:
 
     @property
     def probabilistic(self) -> bool:
-        """Whether the mode breaks requirements by chance (noise, the load modes)."""
-        return self.name in ("noise", STRAIN) or self.name in load_modes()
+        """Whether the mode breaks requirements by chance (noise, a load mode; ``strain`` is
+        spelled out as its load modes by :meth:`Profile.modes` before any question is asked)."""
+        return self.name == "noise" or self.name in load_modes()
 
     def __str__(self) -> str:
         if self.arg is None:
@@ -84,11 +85,6 @@ class Profile:
     def has(self, name: str) -> bool:
         """Whether a failure mode of that name is part of the profile."""
         return any(f.name == name for f in self.failures)
-
-    @property
-    def probabilistic(self) -> bool:
-        """Whether any mode breaks requirements by chance: the profile's outcomes depend on the seed."""
-        return any(f.probabilistic for f in self.failures)
 
     def modes(self) -> tuple[Failure, ...]:
         """The failure modes with ``strain`` spelled out as every load mode at its scale, in the

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from types import MappingProxyType
 
+from ..checklist import apply_section
 from ..errors import TraceError
 from ..formula import Anchor, Compose, Disentangle, FormulaError, parse, symbol, walk
 from ..operators import ENTITY_ROLES, LOCAL_ROLES, SCENE, Family, Role, question_id, split_target
@@ -101,7 +102,7 @@ def _section(scene: Scene, target: str, aspect: str) -> tuple[str, TermBinding |
         g = scene.term(g_symbol)
         if g is None or g.op is not Family.DISENTANGLE:
             return None
-        return {Role.GLOBAL: "apply_global", Role.RELATION: "apply_relation"}.get(g.role, "apply_local"), g
+        return apply_section(g.role), g
     if head in scene.compositions:
         return ("compose_relation" if aspect == "relation" else "compose"), None
     t = scene.term(head)

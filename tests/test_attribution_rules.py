@@ -148,11 +148,13 @@ def test_the_summary_counts_shares_curves_and_accuracy_exactly():
     summary = summarize_sources(records)
     assert summary["instances"] == 6 and summary["undetermined"] == 1 and summary["abstained"] == 1
     assert summary["counts"] == {"stable_success": 1, "persistent_failure": 1, "global_reference": 1,
-                                 "joint_composition": 1, "relation_attribute": 1, "undetermined": 1}
+                                 "joint_composition": 1, "relation_attribute": 1, "reference_clutter": 0,
+                                 "undetermined": 1}
     assert summary["sources"]["global_reference"] == round(1 / 6, 4)
     assert summary["by_operator"]["anchor"] == {"stable_success": 0.25, "persistent_failure": 0.25,
                                                 "global_reference": 0.25, "joint_composition": 0.25,
-                                                "relation_attribute": 0.0, "undetermined": 0.0, "instances": 4}
+                                                "relation_attribute": 0.0, "reference_clutter": 0.0,
+                                                "undetermined": 0.0, "instances": 4}
     assert summary["by_operator"]["compose"]["undetermined"] == 0.5
     anchor = summary["cumulative_pass"]["anchor"]  # over the 4 decided anchor instances
     assert (anchor["0.0"], anchor["0.4"], anchor["0.5"], anchor["0.9"], anchor["1.0"]) == (0.25, 0.25, 0.5, 0.5, 0.75)

@@ -108,7 +108,7 @@ def test_a_later_generation_is_cached_apart_and_the_first_keeps_its_key(tmp_path
 
     def generate(sample: int) -> tuple[bytes, int]:
         made = _Counting(sample).provider
-        data = asyncio.run(access.generate(made, CASE, [REF]))
+        data = asyncio.run(access.generate(made, CASE, [REF])).image
         return data, made.calls
 
     first, calls = generate(0)
@@ -198,7 +198,7 @@ def test_the_wrapper_passes_the_call_through_and_counts_only_model_calls(tmp_pat
     reader = make_generator(f"folder:{folder}")
     entries = sorted(p for p in (tmp_path / "c").rglob("*") if p.is_file())
     assert entries  # the counting generator's image
-    assert asyncio.run(access.generate(reader, CASE, [REF])) == IMAGE
+    assert asyncio.run(access.generate(reader, CASE, [REF])).image == IMAGE
     assert access.stats.calls == {"python:counting": 1}
     assert sorted(p for p in (tmp_path / "c").rglob("*") if p.is_file()) == entries
     uncached = ModelAccess(None, concurrency=1, max_retries=0)

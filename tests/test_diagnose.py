@@ -117,11 +117,12 @@ def test_targets_leave_out_a_composition_stated_wholly_in_words():
 
 
 def test_rules_and_sources_are_the_data_files():
-    assert [r.name for r in rules()] == ["global_stripping", "relation_simplification", "composition_flattening",
-                                         "attribute_removal"]
+    assert [r.name for r in rules()] == ["distractor_removal", "global_stripping", "relation_simplification",
+                                         "composition_flattening", "attribute_removal"]
+    assert [r.on_clutter for r in rules()] == [True, False, False, False, False]
     assert {r.source for r in rules()} <= set(sources())
     assert list(sources()) == ["stable_success", "persistent_failure", "global_reference", "joint_composition",
-                               "relation_attribute", "undetermined"]
+                               "relation_attribute", "reference_clutter", "undetermined"]
 
 
 # ------------------------------------------------------------------------------ properties of every tree

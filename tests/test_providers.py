@@ -132,7 +132,7 @@ def test_the_first_reference_plugin_draws_a_blank_image_without_references():
 
     from PIL import Image
 
-    data = asyncio.run(generator.call(case, []))
+    data = asyncio.run(generator.call(case, [])).image
     with Image.open(BytesIO(data)) as image:
         assert image.size == (256, 256) and image.getpixel((10, 10)) == (255, 255, 255)
 

@@ -18,7 +18,6 @@ import os
 import shutil
 import tomllib
 from collections import Counter, defaultdict
-from pathlib import Path
 
 import pytest
 

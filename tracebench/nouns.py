@@ -33,7 +33,7 @@ from .resources import read_toml
 if TYPE_CHECKING:
     import inflect
 
-__all__ = ["NOUNS_FILE", "NounPhrase", "agree", "indefinite", "is_plural", "noun_of", "noun_phrase", "plural",
+__all__ = ["NOUNS_FILE", "NounPhrase", "agree", "describe", "indefinite", "is_plural", "noun_of", "noun_phrase", "plural",
            "with_article"]
 
 NOUNS_FILE = "nouns.toml"  # in templates/
@@ -301,3 +301,14 @@ def agree(words: str, subject: str | None) -> str:
         agreed = _DETERMINER_PLURALS.get(low) or _engine().plural_verb(low)
         out.append(agreed[:1].upper() + agreed[1:] if word[:1].isupper() else agreed)
     return " ".join(out)
+
+
+_PLACE = re.compile(r"\s+(?:on|in|at|to) the (?:far )?(?:left|right|middle|center|centre|top|bottom|front|back)"
+                    r"(?: (?:left|right|corner|side))?$", re.IGNORECASE)
+
+
+def describe(ent_desc: str) -> str:
+    """The entity in words without its place in the source image, for text-only prompts:
+    "the child with a hair bun in the middle" -> "a child with a hair bun", "the lightning
+    towers around the pad" -> "lightning towers around the pad"."""
+    return indefinite(_PLACE.sub("", ent_desc.strip()))

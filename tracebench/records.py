@@ -12,9 +12,9 @@ file once, with its one reader and writer (:mod:`tracebench.jsonfiles`): ``CASES
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterator, Literal, Mapping
+from typing import Any, ClassVar, Iterator, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from .errors import TraceError
 from .jsonfiles import JsonFile, JsonLinesFile
@@ -22,16 +22,31 @@ from .operators import Family, Operator, Role
 from .outcomes import Outcome, Status
 from .safepaths import RelativePath, SafeId
 
-__all__ = ["Attribution", "CASES", "CASES_FILE", "Case", "DIAGNOSIS_FILE", "DIAGNOSIS_MANIFEST", "DiagnosisManifest",
-           "DiagnosisSummary", "DiagnosticEdge", "DiagnosticNode", "DiagnosticTree", "Endpoint", "GenerationRecord",
+__all__ = ["Attribution", "CASES", "CASES_FILE", "Case", "Clutter", "Distractor", "PoolTarget", "DIAGNOSIS_FILE", "DIAGNOSIS_MANIFEST", "DiagnosisManifest",
+           "DiagnosisSummary", "DiagnosticEdge", "DiagnosticNode", "DiagnosticTree", "Endpoint", "GENERATION_SUFFIX", "GenerationInfo", "GenerationRecord",
            "LeftOut", "MANIFEST_FILE", "NODES", "NODES_FILE", "NodeOccurrence", "Question", "REFERENCES_DIR", "RUN_FILE",
            "RUN_MANIFEST", "Reference", "RunManifest", "SAMPLE_MANIFEST", "SUMMARY", "SUMMARY_FILE",
            "SampleManifest", "TREES", "TREES_FILE", "TermBinding", "VERDICTS", "VERDICTS_FILE", "Verdict", "Vote",
-           "case_problem", "checklist_problem", "checked_run_verdicts", "read_cases", "read_run_verdicts", "repeated_question", "read_sample_manifest", "read_verdicts"]
+           "case_problem", "checklist_problem", "checked_run_verdicts", "read_cases", "read_generation_info", "read_run_verdicts", "repeated_question", "read_sample_manifest", "read_verdicts"]
 
 
 class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Sparse(_Record):
+    """A record some of whose fields are written only when set, so files without them keep their bytes."""
+
+    _omitted_when_none: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler):
+        data = handler(self)
+        if isinstance(data, dict):
+            for name in self._omitted_when_none:
+                if data.get(name) is None:
+                    data.pop(name, None)
+        return data
 
 
 class Reference(_Record):
@@ -78,8 +93,46 @@ class Question(_Record):
     images: tuple[str, ...] = Field(default=(), description='reference images the judge needs for it ("Image 1")')
 
 
-class Case(_Record):
+class Distractor(_Record):
+    """A hard-negative reference of a case: an image the formula does not use, chosen from the
+    library to be confused with one of its terms (reference clutter, ``trace sample --distractors``)."""
+
+    id: str = Field(description='"d1", "d2" ... in the order they were chosen; names its rejection questions')
+    image: str = Field(description='the reference it is ("Image 3"): interleaved with the formula\'s own images')
+    source_id: str = Field(description="library id of that image")
+    confuses: str = Field(description='the symbol of the term it can be mistaken for: "f1", "g_pattern1", "g_style1"')
+    entity: str | None = Field(default=None, description="grounding phrase of the confusable entity in that image; "
+                                                        "none for an image-level tag")
+    entity_index: int | None = Field(default=None, description="index of that entity in the image's ent_list")
+    value: str = Field(description="the confusable content in words: the entity's description, or the tag value")
+    shares: tuple[str, ...] = Field(description='why it is hard: what it shares with the term\'s source ("category '
+                                                'Animal", "noun dog", "subtype 1.1_pattern_texture", '
+                                                '"3.1_action_pose: sitting")')
+
+
+class PoolTarget(_Record):
+    """In pool mode, a term whose source the prompt does not name: the truth of its pool."""
+
+    term: str = Field(description="the pooled term's symbol")
+    image: str = Field(description="the true source among the references")
+    confusers: tuple[str, ...] = Field(description="the references that are its confusers (distractors confusing it)")
+    confusion: float = Field(ge=0, le=1, description="retrieval confusion: the share of confusers among the term's "
+                                                     "candidates (confusers / (confusers + 1))")
+
+
+class Clutter(_Record):
+    """The reference clutter of a case: its distractors and, in pool mode, the truth of each pool."""
+
+    mode: Literal["named", "pool"] = Field(description="named: the prompt names the image of every term, never a "
+                                                       "distractor; pool: entity terms are named by description only")
+    distractors: tuple[Distractor, ...] = Field(description="the hard negatives among the references")
+    pooled: tuple[PoolTarget, ...] = Field(default=(), description="pool mode: each pooled term's true source")
+
+
+class Case(_Sparse):
     """One benchmark case: a bound formula, its prompts, its references and its checklist."""
+
+    _omitted_when_none: ClassVar[tuple[str, ...]] = ("clutter",)  # a case without clutter reads as before it
 
     id: SafeId = Field(description="stable case id (it names files: letters, digits, '.', '_', '-')")
     slot: int = Field(ge=0, description="slot level: the number of f and g terms")
@@ -93,6 +146,12 @@ class Case(_Record):
     references: tuple[Reference, ...] = Field(description="reference images, in order of first mention")
     terms: tuple[TermBinding, ...] = Field(description="each term's binding, in order of appearance")
     checklist: tuple[Question, ...] = Field(description="binary questions per operator instance")
+    clutter: Clutter | None = Field(default=None, description="distractor references and pools (trace sample "
+                                    "--distractors, --pool); absent when the case has none")
+
+    @property
+    def distractors(self) -> tuple[Distractor, ...]:
+        return self.clutter.distractors if self.clutter else ()
 
 
 class LeftOut(_Record):
@@ -107,7 +166,7 @@ class LeftOut(_Record):
                                       '"<application>: <formula>"')
 
 
-class SampleManifest(_Record):
+class SampleManifest(_Sparse):
     """``manifest.json`` of a benchmark folder: what produced it."""
 
     tool: str = Field(description="tracebench version")
@@ -122,6 +181,13 @@ class SampleManifest(_Record):
     whole_share: dict[str, float] = Field(description="per slot: achieved share of cases with a g_attach or g_ip term")
     left_out: tuple[LeftOut, ...] = Field(default=(), description="what the library could not supply and was left "
                                           "out (templates, applications); empty when nothing was")
+    clutter: dict | None = Field(default=None, description="the clutter settings (distractors, max_references, mode) "
+                                 "and what they gave: distractors asked and placed, cases with fewer than asked; "
+                                 "absent without --distractors or --pool")
+    counts_per_inputs: dict[str, int] | None = Field(default=None, description="cases per number of input images "
+                                                     "(references); written with clutter")
+
+    _omitted_when_none: ClassVar[tuple[str, ...]] = ("clutter", "counts_per_inputs")
 
 
 class GenerationRecord(_Record):
@@ -183,8 +249,21 @@ class Endpoint(_Record):
     api_key_env: str = Field(description="the environment variable the key was read from (never the key)")
 
 
-class RunManifest(_Record):
+class GenerationInfo(_Record):
+    """``images/<case id>.json`` beside a generated image, when there is something to say about it:
+    which references the generator reports having used, whether it was sent a collage."""
+
+    case_id: SafeId
+    used_references: tuple[str, ...] | None = Field(default=None, description='the references the generator says it '
+                                                    'used ("Image 2" ...); none when it does not say')
+    collage: bool = Field(default=False, description="whether the references were sent as one grid image (the "
+                                                     "generator accepts fewer images than the case holds; --collage)")
+
+
+class RunManifest(_Sparse):
     """``run.json`` of a run folder."""
+
+    _omitted_when_none: ClassVar[tuple[str, ...]] = ("max_images", "collage", "not_applicable", "collaged")
 
     tool: str
     cases_dir: str = Field(description="the benchmark folder the run read")
@@ -215,12 +294,21 @@ class RunManifest(_Record):
     loaded_from: dict[str, str] = Field(default_factory=dict, description="a python: plugin's spec -> the "
                                         "--generator/--judge text it was loaded from (its file or module): trace "
                                         "diagnose loads it from there again unless told otherwise")
+    max_images: int | None = Field(default=None, description="the most reference images the generator accepts "
+                                   "(its declaration, the models file or --max-images); absent: no limit")
+    collage: bool | None = Field(default=None, description="with max_images: whether a case holding more references "
+                                 "was sent them as one grid image (true) or left out as not applicable (false)")
+    not_applicable: int | None = Field(default=None, description="with max_images: cases left out (more references "
+                                       "than the generator accepts, no --collage): no verdicts, no fail")
+    collaged: int | None = Field(default=None, description="with --collage: cases sent as one grid image")
 
 
 # ---------------------------------------------------------------------------------- diagnosis
 
-class DiagnosticNode(_Record):
+class DiagnosticNode(_Sparse):
     """One node of a diagnostic tree: a simplified sub-case of the root, and what it gave."""
+
+    _omitted_when_none: ClassVar[tuple[str, ...]] = ("clutter",)
 
     id: SafeId = Field(description='named as in the paper: "N0" (the root), "N1", "N2a", "N3b1" ...')
     parent: str | None = Field(description="the node it was simplified from; none for the root")
@@ -231,6 +319,8 @@ class DiagnosticNode(_Record):
     targets: tuple[str, ...] = Field(description="the operator instances it keeps (question targets)")
     same_as: str | None = Field(default=None, description="an earlier node of the tree with the same sub-case; "
                                                          "generated once, not expanded again")
+    clutter: bool | None = Field(default=None, description="true for the root of a cluttered case: it keeps the "
+                                 "distractor references (every other node is free of them); absent otherwise")
     case_id: SafeId | None = Field(default=None, description="the sub-case generated for it (identical nodes share one); "
                                                          "the root's own case id when the run's verdicts are reused")
     evaluated: bool = Field(default=False, description="whether it was generated and judged (adaptive skips some)")
@@ -411,6 +501,17 @@ def checklist_problem(case: Case) -> str | None:
     except nx.NetworkXNoCycle:
         return None
     return "checklist: dependency cycle " + " -> ".join([u for u, _ in cycle] + [cycle[0][0]])
+
+
+GENERATION_SUFFIX = ".json"  # images/<case id>.json: the GenerationInfo beside a generated image
+
+
+def read_generation_info(images: Path, case_id: str) -> GenerationInfo | None:
+    """The :class:`GenerationInfo` beside case ``case_id``'s image in a run's image folder, if any."""
+    from .jsonfiles import read_json
+
+    path = Path(images) / f"{case_id}{GENERATION_SUFFIX}"
+    return read_json(path, GenerationInfo) if path.is_file() else None
 
 
 CASES = JsonLinesFile(CASES_FILE, Case, f"not a benchmark folder (no {CASES_FILE}); make one with `trace sample`",

@@ -185,7 +185,12 @@ class ZooServer(ThreadingHTTPServer):
             time.sleep(self.latency)
 
     def case_for(self, prompt: str) -> Case | None:
-        return self.by_prompt.get(prompt.strip()) or self.by_prompt.get(prompt)
+        """The case a prompt asks for; a collaged case's prompt (``trace run --collage``) is its
+        case's with one line added, which is tried without it."""
+        found = self.by_prompt.get(prompt.strip()) or self.by_prompt.get(prompt)
+        if found is None and "\n" in prompt.strip():
+            found = self.by_prompt.get(prompt.strip().rsplit("\n", 1)[0].strip())
+        return found
 
     def case_by_id(self, case_id: str) -> Case | None:
         return self.by_id.get(case_id)

@@ -11,6 +11,7 @@ reference's ``path`` is absolute (a copy that exists while the command runs)::
 
 This one answers with its first reference image resized to 512x512 (a grey image when the
 case has none): a baseline that copies instead of composing. Put your model's call here.
+It says which references it used in ``{output}.json`` (optional; docs/clutter.md reads it).
 """
 
 import json
@@ -28,6 +29,8 @@ def main(output: str) -> None:
     else:
         picture = Image.new("RGB", (512, 512), (128, 128, 128))
     picture.save(output, format="PNG")
+    with open(output + ".json", "w", encoding="utf-8") as sidecar:  # optional: the references it used
+        json.dump({"used_references": [references[0]["image"]] if references else []}, sidecar)
 
 
 if __name__ == "__main__":

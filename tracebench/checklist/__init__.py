@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from ._compile import QUESTION_FILE, apply_section, aspects, compile_checklist
+from ._compile import QUESTION_FILE, REJECTION, apply_section, aspects, compile_checklist
 
-__all__ = ["QUESTION_FILE", "apply_section", "aspects", "compile_checklist"]
+__all__ = ["QUESTION_FILE", "REJECTION", "apply_section", "aspects", "compile_checklist"]

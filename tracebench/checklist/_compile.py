@@ -12,19 +12,21 @@ from __future__ import annotations
 from functools import cache
 
 from ..operators import ENTITY_ROLES, SCENE, Family, Operator, Role, apply_target, question_id
-from ..records import Question, TermBinding
+from ..records import Distractor, Question, TermBinding
 from ..resources import read_toml
 from ..realize import phrase_name
 from ..templating import compile_string
 
-__all__ = ["QUESTION_FILE", "apply_section", "aspects", "compile_checklist"]
+__all__ = ["QUESTION_FILE", "REJECTION", "apply_section", "aspects", "compile_checklist"]
 
 QUESTION_FILE = "checklist/questions.toml"
+CLUTTER_FILE = "clutter.toml"  # reference clutter's rejection questions ([[reject_<role>]])
 
 
 @cache
 def _templates() -> dict[str, list[dict]]:
-    raw = read_toml("templates", QUESTION_FILE)
+    clutter = read_toml("templates", CLUTTER_FILE)
+    raw = {**read_toml("templates", QUESTION_FILE), **{k: v for k, v in clutter.items() if k.startswith("reject_")}}
     return {group: [{**q, "compiled": compile_string(q["question"]), "expected": q.get("expected", "yes"),
                      "depends": tuple(dep.rpartition(".")[::2] for dep in q.get("depends_on", ())),
                      "wanted": q.get("images"), "members": q.get("members", 1)} for q in entries]
@@ -47,11 +49,29 @@ def _join(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
+REJECTION = "rejection"  # the aspect of a distractor's questions
+
+
 def compile_checklist(terms: tuple[TermBinding, ...],
-                      compositions: tuple[tuple[str, tuple[str, ...], str | None], ...]) -> tuple[Question, ...]:
-    """Questions for every operator instance of a bound case, in formula order."""
+                      compositions: tuple[tuple[str, tuple[str, ...], str | None], ...],
+                      distractors: tuple[Distractor, ...] = ()) -> tuple[Question, ...]:
+    """Questions for every operator instance of a bound case, in formula order; ``distractors``
+    add their rejection questions to the instance of the term each confuses, after its own."""
     by_symbol = {t.symbol: t for t in terms}
     questions: list[Question] = []
+    confusing: dict[str, list[Distractor]] = {}
+    for d in distractors:
+        confusing.setdefault(d.confuses, []).append(d)
+
+    def reject(t: TermBinding, op: Operator, context: dict) -> None:
+        for d in confusing.get(t.symbol, ()):
+            for entry in _templates()[f"reject_{t.role}"]:
+                questions.append(Question(
+                    id=f"{question_id(t.symbol, entry['aspect'])}.{d.id}", op=op, target=t.symbol,
+                    aspect=entry["aspect"], expected=entry["expected"],
+                    question=entry["compiled"]({**context, "d_source": d.entity or d.value, "d_image": d.image,
+                                                "d_value": d.value}),
+                    images=tuple(i for i in (t.image, d.image) if i)))
 
     def handle(symbol: str) -> str:
         return f"('{by_symbol[symbol].handle}')"
@@ -75,8 +95,9 @@ def compile_checklist(terms: tuple[TermBinding, ...],
     relation_of: dict[str, TermBinding] = {}
     for t in terms:
         if t.role is Role.ANCHOR:
-            emit("anchor", Operator.ANCHOR, t.symbol, {"noun": t.noun, "handle": handle(t.symbol), "source": t.entity,
-                                                "image": t.image}, {}, t.image)
+            context = {"noun": t.noun, "handle": handle(t.symbol), "source": t.entity, "image": t.image}
+            emit("anchor", Operator.ANCHOR, t.symbol, context, {}, t.image)
+            reject(t, Operator.ANCHOR, context)
         elif t.op is Family.DISENTANGLE:
             carrier = by_symbol.get(t.carrier or "")
             participants = _join([handle(p) for p in t.participants]) if t.participants else ""
@@ -84,6 +105,7 @@ def compile_checklist(terms: tuple[TermBinding, ...],
                        "carrier_handle": handle(carrier.symbol) if carrier else "",
                        "carrier_noun": carrier.noun if carrier else "", "participants": participants}
             emit(t.role, Operator.DISENTANGLE, t.symbol, context, {}, t.image)
+            reject(t, Operator.DISENTANGLE, context)
             group = apply_section(t.role)
             links = {"term": [t.symbol],
                      "carrier": [carrier.symbol] if carrier and carrier.op is Family.ANCHOR else []}

@@ -21,6 +21,13 @@ def register(sub) -> None:
                    help="how several judges combine: mean (default, as the paper averages its judges: the value "
                         "is the judges' mean, passing above one half) or majority (the majority status; a tie "
                         "abstains)")
+    p.add_argument("--max-images", type=int, default=None, metavar="N",
+                   help="the most reference images the generator accepts (default: its own declaration, or "
+                        "max_images in the models file); a case holding more is left out as not applicable (never "
+                        "a fail), or sent as one grid image with --collage")
+    p.add_argument("--collage", action="store_true",
+                   help="send a case holding more than --max-images references as one labelled grid image, with a "
+                        "line in the prompt saying which cell is which Image k (MacroBench's proxy)")
     add_model_options(p, cache_default="RUN_DIR/cache")
     p.add_argument("--out", type=Path, required=True, help="the run folder (resumed if it holds the same run)")
     p.set_defaults(run=run)
@@ -33,10 +40,16 @@ def run(args) -> int:
     manifest = run_benchmark(args.cases_dir, args.out, generator=args.generator, judges=args.judge,
                              settings=settings, concurrency=args.concurrency, shard=args.shard,
                              judge_batch=args.judge_batch, retry_abstained=args.retry_abstained,
-                             cache_dir=args.cache, ensemble=args.ensemble)
+                             cache_dir=args.cache, ensemble=args.ensemble, max_images=args.max_images,
+                             collage=args.collage)
     calls = ", ".join(f"{spec}: {n}" for spec, n in manifest.calls.items()) or "none"
     print(f"{args.out}: {manifest.cases} cases, {manifest.verdicts} verdicts, {manifest.abstentions} abstentions; "
           f"calls {calls}; cache hits {manifest.cache_hits}")
+    if manifest.not_applicable:
+        print(f"{manifest.not_applicable} cases not applicable: more than {manifest.max_images} references, the most "
+              f"the generator accepts (left out, never a fail; --collage sends them as one grid image)")
+    if manifest.collaged:
+        print(f"{manifest.collaged} cases sent as one grid image (more than {manifest.max_images} references)")
     if manifest.abstentions:
         return report_incomplete("trace run", f"{manifest.abstentions} of {manifest.verdicts} questions abstained "
                                               "(no usable answer; never scored as fails)",

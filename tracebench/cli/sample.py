@@ -27,6 +27,16 @@ def register(sub) -> None:
     p.add_argument("--jobs", type=_jobs, default=None, metavar="N",
                    help="processes making cases (default: the cores this process may use, at most 8; the "
                         "output is the same bytes for any number)")
+    clutter = p.add_argument_group("reference clutter (docs/clutter.md)")
+    clutter.add_argument("--distractors", type=_distractors, default=(0, 0), metavar="N",
+                         help="hard-negative references per case, chosen by the taxonomy to be confused with a term: "
+                              "N, or a range 0-4 drawn per case (default 0: none)")
+    clutter.add_argument("--max-references", type=_positive("--max-references"), default=None, metavar="M",
+                         help="at most M references a case (distractors are dropped to fit; the formula's own "
+                              "images are always kept)")
+    clutter.add_argument("--pool", action="store_true",
+                         help="pool mode: entity terms are named by description, not by image, and must be found "
+                              "among their confusers (Savanna's setting)")
     p.add_argument("--out", type=Path, required=True, help="the benchmark folder to write (must not exist, or be empty)")
     p.set_defaults(run=run)
 
@@ -43,15 +53,44 @@ def _jobs(text: str) -> int:
     return value
 
 
+def _distractors(text: str) -> tuple[int, int]:
+    import argparse
+
+    from ..errors import TraceError
+    from ..sample import parse_distractors
+
+    try:
+        return parse_distractors(text)
+    except TraceError as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix("--distractors: ")) from None
+
+
+def _positive(option: str):
+    def convert(text: str) -> int:
+        import argparse
+
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{text!r}: a whole number, at least 1")
+        return value
+
+    return convert
+
+
 def run(args) -> int:
-    from ..sample import sample_benchmark
+    from ..sample import ClutterSpec, sample_benchmark
     from ..sample._parallel import default_jobs
 
     manifest = sample_benchmark(args.out, slots=args.slots, per_slot=args.per_slot, seed=args.seed,
                                 library=args.library, applications=args.applications, strict=args.strict,
                                 report=lambda line: print(line, file=sys.stderr),
-                                jobs=default_jobs() if args.jobs is None else args.jobs)
+                                jobs=default_jobs() if args.jobs is None else args.jobs,
+                                clutter=ClutterSpec(*args.distractors, args.max_references, args.pool))
     slots = ", ".join(f"{s}: {n}" for s, n in manifest.counts_per_slot.items())
     print(f"{args.out}: {manifest.cases} cases ({slots}; applications: "
-          f"{sum(manifest.counts_per_application.values())}), {manifest.distinct_templates} distinct templates")
+          f"{sum(manifest.counts_per_application.values())}), {manifest.distinct_templates} distinct templates"
+          + (f", {manifest.clutter['distractors_placed']} distractors" if manifest.clutter else ""))
     return 0

@@ -126,7 +126,8 @@ def plan_trees(roots: Sequence[Case], names: dict[str, str] | None = None) -> Tr
     for root in roots:
         terms = {t.symbol: t for t in root.terms}
         formula = root_formula(root)  # parsed and checked
-        graph = bound_tree(number_terms(formula), lambda s, terms=terms: terms[s].value if s in terms else None)
+        graph = bound_tree(number_terms(formula), lambda s, terms=terms: terms[s].value if s in terms else None,
+                           clutter=bool(root.distractors))
         tree = _Tree(root, tree_nodes(graph), graph)
         downgrades = graph.graph["downgrades"]
         for node, unbound_node in zip(tree.nodes, graph.graph["shape"].nodes):
@@ -618,6 +619,7 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
                f"trace run ... --retry-abstained" if unanswered else "")
         raise TraceError(f"{run.root}: no case to diagnose ({cases}){why}")
     sample = read_sample_manifest(run.cases_dir)
+    same_generator = generator_spec == manifest.generator  # the run's limit on references holds for its generator
     out.mkdir(parents=True, exist_ok=True)
     DIAGNOSIS_MANIFEST.write(out, identity)
     rounds = itertools.count(1)
@@ -641,7 +643,8 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
             run_benchmark(folder / "cases", run_dir, generator=generator, judges=judges,
                           settings=replace(settings, sample=s), concurrency=concurrency, judge_batch=judge_batch,
                           cache_dir=cache_dir or out / CACHE_DIR, retry_abstained=retry_abstained, progress=progress,
-                          ensemble=ensemble)
+                          ensemble=ensemble, collage=bool(manifest.collage) and same_generator,
+                          max_images=manifest.max_images if same_generator else None)
             got, why = _round_verdicts(run_dir)
             images = {c.id: str(p.relative_to(out)) for c in batch if (p := generated_image(run_dir, c.id))}
             made.append((got, images, why))

@@ -7,7 +7,9 @@ paragraph (``templates/prompts/lines.toml``, table ``prose``). So the node keeps
 scene (same opening, same entities, same handles) and its text-only prompt is the root's.
 References are only the images the node still uses, renumbered Image 1..m in order of
 first mention; the checklist is the root's questions on the targets the node keeps, with
-the root's ids, recompiled so they name the node's images and entities.
+the root's ids, recompiled so they name the node's images and entities. A node never keeps the
+root's distractor references (the first rule of a cluttered case's tree removes them); in pool
+mode it keeps naming its entity terms by description, now with their true sources alone.
 """
 
 from __future__ import annotations
@@ -17,11 +19,11 @@ from functools import lru_cache
 
 from ..checklist import compile_checklist
 from ..errors import TraceError
-from ..formula import Anchor, AnchorBinding, Apply, Compose, Disentangle, DisentangleBinding, Expr, Text, analyze
-from ..formula import parse, symbol, template_of, to_text, walk
+from ..formula import Anchor, Apply, Compose, Expr, Text, analyze
+from ..formula import parse, relabel_images, symbol, template_of, to_text, walk
 from ..operators import ENTITY_ROLES, Family, Role
 from ..realize import realize
-from ..records import Case, TermBinding
+from ..records import Case, Clutter, TermBinding
 from ._rules import Downgrades
 from ._tree import TreeNode, unbound
 
@@ -54,19 +56,6 @@ def compositions_of(formula: Expr) -> tuple[tuple[str, tuple[str, ...], str | No
 
     visit(formula, None)
     return tuple(out)
-
-
-def _relabel_formula(node: Expr, images: dict[int, int]) -> Expr:
-    if isinstance(node, Compose):
-        return Compose(tuple(_relabel_formula(a, images) for a in node.args), node.index)
-    if isinstance(node, Apply):
-        return Apply(_relabel_formula(node.carrier, images), tuple(_relabel_formula(m, images) for m in node.modifiers))
-    if isinstance(node, Anchor) and node.binding is not None:
-        return Anchor(node.index, AnchorBinding(images[node.binding.image], node.binding.entity))
-    if isinstance(node, Disentangle) and node.binding is not None:
-        b = node.binding
-        return Disentangle(node.kind, node.index, DisentangleBinding(images[b.image], b.entities, b.attribute))
-    return node
 
 
 def _words_symbol(g_symbol: str) -> str:
@@ -131,8 +120,10 @@ def node_case(root: Case, node: TreeNode, dg: Downgrades, case_id: str, shape: N
     number = {int(old.split()[-1]): int(new.split()[-1]) for old, new in label.items()}
     references = tuple(sorted((r.model_copy(update={"image": label[r.image]}) for r in root.references
                                if r.image in label), key=lambda r: int(r.image.split()[-1])))
-    formula = node.formula if all(k == v for k, v in number.items()) else _relabel_formula(node.formula, number)
-    prompts = realize(terms, bool(shape.compositions), scene=root.scene)
+    formula = node.formula if all(k == v for k, v in number.items()) else relabel_images(node.formula, number)
+    pooled = tuple(p.model_copy(update={"image": label[p.image], "confusers": (), "confusion": 0.0})
+                   for p in (root.clutter.pooled if root.clutter else ()) if p.term in shape.kept and p.image in label)
+    prompts = realize(terms, bool(shape.compositions), scene=root.scene, pooled=frozenset(p.term for p in pooled))
     wanted = {t for _, t in node.targets}
     root_ids = {q.id for q in root.checklist}
     questions = [q for q in compile_checklist(terms, shape.compositions) if q.id in root_ids and q.target in wanted]
@@ -142,4 +133,5 @@ def node_case(root: Case, node: TreeNode, dg: Downgrades, case_id: str, shape: N
                       for q in questions)
     return Case(id=case_id, slot=node.slot, template=shape.template, formula=to_text(formula),
                 application=root.application, prompt=prompts.prompt, text_only_prompt=prompts.text_only,
-                scene=root.scene, references=references, terms=terms, checklist=checklist)
+                scene=root.scene, references=references, terms=terms, checklist=checklist,
+                clutter=Clutter(mode="pool", distractors=(), pooled=pooled) if pooled else None)

@@ -47,6 +47,12 @@ class Rule:
     does: str
     children: Callable[[Expr, "Downgrades"], tuple[Expr, ...]]
 
+    @property
+    def on_clutter(self) -> bool:
+        """Whether the rule simplifies a case's references rather than its formula: it applies to a
+        node whose case has distractors, and only to those."""
+        return self.name in _CLUTTER_RULES
+
 
 @cache
 def sources() -> dict[str, Source]:
@@ -68,6 +74,9 @@ def rules() -> tuple[Rule, ...]:
         if spec.get("source") not in known:
             raise TraceError(f"diagnose/{RULES_FILE}: rule {name}: source {spec.get('source')!r} is not in "
                              f"diagnose/{SOURCES_FILE} ({', '.join(known)})")
+        if name in _CLUTTER_RULES and out:
+            raise TraceError(f"diagnose/{RULES_FILE}: rule {name} must come first (a cluttered case is "
+                             "simplified by its references before its formula)")
         out.append(Rule(name, spec["title"], spec["source"], spec["does"], _IMPLEMENTATIONS[name]))
     return tuple(out)
 
@@ -263,7 +272,15 @@ def remove_attributes(expr: Expr, dg: Downgrades) -> tuple[Expr, ...]:
     return tuple(children)
 
 
+def remove_distractors(expr: Expr, dg: Downgrades) -> tuple[Expr, ...]:
+    """The one child of a cluttered node: the same formula, its case without distractors
+    (:func:`tracebench.diagnose._node.node_case` keeps only the images the formula uses)."""
+    return (expr,)
+
+
+_CLUTTER_RULES = frozenset({"distractor_removal"})
 _IMPLEMENTATIONS: dict[str, Callable[[Expr, Downgrades], tuple[Expr, ...]]] = {
+    "distractor_removal": remove_distractors,
     "global_stripping": strip_global,
     "relation_simplification": simplify_relation,
     "composition_flattening": flatten_composition,

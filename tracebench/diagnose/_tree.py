@@ -45,6 +45,7 @@ class TreeNode:
     formula: Expr
     targets: tuple[Instance, ...]  # the operator instances it keeps
     same_as: str | None = None  # an earlier node with the same canonical formula
+    clutter: bool = False  # whether its case keeps the root's distractor references (the root of a cluttered case)
 
     @property
     def slot(self) -> int:
@@ -53,7 +54,7 @@ class TreeNode:
     def to_json(self) -> dict:
         return {"id": self.id, "parent": self.parent, "rule": self.rule, "depth": self.depth,
                 "formula": to_text(self.formula), "slot": self.slot, "targets": [t for _, t in self.targets],
-                "same_as": self.same_as}
+                "same_as": self.same_as, **({"clutter": True} if self.clutter else {})}
 
 
 def _letters(k: int) -> str:
@@ -101,31 +102,33 @@ class TreeShape:
 
 
 @lru_cache(maxsize=512)
-def tree_shape(root: Expr) -> TreeShape:
-    """The tree of an unbound, numbered, valid formula (:func:`unbound`), memoized."""
+def tree_shape(root: Expr, clutter: bool = False) -> TreeShape:
+    """The tree of an unbound, numbered, valid formula (:func:`unbound`), memoized; ``clutter``:
+    the root's case has distractor references."""
     dg = Downgrades.of(root)
-    return TreeShape(grow_tree(root, dg), dg)
+    return TreeShape(grow_tree(root, dg, clutter), dg)
 
 
-def grow_tree(root: Expr, dg: Downgrades) -> tuple[TreeNode, ...]:
+def grow_tree(root: Expr, dg: Downgrades, clutter: bool = False) -> tuple[TreeNode, ...]:
     """The rules applied to a numbered, valid formula, breadth first, bound or not: the tree
-    :func:`tree_shape` memoizes, and :func:`bound_tree` rebinds."""
-    nodes = [TreeNode("N0", None, None, 0, root, targets(root))]
-    seen = {canonical(root): "N0"}
+    :func:`tree_shape` memoizes, and :func:`bound_tree` rebinds. A cluttered root (``clutter``)
+    takes the reference rules only (distractor removal), every other node the formula rules."""
+    nodes = [TreeNode("N0", None, None, 0, root, targets(root), clutter=clutter)]
+    seen = {(canonical(root), clutter): "N0"}
     queue = deque([nodes[0]])
     while queue:
         node = queue.popleft()
-        if node.same_as is not None or node.slot <= 1:
+        if node.same_as is not None or (node.slot <= 1 and not node.clutter):
             continue
         for rule in rules():
-            children = rule.children(node.formula, dg)
+            children = rule.children(node.formula, dg) if rule.on_clutter == node.clutter else ()
             if children:
                 break
         else:
             continue
         for child in children:
             child_id = str(len(nodes))  # provisional: named once the tree is whole
-            same = seen.setdefault(canonical(child), child_id)
+            same = seen.setdefault((canonical(child), False), child_id)
             nodes.append(TreeNode(child_id, node.id, rule.name, node.depth + 1, child, targets(child, root),
                                   None if same == child_id else same))
             queue.append(nodes[-1])
@@ -154,16 +157,17 @@ def build_tree(formula: Expr, *, describe: Callable[[str], str | None] | None = 
     return bound_tree(root, describe)
 
 
-def bound_tree(root: Expr, describe: Callable[[str], str | None] | None = None) -> nx.DiGraph:
-    """:func:`build_tree` of a numbered formula already known to be valid (a parsed case's)."""
-    shape = tree_shape(unbound(root))
+def bound_tree(root: Expr, describe: Callable[[str], str | None] | None = None, clutter: bool = False) -> nx.DiGraph:
+    """:func:`build_tree` of a numbered formula already known to be valid (a parsed case's);
+    ``clutter``: the case has distractor references (the tree starts by removing them)."""
+    shape = tree_shape(unbound(root), True) if clutter else tree_shape(unbound(root))  # one memo entry per call form
     dg = shape.downgrades.described(describe)
     leaves: dict[str, Expr] = {symbol(n): n for n in walk(root) if isinstance(n, (Anchor, Disentangle, Text))}
     leaves.update((symbol(t), t) for t in (*dg.anchors.values(), *dg.relations.values()))
     graph = nx.DiGraph(root="N0", formula=root, downgrades=dg, shape=shape)
     graph.add_nodes_from((n.id, {"node": TreeNode(n.id, n.parent, n.rule, n.depth,
                                                   root if n.parent is None else _bind(n.formula, leaves), n.targets,
-                                                  n.same_as)}) for n in shape.nodes)
+                                                  n.same_as, n.clutter)}) for n in shape.nodes)
     graph.add_edges_from((n.parent, n.id, {"rule": n.rule}) for n in shape.nodes[1:])
     return graph
 
@@ -193,7 +197,8 @@ def draw_tree(graph: nx.DiGraph) -> str:
             lines.append(f"{prefix}{branch}{node.id}  {rule}→ {node.same_as} (the same sub-case)")
             return
         kept = ", ".join(t for _, t in node.targets)
-        lines.append(f"{prefix}{branch}{node.id}  {rule}{to_text(node.formula)}  slot {node.slot}")
+        lines.append(f"{prefix}{branch}{node.id}  {rule}{to_text(node.formula)}  slot {node.slot}"
+                     + ("  (with its distractors)" if node.clutter else ""))
         lines.append(f"{prefix}{'' if top else ('   ' if last else '│  ')}    keeps: {kept}")
         children = list(graph.successors(node_id))
         for k, child in enumerate(children):

@@ -20,6 +20,7 @@ from ._ast import (
     Modifier,
     Node,
     Text,
+    relabel_images,
     walk,
 )
 from ._canonical import canonical, template_of
@@ -38,6 +39,7 @@ __all__ = [
     "Disentangle",
     "DisentangleBinding",
     "Expr",
+    "relabel_images",
     "FormulaConstraintError",
     "FormulaError",
     "FormulaSyntaxError",

@@ -239,3 +239,19 @@ def walk(expr: Expr) -> Iterator[Node]:
         yield from walk(expr.carrier)
         for modifier in expr.modifiers:
             yield modifier
+
+
+def relabel_images(expr: Expr, images: "dict[int, int]") -> Expr:
+    """The formula with every bound term's image number ``k`` replaced by ``images[k]`` (a
+    diagnostic sub-case renumbers its images; clutter interleaves distractors among them)."""
+    if isinstance(expr, Compose):
+        return Compose(tuple(relabel_images(a, images) for a in expr.args), expr.index)
+    if isinstance(expr, Apply):
+        return Apply(relabel_images(expr.carrier, images),
+                     tuple(relabel_images(m, images) for m in expr.modifiers))  # type: ignore[misc]
+    if isinstance(expr, Anchor) and expr.binding is not None:
+        return Anchor(expr.index, AnchorBinding(images[expr.binding.image], expr.binding.entity))
+    if isinstance(expr, Disentangle) and expr.binding is not None:
+        b = expr.binding
+        return Disentangle(expr.kind, expr.index, DisentangleBinding(images[b.image], b.entities, b.attribute))
+    return expr

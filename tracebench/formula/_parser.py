@@ -229,6 +229,9 @@ def _syntax_error(text: str, exc: UnexpectedInput) -> FormulaSyntaxError:
     is_term = is_g or any(spells(name, token) for name in ("TSYM", "ASYM", "CSYM"))
     if is_g and "ASYM" in expected:
         message = f"'{token}' needs a carrier: write f ⊕ {token} or T_e ⊕ {token}"
+    elif is_term and not is_g and "GSYM" in expected and spells("CSYM", token):  # a composition needs its arguments
+        message = (f"'{token}' cannot be bound with ⊕, which takes a g term or T_rel; to put a composition in one "
+                   f"scene with other things write C(..., {token}(...))")
     elif is_term and not is_g and "GSYM" in expected:
         message = f"'{token}' cannot be bound with ⊕, which takes a g term or T_rel; to put things in one scene write C(..., {token})"
     elif is_term and "_OPLUS" in expected:

@@ -38,7 +38,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt,
 
 from ..cache import Cache, cache_key
 from ..records import Case, Question
-from ._base import CallFailed, EndpointRefused, Generator, Judge, NotSent, Provider, Reply, Transient, current_replica
+from ._base import CallFailed, EndpointRefused, Generation, Generator, Judge, NotSent, Provider, Reply, Transient, current_replica
 
 __all__ = ["STOP_AFTER", "AccessStats", "ModelAccess", "Stopped", "clip", "one_line", "scrub"]
 
@@ -262,8 +262,9 @@ class ModelAccess:
 
     # -- generators and judges -----------------------------------------------------------------
 
-    async def generate(self, generator: Generator, case: Case, references: Sequence[bytes]) -> bytes:
-        """The image for a case, from the cache or a call; raises CallFailed."""
+    async def generate(self, generator: Generator, case: Case, references: Sequence[bytes]) -> Generation:
+        """The image for a case (and the references the generator says it used), from the cache or
+        a call; raises CallFailed."""
         parts = generator.key(case, references)
         if parts is not None and generator.sample:  # a later generation of the case: its own call
             parts = {**parts, "sample": generator.sample}
@@ -272,11 +273,15 @@ class ModelAccess:
             hit = self.cache.get(key)
             if hit is not None and hit[1] is not None:
                 self.stats.cache_hits += 1
-                return hit[1]
-        data = await self.call(generator, lambda: generator.call(case, references), count=parts is not None)
+                used = hit[0].get("used_references")
+                return Generation(hit[1], None if used is None else tuple(used))
+        made = await self.call(generator, lambda: generator.call(case, references), count=parts is not None)
         if key is not None:
-            self.cache.put(key, {"generator": generator.spec}, data)
-        return data
+            meta = {"generator": generator.spec}
+            if made.used_references is not None:
+                meta["used_references"] = list(made.used_references)
+            self.cache.put(key, meta, made.image)
+        return made
 
     async def ask(self, judge: Judge, case: Case, questions: Sequence[Question], image: bytes,
                   references: Sequence[bytes], *, keep: Callable[[str], bool]) -> tuple[Reply, str]:

@@ -25,7 +25,7 @@ from typing import Any, Sequence
 from ..cache import sha256
 from ..records import Case, Endpoint, Question
 
-__all__ = ["CallFailed", "EndpointRefused", "NotSent", "Generator", "Judge", "Provider", "RateLimited", "Reply", "Transient",
+__all__ = ["CallFailed", "EndpointRefused", "NotSent", "Generation", "Generator", "generator_view", "used_references", "Judge", "Provider", "RateLimited", "Reply", "Transient",
            "current_replica"]
 
 # which replica (index into Provider.replicas) the wrapper chose for the call being made
@@ -57,6 +57,16 @@ class NotSent(CallFailed):
 
 class EndpointRefused(CallFailed):
     """The endpoint refused the key or does not know the model: no further call can succeed."""
+
+
+@dataclass(frozen=True)
+class Generation:
+    """What a generator gives for a case: the image's bytes and, when it says, the references it
+    used (``"Image 2"`` ...; reference clutter's selection score reads them). ``generate`` may
+    return one, or the image's bytes alone."""
+
+    image: bytes
+    used_references: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -105,6 +115,8 @@ class Generator(Provider):
     synthetic zoo draws it with another seed, a ``command:`` sees it in $TRACEBENCH_SAMPLE."""
 
     sample: int = 0
+    max_images: int | None = None  # the most reference images it accepts (None: no limit); the models file may say
+    sees_truth: bool = False  # whether generate() is given the case's clutter truth (the zoo, which draws it)
 
     def key(self, case: Case, references: Sequence[bytes]) -> dict[str, Any] | None:
         """What the output depends on (the cache key's parts); None: not worth caching (reading a
@@ -113,14 +125,20 @@ class Generator(Provider):
 
     @abstractmethod
     def generate(self, case: Case, references: Sequence[bytes]) -> Any:
-        """The image's bytes (PNG, JPEG or WebP); raise :class:`CallFailed` when there is none.
-        May be ``async def``; a plain function runs in a worker thread."""
+        """The image's bytes (PNG, JPEG or WebP), or a :class:`Generation` (the bytes and the
+        references used); raise :class:`CallFailed` when there is none. May be ``async def``; a
+        plain function runs in a worker thread. The case is :func:`generator_view`'s: what a
+        generator may know of it."""
 
-    async def call(self, case: Case, references: Sequence[bytes]) -> bytes:
-        data = await _await(self.generate, case, references)
-        if not isinstance(data, (bytes, bytearray)) or not data:
-            raise CallFailed(f"{self.spec} returned {type(data).__name__}, not image bytes")
-        return bytes(data)
+    async def call(self, case: Case, references: Sequence[bytes]) -> Generation:
+        given = case if self.sees_truth else generator_view(case)
+        result = await _await(self.generate, given, references)
+        used = None
+        if isinstance(result, Generation):
+            result, used = result.image, result.used_references
+        if not isinstance(result, (bytes, bytearray)) or not result:
+            raise CallFailed(f"{self.spec} returned {type(result).__name__}, not image bytes")
+        return Generation(bytes(result), used_references(case, used, self.spec))
 
 
 class Judge(Provider):
@@ -153,6 +171,38 @@ class Judge(Provider):
 
             return Reply(json.dumps({"answers": [{"id": qid, "answer": answer} for qid, answer in reply.items()]}))
         raise CallFailed(f"{self.spec} returned {type(reply).__name__}, not a reply")
+
+
+def generator_view(case: Case) -> Case:
+    """The case as a generator sees it: without the truth of its reference clutter. A cluttered
+    case keeps its prompt and references, and loses what would tell a distractor from a source:
+    its clutter record and checklist (the rejection questions name the distractors) and, for the
+    terms pool mode names by description, their image and source. A case without clutter is
+    given whole."""
+    if case.clutter is None:
+        return case
+    pooled = {p.term for p in case.clutter.pooled}
+    hidden = {"image": None, "source_id": None, "entity": None, "entity_index": None, "source_entities": None}
+    return case.model_copy(update={"clutter": None, "checklist": (),
+                                   "terms": tuple(t.model_copy(update=hidden) if t.symbol in pooled else t
+                                                  for t in case.terms)})
+
+
+def used_references(case: Case, used: Any, spec: str) -> tuple[str, ...] | None:
+    """The references a generator reports having used, checked against the case's: a sequence of
+    their names ("Image 2"); None when it does not say. Anything else is a CallFailed naming it."""
+    if used is None:
+        return None
+    names = {r.image for r in case.references}
+    if isinstance(used, (str, bytes)) or not isinstance(used, (list, tuple)) or \
+            not all(isinstance(u, str) for u in used):
+        raise CallFailed(f"{spec}: used_references must be a list of reference names (\"Image 2\"), "
+                         f"got {type(used).__name__}")
+    unknown = [u for u in used if u not in names]
+    if unknown:
+        raise CallFailed(f"{spec}: used_references names {unknown[0]!r}, not a reference of case {case.id} "
+                         f"(Image 1 .. Image {len(names)})")
+    return tuple(dict.fromkeys(used))
 
 
 async def _await(method, *args):

@@ -61,6 +61,8 @@ class ModelEntry(BaseModel):
     max_retries: int | None = Field(default=None, ge=0, description="retries of a transient failure, with backoff")
     timeout: float | None = Field(default=None, gt=0, allow_inf_nan=False, description="seconds per call, in all")
     max_reply_bytes: int | None = Field(default=None, ge=1, description="the largest reply body read, in bytes")
+    max_images: int | None = Field(default=None, ge=1, description="a generator: the most reference images it accepts "
+                                   "(a case holding more is left out, or sent as a collage with trace run --collage)")
 
     @model_validator(mode="after")
     def _one_way_to_say_urls(self) -> ModelEntry:
@@ -137,6 +139,7 @@ class ModelConfig:
     max_retries: int
     timeout: float  # seconds a call may take in all
     max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES
+    max_images: int | None = None  # a generator's limit on reference images (the models file's)
 
 
 def resolve_spec(spec: str, settings: ModelSettings, *, judge: bool) -> tuple[str, ModelConfig]:
@@ -159,7 +162,8 @@ def resolve_spec(spec: str, settings: ModelSettings, *, judge: bool) -> tuple[st
         base_urls=tuple(urls), api_key_env=key_env,
         concurrency=entry.concurrency,
         max_retries=settings.max_retries if entry.max_retries is None else entry.max_retries,
-        timeout=entry.timeout or settings.timeout, max_reply_bytes=entry.max_reply_bytes or settings.max_reply_bytes)
+        timeout=entry.timeout or settings.timeout, max_reply_bytes=entry.max_reply_bytes or settings.max_reply_bytes,
+        max_images=entry.max_images)
 
 
 def with_endpoints(settings: ModelSettings, endpoints: Mapping[str, Endpoint], *, generator: str,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..errors import TraceError
 from ..safepaths import path_problem
-from ._base import CallFailed, Generator, Judge
+from ._base import CallFailed, Generation, Generator, Judge
 from ._images import digest, image_suffix
 
 __all__ = ["CommandGenerator", "FolderGenerator", "OracleJudge", "SyntheticGenerator", "sample_seed"]
@@ -28,11 +28,28 @@ def sample_seed(seed: int, sample: int) -> int:
     return int.from_bytes(hashlib.sha256(f"tracebench-sample/{seed}/{sample}".encode()).digest()[:4], "big") >> 1
 
 _IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
+SIDECAR = ".json"  # beside an image: {"used_references": ["Image 2", ...]} (optional)
+
+
+def _sidecar(path: Path, name: str) -> object:
+    """The ``used_references`` a JSON file beside an image gives (None: no file, or it does not
+    say); a file that is not such JSON is a CallFailed naming it."""
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise CallFailed(f"{name}: not JSON ({type(err).__name__}); want {{\"used_references\": [\"Image 2\", ...]}}") \
+            from None
+    if not isinstance(data, dict):
+        raise CallFailed(f"{name}: not a JSON object; want {{\"used_references\": [\"Image 2\", ...]}}")
+    return data.get("used_references")
 
 
 class FolderGenerator(Generator):
     """``folder:PATH``: images made elsewhere, named by case id (``PATH/<case id>.png`` ...); an
-    image that is a link leaving the folder is not read (an abstention)."""
+    image that is a link leaving the folder is not read (an abstention). ``PATH/<case id>.json``,
+    if there, says which references were used: ``{"used_references": ["Image 2"]}``."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = Path(folder)
@@ -54,14 +71,22 @@ class FolderGenerator(Generator):
                 problem = path_problem(self.folder, name, "generator's folder")
                 if problem:
                     raise CallFailed(f"{name}: {problem}")
-                return path.read_bytes()
+                side = f"{case.id}{SIDECAR}"
+                used = None
+                if (self.folder / side).is_file():
+                    problem = path_problem(self.folder, side, "generator's folder")
+                    if problem:
+                        raise CallFailed(f"{side}: {problem}")
+                    used = _sidecar(self.folder / side, side)
+                return Generation(path.read_bytes(), used)  # type: ignore[arg-type]
         raise CallFailed(f"no image for {case.id} in {self.folder}")
 
 
 class CommandGenerator(Generator):
     """``command:'...'``: a shell command that reads the case as JSON on stdin and writes the image
     to the path given as ``{output}`` in the command (also in $TRACEBENCH_OUTPUT); $TRACEBENCH_SAMPLE
-    says which generation of the case it is (0 the first).
+    says which generation of the case it is (0 the first). It may say which references it used in
+    ``{output}.json``: ``{"used_references": ["Image 2", ...]}``.
 
     The JSON is the case record (``cases.jsonl``'s line) with each reference's ``path`` made
     absolute: a copy of the reference image in a temporary folder that lives while the command
@@ -101,11 +126,16 @@ class CommandGenerator(Generator):
                 raise CallFailed(f"the command exited with status {proc.returncode}: {tail}")
             if not output.is_file():
                 raise CallFailed("the command wrote no image to {output}")
-            return output.read_bytes()
+            used = _sidecar(output.with_name(output.name + SIDECAR), "the command's {output}.json")
+            return Generation(output.read_bytes(), used)  # type: ignore[arg-type]
 
 
 class SyntheticGenerator(Generator):
-    """``synthetic:PROFILE``: the zoo, in process, drawing from the benchmark's library."""
+    """``synthetic:PROFILE``: the zoo, in process, drawing from the benchmark's library. It reads
+    the whole case (it draws what its profile breaks, distractors included) and reports the
+    references it drew from."""
+
+    sees_truth = True
 
     def __init__(self, profile_spec: str, library: Path | None = None, seed: int = 0) -> None:
         from ..zoo import parse_profile
@@ -130,8 +160,8 @@ class SyntheticGenerator(Generator):
     async def generate(self, case, references):
         from ..zoo import generate
 
-        png, _record = generate(case, self.profile, library=self._library_index(), seed=self.seed)
-        return png
+        png, record = generate(case, self.profile, library=self._library_index(), seed=self.seed)
+        return Generation(png, drawn_from(case, record))
 
     def _library_index(self):
         if self._index is None and self.library is not None:
@@ -141,6 +171,20 @@ class SyntheticGenerator(Generator):
             info, images = load_library(self.library)
             self._index = LibraryIndex.build(self.library, info, images)
         return self._index
+
+
+def drawn_from(case, record) -> tuple[str, ...] | None:
+    """The references a zoo image took content from: each term's own image, except where
+    ``distractor-confusion`` took a distractor's instead (then that distractor's); None for a case
+    without clutter (nothing to select: its run folder stays as it was) and when the case given
+    holds other references than its terms name (a collage)."""
+    if case.clutter is None:
+        return None
+    taken = (record.drawn.get("zoo") or {}).get("confused") or {}
+    by_id = {d.id: d.image for d in case.distractors}
+    used = [by_id[taken[t.symbol]] if t.symbol in taken else t.image for t in case.terms if t.image]
+    names = {r.image for r in case.references}
+    return tuple(sorted(dict.fromkeys(used), key=lambda i: int(i.split()[-1]))) if set(used) <= names else None
 
 
 class OracleJudge(Judge):

@@ -95,6 +95,8 @@ def _make(spec: str, settings: ModelSettings, role: str, builtins: dict[str, Fac
         provider.concurrency = config.concurrency
     if isinstance(provider, Generator):
         provider.sample = settings.sample
+        if config.max_images is not None:  # the models file's word over the class's declaration
+            provider.max_images = config.max_images
     return provider
 
 

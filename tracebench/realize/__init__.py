@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from ._prompt import PROMPT_FILES, Prompts, in_words, phrase_name, realize
+from ._prompt import CLUTTER_FILE, PROMPT_FILES, Prompts, in_words, phrase_name, realize
 
-__all__ = ["PROMPT_FILES", "Prompts", "in_words", "phrase_name", "realize"]
+__all__ = ["CLUTTER_FILE", "PROMPT_FILES", "Prompts", "in_words", "phrase_name", "realize"]

@@ -14,7 +14,7 @@ import string
 from dataclasses import dataclass
 from functools import cache
 
-from ..nouns import NOUNS_FILE, agree
+from ..nouns import NOUNS_FILE, agree, describe
 from ..records import TermBinding
 from ..resources import read_toml
 from ..taxonomy import taxonomy
@@ -22,6 +22,7 @@ from ..templating import compile_string, render
 
 __all__ = ["PROMPT_FILES", "Prompts", "in_words", "phrase_name", "realize"]
 
+CLUTTER_FILE = "clutter.toml"  # reference clutter's content: pool mode's lines (hashed only with clutter)
 # what a prompt's words depend on (hashed into the sample manifest); the noun lists name the entities
 PROMPT_FILES = ("prompts/prompt.j2", "prompts/lines.toml", "prompts/phrases.toml", NOUNS_FILE)
 _ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth")
@@ -47,7 +48,7 @@ def _phrases() -> dict:
 
 @cache
 def _lines() -> dict:
-    raw = read_toml("templates", "prompts/lines.toml")
+    raw = {**read_toml("templates", "prompts/lines.toml"), "pool": read_toml("templates", CLUTTER_FILE)["pool"]}
     return {part: {role: compile_string(text) for role, text in table.items()} for part, table in raw.items()}
 
 
@@ -75,8 +76,12 @@ def _agreed(pattern: str, noun: str | None) -> str:
 
 
 def realize(terms: tuple[TermBinding, ...], has_scene: bool, rng: random.Random | None = None, *,
-            scene: str | None = None) -> Prompts:
+            scene: str | None = None, pooled: frozenset[str] = frozenset()) -> Prompts:
     """The prompt and its text-only counterpart for a case's bound terms.
+
+    ``pooled``: the symbols of terms whose source image the prompt does not name (pool mode
+    of reference clutter): their line describes the source (``templates/clutter.toml``, table
+    ``pool``) and the model must find it among the references.
 
     The scene opening (a setting and how the entities stand in it) is drawn with ``rng``
     unless ``scene`` gives it: a diagnostic sub-case keeps its root's scene. Terms stated in
@@ -129,12 +134,14 @@ def realize(terms: tuple[TermBinding, ...], has_scene: bool, rng: random.Random 
             "noun": (carrier.noun if carrier and carrier.noun else t.noun) or "",
             "source": t.entity or "",
             "image": t.image or "",
+            "described": describe(t.entity) if t.entity else t.value,
             "name": phrase_name(t.subtype),
             "value": t.value,
             "participants": _join([_quoted(by_symbol[p].handle) for p in t.participants]),
             "text_participants": _join([text_name(by_symbol[p]) for p in t.participants]).capitalize(),
         }
-        line = templates["prose" if worded else "reference"][role](context)
+        part = "prose" if worded else "pool" if t.symbol in pooled and role in templates["pool"] else "reference"
+        line = templates[part][role](context)
         if worded:  # reference content stated in words: part of the scene description
             paragraph += " " + line
         elif role == "text_relation":  # no reference: it belongs to the scene description

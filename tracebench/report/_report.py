@@ -369,8 +369,10 @@ def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, com
 
     def breakdown(part: str, score: str, n: str, label: Callable[[str], str] = str) -> tuple[dict, dict]:
         """run -> category -> (score, n) of one breakdown of the Scores record, as two tables."""
-        return ({r.name: {label(k): v[score] for k, v in r.scores[part].items()} for r in runs},
-                {r.name: {label(k): v[n] for k, v in r.scores[part].items()} for r in runs})
+        return ({r.name: {label(k): v[score] for k, v in (r.scores.get(part) or {}).items()} for r in runs},
+                {r.name: {label(k): v[n] for k, v in (r.scores.get(part) or {}).items()} for r in runs})
+
+    cluttered = any(r.scores.get("by_inputs") for r in runs)  # clutter breakdowns (docs/clutter.md)
 
     plots = {
         "by_slot": Markup(_plots.lines_by_slot({r.name: r.scores["by_slot"] for r in runs},
@@ -383,6 +385,16 @@ def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, com
         "by_application": (Markup(_plots.bars(*breakdown("by_application", "overall", "cases"),
                                               title="overall score by application"))
                            if any(r.scores["by_application"] for r in runs) else None),
+        "by_inputs": (Markup(_plots.bars(*breakdown("by_inputs", "overall", "cases", lambda k: f"{k} images"),
+                                         title="overall score by input images (MacroBench's bins)"))
+                      if cluttered else None),
+        "by_distractors": (Markup(_plots.bars(*breakdown("by_distractors", "overall", "cases",
+                                                         lambda k: f"{k} distractor{'' if str(k) == '1' else 's'}"),
+                                              title="overall score by distractors"))
+                           if cluttered else None),
+        "rejection": (Markup(_plots.bars(*breakdown("rejection", "rate", "questions"),
+                                         title="rejection: distractors not taken, by operator"))
+                      if cluttered else None),
         "cumulative": (Markup(_plots.cumulative_pass(summary.cumulative_pass,
                                                      {op: int(v["instances"]) for op, v in summary.by_operator.items()}))
                        if summary else None),

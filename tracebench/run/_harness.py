@@ -34,14 +34,14 @@ from tqdm import tqdm
 
 from .. import __version__
 from ..errors import TraceError, disk_full
-from ..jsonfiles import loads, record_line
-from ..records import (CASES, RUN_FILE, RUN_MANIFEST, VERDICTS, Case, Question, RunManifest, Verdict, Vote,
-                       read_run_verdicts, repeated_question)
+from ..jsonfiles import loads, record_line, write_json
+from ..records import (CASES, GENERATION_SUFFIX, RUN_FILE, RUN_MANIFEST, VERDICTS, Case, GenerationInfo, Question,
+                       RunManifest, Verdict, Vote, read_run_verdicts, repeated_question)
 from ..replies import unfence
 from ..templating import template_hash
 from ..outcomes import ABSTAINED, ENSEMBLES, Outcome, Status, combine
 from ..providers import (JUDGE_TEMPLATES, CallFailed, Generator, ImageBytes, Judge, ModelAccess, ModelSettings,
-                         ReferenceFiles, clip, image_suffix, make_generator, make_judge)
+                         ReferenceFiles, clip, collage_case, image_suffix, make_generator, make_judge)
 from ..sample import read_cases, read_sample_manifest
 from ..cache import TEMPORARY_PREFIX, Cache, file_sha256, write_atomic
 from ..safepaths import inside
@@ -118,8 +118,10 @@ class _Runner:
     """The calls of one case: its image, then each judge's answers, through the one wrapper."""
 
     def __init__(self, root: Path, cases_dir: Path, generator: Generator, judges: list[Judge],
-                 access: ModelAccess, judge_batch: str, ensemble: str | None = None) -> None:
+                 access: ModelAccess, judge_batch: str, ensemble: str | None = None,
+                 max_images: int | None = None) -> None:
         self.root = root
+        self.max_images = max_images  # with it, a case holding more references is sent as a collage
         self.references = ReferenceFiles(cases_dir)
         self.generator, self.judges, self.access = generator, judges, access
         self.judge_batch = judge_batch
@@ -128,14 +130,26 @@ class _Runner:
         self.votes_abstained: Counter = Counter()  # judge spec -> its votes that abstained (this invocation)
 
     async def image(self, case: Case, references: list[bytes]) -> tuple[bytes | None, str]:
-        """The generated image (or None) and the abstention reason."""
-        try:  # ImageBytes: hashed and encoded once for all the judge calls of the case
-            data = ImageBytes(await self.access.generate(self.generator, case, references))
+        """The generated image (or None) and the abstention reason; what the generator says of it
+        (the references it used, a collage) is written beside it (:class:`GenerationInfo`)."""
+        sent, given = case, references
+        collaged = self.max_images is not None and len(references) > self.max_images
+        if collaged:
+            sent, given = collage_case(case, references)
+        try:
+            made = await self.access.generate(self.generator, sent, given)
         except CallFailed as err:
             return None, f"generation failed: {err}"
+        data = ImageBytes(made.image)  # hashed and encoded once for all the judge calls of the case
         target = self.root / IMAGES_DIR / f"{case.id}{image_suffix(data)}"
         if not target.exists() or target.read_bytes() != data:
             write_atomic(target, data)
+        info = self.root / IMAGES_DIR / f"{case.id}{GENERATION_SUFFIX}"
+        if made.used_references is not None or collaged:
+            write_json(info, GenerationInfo(case_id=case.id, used_references=None if collaged else made.used_references,
+                                            collage=collaged))
+        elif info.exists():
+            info.unlink()
         return data, ""
 
     async def ask(self, judge: Judge, case: Case, questions: list[Question], image: bytes,
@@ -390,9 +404,15 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
                   settings: ModelSettings | None = None,
                   concurrency: int = 8, shard: tuple[int, int] | None = None, judge_batch: str = "case",
                   retry_abstained: bool = False, cache_dir: Path | None = None,
-                  progress: bool | None = None, ensemble: str | None = "mean") -> RunManifest:
+                  progress: bool | None = None, ensemble: str | None = "mean", max_images: int | None = None,
+                  collage: bool = False) -> RunManifest:
     """Generate and judge every case of ``cases_dir`` (or one shard of them) into ``out``;
-    several judges combine by ``ensemble`` (:data:`~tracebench.outcomes.ENSEMBLES`)."""
+    several judges combine by ``ensemble`` (:data:`~tracebench.outcomes.ENSEMBLES`).
+
+    ``max_images``: the most reference images the generator accepts (default: its own
+    declaration or the models file's ``max_images``). A case holding more is left out as not
+    applicable (no verdict, never a fail; counted in ``run.json``), or with ``collage`` sent
+    its references as one labelled grid image."""
     cases_dir, out = Path(cases_dir), Path(out)
     if concurrency < 1:
         raise TraceError(f"--concurrency: {concurrency} must be at least 1")
@@ -407,7 +427,10 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
         raise TraceError(f"--out {out}: is a benchmark folder; write the run elsewhere")
     # the cases are read twice, never held: here for their ids, checklists and references
     # (checked before anything is written or any call is made), then one at a time as they run
+    if max_images is not None and max_images < 1:
+        raise TraceError(f"--max-images: {max_images} must be at least 1")
     order: list[str] = []
+    inputs: dict[str, int] = {}  # case id -> its references
     checklists: dict[str, tuple[int, int]] = {}
     references: dict[str, str] = {}  # each reference path -> the first case naming it
     any_case = False
@@ -416,6 +439,7 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
         if shard is not None and shard_of(case.id, shard[1]) != shard[0]:
             continue
         order.append(case.id)
+        inputs[case.id] = len(case.references)
         checklists[case.id] = _question_digest(q.id for q in case.checklist)
         for ref in case.references:
             references.setdefault(ref.path, case.id)
@@ -429,6 +453,10 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
         settings = replace(settings, library=library_of(cases_dir))
     gen, judge_list = make_providers(generator, judges, settings)
     ensemble = ensemble if len(judge_list) > 1 else None  # one judge: nothing to combine
+    limit = max_images if max_images is not None else gen.max_images
+    if collage and limit is None:
+        raise TraceError(f"--collage: the generator {gen.spec} declares no max_images; give --max-images N")
+    beyond = {case_id for case_id, n in inputs.items() if limit is not None and n > limit}
     cases_hash = file_sha256(CASES.path(cases_dir))
     identity = RunManifest(
         tool=f"tracebench {__version__}", cases_dir=str(cases_dir), cases_hash=cases_hash, generator=gen.spec,
@@ -439,10 +467,11 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
                      if given.startswith("python:") and given != p.spec},
         hashes={"judge_templates": template_hash(*JUDGE_TEMPLATES)},
         shard=f"{shard[0]}/{shard[1]}" if shard else None, cases=0, verdicts=0, calls={}, cache_hits=0,
-        abstentions=0, tokens=0)
+        abstentions=0, tokens=0, max_images=limit, collage=None if limit is None else collage)
     if RUN_MANIFEST.path(out).is_file():
         old = RUN_MANIFEST.read(out)
-        fields = ("cases_hash", "generator", "seed", "sample", "judges", "judge_batch", "ensemble", "shard")
+        fields = ("cases_hash", "generator", "seed", "sample", "judges", "judge_batch", "ensemble", "shard",
+                  "max_images", "collage")
         changed = [f for f in fields if getattr(old, f) != getattr(identity, f)]
         if changed:
             raise TraceError(f"{out}: holds a run with another {', '.join(changed)}; choose another --out")
@@ -456,7 +485,7 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
     RUN_MANIFEST.write(out, identity)
     (out / IMAGES_DIR).mkdir(exist_ok=True)
     access = ModelAccess(Cache(cache_dir or out / CACHE_DIR), concurrency=concurrency, max_retries=settings.max_retries)
-    runner = _Runner(out, cases_dir, gen, judge_list, access, judge_batch, ensemble)
+    runner = _Runner(out, cases_dir, gen, judge_list, access, judge_batch, ensemble, limit if collage else None)
     if progress is None:
         progress = sys.stderr.isatty()
     # keep only complete cases, then append new ones case by case
@@ -466,11 +495,11 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
 
     def todo() -> Iterator[Case]:
         for case in read_cases(cases_dir):
-            if case.id in checklists and case.id not in done:
+            if case.id in checklists and case.id not in done and (collage or case.id not in beyond):
                 yield case
 
     async def main() -> None:
-        bar = tqdm(total=len(order), initial=len(previous), desc="running", unit="case", disable=not progress,
+        bar = tqdm(total=len(order) - (0 if collage else len(beyond)), initial=len(previous), desc="running", unit="case", disable=not progress,
                    file=sys.stderr)
         pending = set()
         with open(verdict_path, "ab", buffering=0) as handle:
@@ -535,7 +564,9 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
         "calls": dict(access.stats.calls),
         "cache_hits": access.stats.cache_hits, "tokens": access.stats.tokens,
         "abstentions": sum(lines.abstained for lines in previous.values()) + runner.abstentions,
-        "votes_abstained": dict(votes_abstained)})
+        "votes_abstained": dict(votes_abstained),
+        "not_applicable": None if limit is None or collage else len(beyond),
+        "collaged": sum(1 for case_id in beyond if case_id in done) if limit is not None and collage else None})
     RUN_MANIFEST.write(out, manifest)
     if access.stopped is not None:
         raise TraceError(f"stopped early, {access.stopped}; {len(done)} of {len(order)} cases done, none kept "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..records import CASES_FILE, MANIFEST_FILE, REFERENCES_DIR, read_cases, read_sample_manifest
 from ._bind import BindingError, BoundCase, bind
+from ._clutter import CLUTTER_FILE, ClutterSpec, add_clutter, parse_distractors, pooled_roles
 from ._index import LibraryIndex
 from ._quotas import QUOTA_FILE, draw_templates, quotas
 from ._sample import Plan, plan_cases, sample_benchmark, write_benchmark
@@ -12,14 +13,19 @@ __all__ = [
     "BindingError",
     "BoundCase",
     "CASES_FILE",
+    "CLUTTER_FILE",
+    "ClutterSpec",
     "LibraryIndex",
     "MANIFEST_FILE",
     "Plan",
+    "add_clutter",
     "QUOTA_FILE",
     "REFERENCES_DIR",
     "bind",
     "draw_templates",
+    "parse_distractors",
     "plan_cases",
+    "pooled_roles",
     "quotas",
     "read_cases",
     "read_sample_manifest",

@@ -8,7 +8,7 @@ from functools import cache
 from pathlib import Path
 
 from ..library import Entity, LibraryInfo, TaggedImage
-from ..nouns import indefinite, noun_phrase
+from ..nouns import describe, noun_phrase
 from ..resources import read_toml
 from ..taxonomy import taxonomy
 
@@ -64,17 +64,6 @@ def _relation_phrase(value: str, subject: EntityRef, obj: EntityRef) -> str | No
     pattern = rf"^(?:a|an|the)\s+{re.escape(subject.noun)}\s+(.+?)\s+(?:a|an|the)\s+{re.escape(obj.noun)}$"
     match = re.match(pattern, value.strip(), flags=re.IGNORECASE)
     return match.group(1) if match else None
-
-
-_PLACE = re.compile(r"\s+(?:on|in|at|to) the (?:far )?(?:left|right|middle|center|centre|top|bottom|front|back)"
-                    r"(?: (?:left|right|corner|side))?$", re.IGNORECASE)
-
-
-def describe(ent_desc: str) -> str:
-    """The entity in words without its place in the source image, for text-only prompts:
-    "the child with a hair bun in the middle" -> "a child with a hair bun", "the lightning
-    towers around the pad" -> "lightning towers around the pad"."""
-    return indefinite(_PLACE.sub("", ent_desc.strip()))
 
 
 def noun_of_entity(entity: Entity, render: dict | None = None) -> str:

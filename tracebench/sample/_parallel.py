@@ -44,13 +44,14 @@ class Written(NamedTuple):
     application: str | None
     template: str
     whole: bool  # has an attach or ip term
+    distractors: int  # its distractor references
     references: tuple[RefPath, ...]
     line: str
 
 
 def written(case: Case) -> Written:
     return Written(case.id, case.slot, case.application, case.template,
-                   any(t.role in ("attach", "ip") for t in case.terms),
+                   any(t.role in ("attach", "ip") for t in case.terms), len(case.distractors),
                    tuple(RefPath(r.path, r.source_id) for r in case.references), record_line(case))
 
 

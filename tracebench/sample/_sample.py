@@ -34,6 +34,7 @@ from ..records import CASES, REFERENCES_DIR, SAMPLE_MANIFEST, Case, LeftOut, Ref
 from ..resources import data_hash, read_toml
 from ..safepaths import inside
 from ._bind import BindingError, BoundCase, bind
+from ._clutter import CLUTTER_FILE, ClutterSpec, add_clutter
 from ._capabilities import Gap, Need, library_gaps, needs_of, space_needs
 from ._index import LibraryIndex
 from ._parallel import Written, made_in_order, written
@@ -164,8 +165,9 @@ def _others(plan: Plan, rng: random.Random, without: frozenset[Need]) -> list[Ex
 
 
 def _make_case(plan: Plan, index: LibraryIndex, seed: int, without: frozenset[Need] = frozenset(),
-               others: bool = False) -> Case:
-    """The case of ``plan``; ``others``: when its template cannot be bound, try others."""
+               others: bool = False, clutter: ClutterSpec = ClutterSpec()) -> Case:
+    """The case of ``plan``; ``others``: when its template cannot be bound, try others;
+    ``clutter``: the distractors to add (from a random stream of their own)."""
     rng = random.Random(f"{seed}:case:{plan.case_id}")
     bound, problem = _bind_within(plan.template, index, rng, plan.carrier_categories, BIND_ATTEMPTS)
     tried = ""
@@ -180,18 +182,23 @@ def _make_case(plan: Plan, index: LibraryIndex, seed: int, without: frozenset[Ne
     if bound is None:
         raise TraceError(f"case {plan.case_id}: cannot bind {to_text(plan.template)} from library "
                          f"{index.info.name!r} ({BIND_ATTEMPTS} attempts{tried}): {problem}")
-    return _case(plan, bound, index, rng)
+    return _case(plan, bound, index, rng, clutter, random.Random(f"{seed}:clutter:{plan.case_id}"))
 
 
-def _case(plan: Plan, bound: BoundCase, index: LibraryIndex, rng: random.Random) -> Case:
-    prompts = realize(bound.terms, bool(bound.compositions), rng)
+def _case(plan: Plan, bound: BoundCase, index: LibraryIndex, rng: random.Random, spec: ClutterSpec = ClutterSpec(),
+          clutter_rng: random.Random | None = None) -> Case:
+    terms, formula, images, clutter = add_clutter(bound.terms, bound.formula, bound.images, index, spec,
+                                                  clutter_rng or random.Random(f"clutter:{plan.case_id}"))
+    pooled = frozenset(p.term for p in clutter.pooled) if clutter else frozenset()
+    prompts = realize(terms, bool(bound.compositions), rng, pooled=pooled)
     references = tuple(
         Reference(image=f"Image {k + 1}", path=_reference_path(index, lib), source_id=index.images[lib].id)
-        for k, lib in enumerate(bound.images))
-    return Case(id=plan.case_id, slot=slot_count(bound.formula), template=_template_text(bound.template),
-                formula=to_text(bound.formula), application=plan.application, prompt=prompts.prompt,
-                text_only_prompt=prompts.text_only, scene=prompts.scene, references=references, terms=bound.terms,
-                checklist=compile_checklist(bound.terms, bound.compositions))
+        for k, lib in enumerate(images))
+    return Case(id=plan.case_id, slot=slot_count(formula), template=_template_text(bound.template),
+                formula=to_text(formula), application=plan.application, prompt=prompts.prompt,
+                text_only_prompt=prompts.text_only, scene=prompts.scene, references=references, terms=terms,
+                checklist=compile_checklist(terms, bound.compositions, clutter.distractors if clutter else ()),
+                clutter=clutter)
 
 
 @lru_cache(maxsize=8192)
@@ -214,17 +221,21 @@ def _suffix(path: str) -> str:
 
 def write_benchmark(out: Path, cases: Iterable[Case | Written], *, source: Callable[[Case, Reference], Path], seed: int,
                     arguments: dict, library: dict, hashes: dict[str, str], overwrite: bool = False,
-                    extra: Callable[[Path], None] | None = None, left_out: tuple[LeftOut, ...] = ()) -> SampleManifest:
+                    extra: Callable[[Path], None] | None = None, left_out: tuple[LeftOut, ...] = (),
+                    clutter: dict | None = None) -> SampleManifest:
     """Write a benchmark folder: ``cases.jsonl`` (streamed: ``cases`` may be a generator), each
     reference image copied from ``source(case, reference)`` (a path checked with
     :func:`tracebench.safepaths.inside`) to its path in the folder, never outside it, and
     ``manifest.json`` counting what was written. The folder is assembled beside ``out`` and
     renamed into place at the end (``overwrite``: replacing what ``out`` held); ``extra(folder)``
-    adds files before that. The one writer of benchmark folders (``trace sample``, and the
+    adds files before that. ``clutter``: the clutter settings, recorded with what they gave
+    (distractors placed, cases per number of input images). The one writer of benchmark folders (``trace sample``, and the
     sub-cases of ``trace diagnose``). ``cases`` may hold cases already serialized
     (:class:`~tracebench.sample._parallel.Written`, made by worker processes)."""
     per_slot: Counter = Counter()
     per_app: Counter = Counter()
+    per_inputs: Counter = Counter()
+    placed: Counter = Counter()  # distractors placed per case
     whole: Counter = Counter()
     templates: set[str] = set()
     with staged_output(Path(out), overwrite=overwrite) as root:
@@ -241,6 +252,8 @@ def write_benchmark(out: Path, cases: Iterable[Case | Written], *, source: Calla
                         shutil.copyfile(source(case, ref), target)
                         copied.add(ref.path)
                 templates.add(case.template)
+                per_inputs[len(case.references)] += 1
+                placed[case.distractors] += 1
                 if case.application:
                     per_app[case.application] += 1
                 else:
@@ -254,7 +267,10 @@ def write_benchmark(out: Path, cases: Iterable[Case | Written], *, source: Calla
             tool=f"tracebench {__version__}", seed=seed, arguments=arguments, library=library, hashes=hashes,
             cases=sum(per_slot.values()) + sum(per_app.values()), counts_per_slot={s: per_slot[s] for s in slots},
             counts_per_application=dict(sorted(per_app.items())), distinct_templates=len(templates),
-            whole_share={s: round(whole[s] / per_slot[s], 4) for s in slots}, left_out=left_out)
+            whole_share={s: round(whole[s] / per_slot[s], 4) for s in slots}, left_out=left_out,
+            clutter=None if clutter is None else {**clutter, "distractors_placed": sum(k * n for k, n in placed.items()),
+                                                  "cases_per_distractors": {str(k): placed[k] for k in sorted(placed)}},
+            counts_per_inputs=None if clutter is None else {str(k): per_inputs[k] for k in sorted(per_inputs)})
         SAMPLE_MANIFEST.write(root, manifest)
         if extra is not None:
             extra(root)
@@ -264,8 +280,12 @@ def write_benchmark(out: Path, cases: Iterable[Case | Written], *, source: Calla
 def sample_benchmark(out: Path, *, slots: tuple[int, ...], per_slot: int | None = None, seed: int = 0,
                      library: Path | None = None, applications: bool = True,
                      progress: bool | None = None, strict: bool = False,
-                     report: Callable[[str], None] | None = None, jobs: int = 1) -> SampleManifest:
+                     report: Callable[[str], None] | None = None, jobs: int = 1,
+                     clutter: ClutterSpec = ClutterSpec()) -> SampleManifest:
     """Build a benchmark folder at ``out``; returns its manifest.
+
+    ``clutter``: distractor references per case and the mode (named or pool); without it the
+    benchmark is that of a tracebench without clutter, byte for byte.
 
     ``jobs``: processes making cases (forked workers; the output is the same bytes for any
     number).
@@ -319,7 +339,10 @@ def sample_benchmark(out: Path, *, slots: tuple[int, ...], per_slot: int | None 
         "questions": data_hash(("templates", QUESTION_FILE)),
         "taxonomy": data_hash(("taxonomy", "categories.toml"), ("taxonomy", "subtypes.toml")),
     }
-    with made_in_order(lambda i: _make_case(plans[i], index, seed, without, others=not strict), len(plans),
+    if clutter.active:
+        hashes["clutter"] = data_hash(("templates", CLUTTER_FILE))
+    with made_in_order(lambda i: _make_case(plans[i], index, seed, without, others=not strict, clutter=clutter),
+                       len(plans),
                        jobs) as made:  # workers fork here, before the progress bar's thread
         return write_benchmark(
             out, tqdm(made, total=len(plans), desc="sampling", unit="case", disable=not progress, file=sys.stderr),
@@ -328,6 +351,7 @@ def sample_benchmark(out: Path, *, slots: tuple[int, ...], per_slot: int | None 
                                             f"{library}: image {ref.source_id} (case {case.id})", "library folder"),
             seed=seed,
             arguments={"slots": list(slots), "per_slot": per_slot, "applications": applications,
-                       "library": library_argument},
+                       "library": library_argument, **(clutter.arguments() if clutter.active else {})},
+            clutter=clutter.arguments() if clutter.active else None,
             library={"name": info.name, "version": info.version, "content_hash": info.content_hash},
             hashes=hashes)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from ._score import (OPERATORS, Abstentions, CaseWeighted, EntityCountScore, Gating, GroupScores, RunIdentity, Scores, SubtypeScore,
+from ._score import (INPUT_BINS, OPERATORS, Abstentions, CaseWeighted, EntityCountScore, Gating, GroupScores, RejectionScore,
+                     SelectionScore,
+                     RunIdentity, Scores, SubtypeScore, input_bin,
                      effective_outcomes, format_scores, instance_results, instance_scores, score_cases,
                      score_folder, score_run)
 
-__all__ = ["Abstentions", "CaseWeighted", "EntityCountScore", "Gating", "GroupScores", "OPERATORS", "RunIdentity", "Scores", "SubtypeScore",
+__all__ = ["Abstentions", "CaseWeighted", "EntityCountScore", "Gating", "GroupScores", "INPUT_BINS", "OPERATORS",
+           "RejectionScore", "RunIdentity", "SelectionScore", "Scores", "SubtypeScore", "input_bin",
            "effective_outcomes", "format_scores", "instance_results", "instance_scores", "score_cases", "score_folder",
            "score_run"]

@@ -26,7 +26,11 @@
   resamples and quantiles, bit for bit) so that scoring does not import SciPy.
 Breakdowns: by slot level (the scope's cases), by application, by attribute subtype
 (disentangle instances of g terms by the subtype they extract) and by the number of entities
-in an anchor's source image (anchor instances).
+in an anchor's source image (anchor instances). A run over cluttered cases (``trace sample
+--distractors``, docs/clutter.md) adds: by number of input images in MacroBench's bins
+(1-3, 4-5, 6-7, 8-10, 11+), by number of distractors, and per operator the **rejection**
+rate: the share of answered rejection questions passed (the output did not take the
+distractor). They are absent from the scores of a run without clutter.
 """
 
 from __future__ import annotations
@@ -37,15 +41,17 @@ from pathlib import Path
 from statistics import fmean
 from typing import Iterable, Mapping, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
+from ..checklist import REJECTION
 from ..errors import TraceError
 from ..operators import OPERATORS, Instance, Operator
 from ..outcomes import ABSTAINED, FAILED, Outcome
-from ..records import Case, RunManifest
-from ..run import RunFolder
+from ..records import Case, RunManifest, read_generation_info
+from ..run import IMAGES_DIR, RunFolder
 
-__all__ = ["Abstentions", "CaseWeighted", "EntityCountScore", "Gating", "GroupScores", "OPERATORS",
+__all__ = ["Abstentions", "CaseWeighted", "EntityCountScore", "Gating", "GroupScores", "INPUT_BINS", "OPERATORS",
+           "RejectionScore", "SelectionScore", "input_bin",
            "RunIdentity", "Scores", "SubtypeScore",
            "effective_outcomes", "format_scores", "instance_results", "instance_scores", "score_cases", "score_folder",
            "score_run"]
@@ -85,6 +91,23 @@ class SubtypeScore(_Record):
 class EntityCountScore(_Record):
     anchor: float | None = Field(description="mean of the anchor instances whose source image holds this many entities")
     instances: int
+
+
+class RejectionScore(_Record):
+    rate: float | None = Field(description="share of the answered rejection questions passed (the distractor was "
+                                           "not taken); their graded values' mean")
+    questions: int = Field(description="answered rejection questions")
+
+
+class SelectionScore(_Record):
+    """Which references the generator reports having used (``used_references``), against the truth."""
+
+    cases: int = Field(description="cluttered cases whose generator reported the references it used")
+    search: float | None = Field(description="pool mode: share of pooled targets whose true source is among the "
+                                             "references used (Savanna's search score); none without pooled targets")
+    targets: int = Field(description="pooled targets of those cases")
+    distractors_used: float | None = Field(description="share of those cases' distractors among the references used")
+    distractors: int = Field(description="distractors of those cases")
 
 
 class Abstentions(_Record):
@@ -127,6 +150,23 @@ class Scores(_Record):
     abstentions: Abstentions
     cases: int = Field(description="cases with verdicts")
     run: RunIdentity
+    by_inputs: dict[str, GroupScores] | None = Field(default=None, description="with clutter: by number of input "
+                                                     "images, in MacroBench's bins 1-3, 4-5, 6-7, 8-10 and 11+")
+    by_distractors: dict[str, GroupScores] | None = Field(default=None, description="with clutter: by number of "
+                                                          "distractor references")
+    rejection: dict[Operator, RejectionScore] | None = Field(default=None, description="with clutter: per operator, "
+                                                             "its rejection questions (distractors not taken)")
+    selection: SelectionScore | None = Field(default=None, description="with clutter, where the generator reports "
+                                             "the references it used: the selection scores")
+
+    @model_serializer(mode="wrap")
+    def _without_clutter(self, handler):  # the scores of a run without clutter read as before clutter existed
+        data = handler(self)
+        if isinstance(data, dict):
+            for name in ("by_inputs", "by_distractors", "rejection", "selection"):
+                if data.get(name) is None:
+                    data.pop(name, None)
+        return data
 
 
 # ------------------------------------------------------------------------------------ scoring
@@ -228,11 +268,25 @@ def _percentiles(resampled, resamples: int, level: float) -> tuple[float, float]
     return float(low), float(high)
 
 
+INPUT_BINS = ((1, 3), (4, 5), (6, 7), (8, 10))  # MacroBench's bins of input images; more is "11+"
+
+
+def input_bin(references: int) -> str:
+    """MacroBench's bin of a case's number of input images: "1-3", "4-5", "6-7", "8-10", "11+"
+    (a case without references: "0")."""
+    for low, high in INPUT_BINS:
+        if low <= references <= high:
+            return f"{low}-{high}"
+    return "0" if references < 1 else f"{INPUT_BINS[-1][1] + 1}+"
+
+
 class _Row(NamedTuple):
     """What scoring keeps of a case: its groups and its scores (None where it has no instance)."""
 
     slot: int
     application: str | None
+    inputs: str
+    distractors: int
     anchor: float | None
     disentangle: float | None
     apply: float | None
@@ -246,7 +300,7 @@ def _group(rows: list[_Row], key: str) -> dict[str, GroupScores]:
         if getattr(row, key) is not None:
             groups[str(getattr(row, key))].append(row)
     out = {}
-    for name in sorted(groups, key=lambda k: (len(k), k)):
+    for name in sorted(groups, key=lambda k: (len(k), k) if key != "inputs" else (int(k.split("-")[0].rstrip("+")),)):
         members = groups[name]
         out[name] = GroupScores(**{op: _mean([getattr(r, op) for r in members if getattr(r, op) is not None])
                                    for op in OPERATORS},
@@ -316,12 +370,29 @@ def score_cases(manifest: RunManifest, cases: Iterable[tuple[Case, Mapping[str, 
     total = abstained = 0
     rows: list[_Row] = []
     subtype_scores, entity_scores = defaultdict(list), defaultdict(list)
+    rejections: dict[Operator, list[float]] = defaultdict(list)
+    cluttered = False
+    reporting = targets = found = distractors = taken = 0
     for case, outcomes in cases:
         total += len(outcomes)
         abstained += sum(not outcome.answered for outcome in outcomes.values())
         instances = instance_scores(case, outcomes, gating)
         terms = {t.symbol: t for t in case.terms}
-        rows.append(_Row(case.slot, case.application,
+        if case.clutter is not None:
+            cluttered = True
+            for q in case.checklist:
+                outcome = outcomes.get(q.id)
+                if q.aspect == REJECTION and outcome is not None and outcome.answered:
+                    rejections[q.op].append(outcome.value)  # type: ignore[arg-type]
+            info = read_generation_info(Path(root) / IMAGES_DIR, case.id)
+            if info is not None and info.used_references is not None:
+                used = set(info.used_references)
+                reporting += 1
+                targets += len(case.clutter.pooled)
+                found += sum(p.image in used for p in case.clutter.pooled)
+                distractors += len(case.distractors)
+                taken += sum(d.image in used for d in case.distractors)
+        rows.append(_Row(case.slot, case.application, input_bin(len(case.references)), len(case.distractors),
                          *(_mean([s for (o, _), s in instances.items() if o == op]) for op in OPERATORS),
                          _mean(list(instances.values()))))
         for (op, target), value in instances.items():
@@ -356,6 +427,13 @@ def score_cases(manifest: RunManifest, cases: Iterable[tuple[Case, Mapping[str, 
         abstentions=Abstentions(count=abstained, share=round(abstained / total, 4) if total else 0.0),
         cases=len(rows),
         run=RunIdentity(generator=manifest.generator, judges=manifest.judges),
+        by_inputs=_group(rows, "inputs") if cluttered else None,
+        by_distractors=_group(rows, "distractors") if cluttered else None,
+        rejection={op: RejectionScore(rate=_mean(rejections[op]), questions=len(rejections[op]))
+                   for op in OPERATORS if rejections[op]} if cluttered else None,
+        selection=SelectionScore(cases=reporting, search=round(found / targets, 4) if targets else None, targets=targets,
+                                 distractors_used=round(taken / distractors, 4) if distractors else None,
+                                 distractors=distractors) if reporting else None,
     )
 
 
@@ -373,5 +451,20 @@ def format_scores(scores: Scores) -> str:
         lines.append(f"{op:12s} {shown}  {str(list(ci)) if ci else '':18s}  "
                      f"{'n/a' if other is None else f'{other:.4f}'}{' (overall)' if op == 'avg' else ''}")
     lines.append(f"cases {scores.cases}, abstentions {scores.abstentions.count} ({scores.abstentions.share:.1%})")
+    if scores.by_inputs is not None:
+        lines.append("by input images: " + ", ".join(
+            f"{k}: {'n/a' if g.overall is None else f'{g.overall:.4f}'} ({g.cases})" for k, g in scores.by_inputs.items()))
+        lines.append("by distractors: " + ", ".join(
+            f"{k}: {'n/a' if g.overall is None else f'{g.overall:.4f}'} ({g.cases})"
+            for k, g in (scores.by_distractors or {}).items()))
+        lines.append("rejection (distractors not taken): " + (", ".join(
+            f"{op} {r.rate:.4f} of {r.questions}" for op, r in (scores.rejection or {}).items() if r.rate is not None)
+            or "no rejection question answered"))
+        if scores.selection is not None:
+            sel = scores.selection
+            lines.append(f"selection ({sel.cases} cases reporting the references used): search "
+                         f"{'n/a' if sel.search is None else f'{sel.search:.4f}'} of {sel.targets} pooled targets, "
+                         f"distractors used {'n/a' if sel.distractors_used is None else f'{sel.distractors_used:.4f}'}"
+                         f" of {sel.distractors}")
     return "\n".join(lines)
 

@@ -19,7 +19,7 @@ from ..errors import TraceError
 from ..resources import read_toml
 from ..taxonomy import taxonomy
 
-__all__ = ["LOADS", "LoadMode", "draw", "load_modes", "probability", "subtype_difficulty"]
+__all__ = ["LOADS", "Confusion", "LoadMode", "confusion", "draw", "load_modes", "probability", "subtype_difficulty"]
 
 ZOO_FILE = "zoo.toml"
 LOADS = ("global", "composition", "relation", "entities", "subtype")
@@ -49,10 +49,7 @@ def _probability(where: str, value: object) -> float:
 @cache
 def load_modes() -> Mapping[str, LoadMode]:
     """The load modes, in file order (the order ``strain`` lists them and records causes in)."""
-    from ..checklist import aspects
-
     raw = read_toml("taxonomy", ZOO_FILE).get("modes", {})
-    asked = aspects()  # checklist section -> its aspects: what a mode may break
     modes: dict[str, LoadMode] = {}
     for name, entry in raw.items():
         if not name.startswith("load-"):
@@ -61,20 +58,43 @@ def load_modes() -> Mapping[str, LoadMode]:
         if load not in LOADS:
             raise _fail(f"modes.{name}.load: {load!r} is not one of {', '.join(LOADS)}")
         p1 = None if load == "subtype" else _probability(f"modes.{name}.p1", entry.get("p1"))
-        breaks = set()
-        for item in entry.get("breaks", []):
-            section, _, aspect = str(item).partition(".")
-            if section not in asked or not aspect:
-                raise _fail(f"modes.{name}.breaks: {item!r} is not <section>.<aspect> with a section of "
-                            f"{', '.join(asked)}")
-            if aspect not in asked[section]:
-                raise _fail(f"modes.{name}.breaks: the checklist asks no {aspect!r} in [[{section}]] "
-                            f"(templates/checklist/questions.toml)")
-            breaks.add((section, aspect))
-        modes[name] = LoadMode(name, load, p1, frozenset(breaks))
+        modes[name] = LoadMode(name, load, p1, _breaks(f"modes.{name}.breaks", entry.get("breaks", [])))
     if not modes:
         raise _fail("no [modes.load-*] table")
     return MappingProxyType(modes)
+
+
+@dataclass(frozen=True, slots=True)
+class Confusion:
+    """``distractor-confusion``: its default probability per distractor and what it breaks."""
+
+    p1: float
+    breaks: frozenset[tuple[str, str]]  # (checklist section, aspect)
+
+
+def _breaks(where: str, items) -> frozenset[tuple[str, str]]:
+    from ..checklist import aspects
+
+    asked = aspects()
+    breaks = set()
+    for item in items:
+        section, _, aspect = str(item).partition(".")
+        if section not in asked or not aspect:
+            raise _fail(f"{where}: {item!r} is not <section>.<aspect> with a section of {', '.join(asked)}")
+        if aspect not in asked[section]:
+            raise _fail(f"{where}: the checklist asks no {aspect!r} in [[{section}]] "
+                        f"(templates/checklist/questions.toml)")
+        breaks.add((section, aspect))
+    return frozenset(breaks)
+
+
+@cache
+def confusion() -> Confusion:
+    """The ``[confusion]`` table: how ``distractor-confusion`` takes a distractor for a term."""
+    raw = read_toml("taxonomy", ZOO_FILE).get("confusion")
+    if raw is None:
+        raise _fail("no [confusion] table")
+    return Confusion(_probability("confusion.p1", raw.get("p1")), _breaks("confusion.breaks", raw.get("breaks", [])))
 
 
 @cache

@@ -14,15 +14,15 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from types import MappingProxyType
 
-from ..checklist import apply_section
+from ..checklist import REJECTION, apply_section
 from ..errors import TraceError
 from ..formula import Anchor, Compose, Disentangle, FormulaError, parse, symbol, walk
 from ..operators import ENTITY_ROLES, LOCAL_ROLES, SCENE, Family, Role, question_id, split_target
-from ..records import Case, TermBinding
-from ._load import draw, load_modes, probability, subtype_difficulty
-from ._profiles import Failure, Profile
+from ..records import Case, Distractor, TermBinding
+from ._load import confusion, draw, load_modes, probability, subtype_difficulty
+from ._profiles import CONFUSION, Failure, Profile
 
-__all__ = ["Scene", "breakdown", "breaking", "failed_questions", "load_probability"]
+__all__ = ["Scene", "breakdown", "breaking", "confused", "failed_questions", "load_probability"]
 
 
 @lru_cache(maxsize=4096)
@@ -137,6 +137,34 @@ def load_probability(failure: Failure, scene: Scene, target: str, aspect: str) -
     return probability(mode.p1 or 0.0, load, scale)
 
 
+def confused(scene: Scene, term: str, failure: Failure, seed: int) -> Distractor | None:
+    """The distractor ``distractor-confusion`` takes instead of term ``term``'s source in this
+    generation, if it fires: with k distractors confusing the term, with probability
+    ``1 - (1 - P) ** k``, one of them drawn uniformly (taxonomy/zoo.toml ``[confusion]``)."""
+    found = [d for d in scene.case.distractors if d.confuses == term]
+    if not found:
+        return None
+    p1 = confusion().p1 if failure.arg is None else float(failure.arg)  # type: ignore[arg-type]
+    if draw(seed, scene.case.id, term, CONFUSION) >= probability(p1, len(found)):
+        return None
+    return found[min(int(draw(seed, scene.case.id, term, CONFUSION + "/which") * len(found)), len(found) - 1)]
+
+
+def _confuses(failure: Failure, scene: Scene, target: str, aspect: str, seed: int, qid: str | None) -> bool:
+    """Whether ``distractor-confusion`` breaks requirement ``target:aspect`` (question ``qid``):
+    the content requirements of a term it confused, and the rejection question of the distractor
+    it took."""
+    found = _section(scene, target, aspect)
+    if found is None or found[1] is None or split_target(target)[1] is not None:
+        return False
+    d = confused(scene, target, failure, seed)
+    if d is None:
+        return False
+    if aspect == REJECTION:
+        return qid is None or qid.rsplit(".", 1)[-1] == d.id
+    return (found[0], aspect) in confusion().breaks
+
+
 def _fires(failure: Failure, scene: Scene, target: str, aspect: str, seed: int) -> bool:
     """Whether a probabilistic mode (noise, a load mode) breaks the requirement in this generation."""
     qid = question_id(target, aspect)
@@ -198,7 +226,10 @@ def _breaks(failure: Failure, scene: Scene, target: str, aspect: str, profile: P
     return name == "leaky-binding" and t.role is Role.LOCAL and aspect == "presence"
 
 
-def _broken_by(f: Failure, scene: Scene, profile: Profile, target: str, aspect: str, seed: int) -> bool:
+def _broken_by(f: Failure, scene: Scene, profile: Profile, target: str, aspect: str, seed: int,
+               qid: str | None = None) -> bool:
+    if f.name == CONFUSION:
+        return _confuses(f, scene, target, aspect, seed, qid)
     if f.probabilistic:
         return _fires(f, scene, target, aspect, seed)
     return _breaks(f, scene, target, aspect, profile)
@@ -217,7 +248,8 @@ def breakdown(case: Case, profile: Profile, *, seed: int = 0) -> dict[str, tuple
     scene = Scene(case)
     out: dict[str, tuple[str, ...]] = {}
     for q in case.checklist:
-        causes = tuple(str(f) for f in profile.modes() if _broken_by(f, scene, profile, q.target, q.aspect, seed))
+        causes = tuple(str(f) for f in profile.modes()
+                       if _broken_by(f, scene, profile, q.target, q.aspect, seed, q.id))
         if causes:
             out[q.id] = causes
     return out

@@ -20,11 +20,11 @@ from typing import Any
 from ..errors import TraceError
 from ..library.synth import (RENDER_VERSION, World, entity_options, load_world, new_entity, relation_tag,
                              set_attribute, slot_boxes, world_hash)
-from ..records import Case, TermBinding
+from ..records import Case, Distractor, TermBinding
 from ..sample import LibraryIndex
-from ._profiles import Profile
+from ._profiles import CONFUSION, Profile
 from ._load import load_modes
-from ._rules import Scene, breaking
+from ._rules import Scene, breaking, confused
 
 __all__ = ["plan_generation"]
 
@@ -76,6 +76,13 @@ class _Sources:
         if t.entity_index is None or not 0 <= t.entity_index < len(entities):
             raise TraceError(f"term {t.symbol}: entity {t.entity_index} is not in library image {t.source_id}")
         return entities[t.entity_index]
+
+    def taken(self, t: TermBinding, d: Distractor | None) -> TermBinding:
+        """Term ``t`` as the generator reads it: bound to distractor ``d``'s content when it took
+        that distractor instead of the term's source (``distractor-confusion``)."""
+        if d is None:
+            return t
+        return t.model_copy(update={"source_id": d.source_id, "entity_index": d.entity_index, "value": d.value})
 
 
 def _fresh(entity: dict) -> dict:
@@ -239,6 +246,15 @@ class _Planner:
         self.fixed: dict[int, set[str]] = {}  # entity -> fields set by a transfer
         self.notes: dict[str, Any] = {"case": case.id, "profile": str(profile), "seed": seed, "anchors": {},
                                       "transfers": [], "globals": [], "relations": []}
+        confusion = next((f for f in profile.modes() if f.name == CONFUSION), None)
+        self.took: dict[str, Distractor] = {}  # term -> the distractor taken instead of its source
+        if confusion is not None:
+            for t in case.terms:
+                d = confused(self.scene, t.symbol, confusion, seed)
+                if d is not None:
+                    self.took[t.symbol] = d
+        if self.took:
+            self.notes["confused"] = {term: d.id for term, d in self.took.items()}
 
     def broken(self, target: str, aspect: str, *names: str) -> bool:
         """Whether one of the named modes, or any load mode, breaks ``target:aspect`` in this image."""
@@ -282,7 +298,7 @@ class _Planner:
     def carrier(self, t: TermBinding) -> None:
         world = self.world
         if t.role == "anchor":
-            e = _fresh(self.sources.entity(t))
+            e = _fresh(self.sources.entity(self.sources.taken(t, self.took.get(t.symbol))))
             if self.broken(t.symbol, "identity", "global-interference", "composition-interference"):
                 old = e["color"]
                 set_attribute(world, e, "color", _other_color(world, e, {old, e.get("second", "")}))
@@ -307,6 +323,7 @@ class _Planner:
     # -- transfers -----------------------------------------------------------------------
     def local(self, g: TermBinding) -> None:
         world = self.world
+        g = self.sources.taken(g, self.took.get(g.symbol))
         dim = _fields(world, entity=True).get(g.subtype or "")
         source = self.sources.entity(g)
         value = _plan_value(world, source, dim, g.value) if dim else None
@@ -355,7 +372,7 @@ class _Planner:
                 note["drawn"] = note["drawn"] and _shows(e, note["field"], note["value"]) and not hidden
 
     def design(self, g: TermBinding) -> None:
-        source = self.sources.entity(g)
+        source = self.sources.entity(self.sources.taken(g, self.took.get(g.symbol)))
         note: dict[str, Any] = {"term": g.symbol, "subtype": "ip", "carrier": g.carrier, "on": None}
         home = self.at.get(g.carrier or "")
         if home is None or self.broken(g.symbol, "presence", "weak-subtype"):
@@ -385,7 +402,7 @@ class _Planner:
             self.notes["transfers"].append(note)
             return
         carrier = self.entities[home]
-        item = _fresh(self.sources.entity(g))
+        item = _fresh(self.sources.entity(self.sources.taken(g, self.took.get(g.symbol))))
         fig = world.figures[item["figure"]]
         human = carrier["category"] in world.humanoid
         if human and fig.get("wear"):
@@ -411,6 +428,7 @@ class _Planner:
 
     def relation(self, g: TermBinding) -> None:
         world = self.world
+        g = self.sources.taken(g, self.took.get(g.symbol))
         members = [self.at[p] for p in g.participants if p in self.at]
         source = self.sources.plan(g)
         kinds = [r["type"] for r in source.get("relations") or []
@@ -439,7 +457,7 @@ class _Planner:
             if not (g.op == "g" and g.role == "global" and g.subtype in fields):
                 continue
             field = fields[g.subtype]
-            source = self.sources.plan(g)
+            source = self.sources.plan(self.sources.taken(g, self.took.get(g.symbol)))
             asked = source["background"]["kind"] if field == "background" else source.get(field)
             applied = asked is not None and not self.broken(g.symbol, "presence", "no-global", "weak-subtype")
             if applied:

@@ -148,3 +148,13 @@ def _members(case, composition: str) -> list[str]:
     if composition == SCENE:
         return [t.symbol for t in case.terms if t.role in (Role.ANCHOR, Role.TEXT)]
     return list(dict(((c, m) for c, m, _ in compositions_of(parse(case.formula))))[composition])
+
+
+def test_a_placeholder_key_does_not_corrupt_replies():
+    """Local servers take any key; a one-letter placeholder must not be scrubbed out of every reply
+    (it turned the id C0:leakage_context into C0:leakage_conte***t, an abstention)."""
+    from tracebench.providers import scrub
+
+    reply = '{"answers": [{"id": "C0:leakage_context", "answer": "no"}]}'
+    assert scrub(reply, ("x",)) == reply and scrub(reply, ("EMPTY",)) == reply
+    assert scrub("key sk-live-abcdefgh here", ("sk-live-abcdefgh",)) == "key *** here"

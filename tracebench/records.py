@@ -125,6 +125,9 @@ class Clutter(_Record):
 
     mode: Literal["named", "pool"] = Field(description="named: the prompt names the image of every term, never a "
                                                        "distractor; pool: entity terms are named by description only")
+    asked: int = Field(default=0, ge=0, description="distractors asked for this case (drawn from the range, capped by "
+                                         "max_references); more than it has when the library held no more hard "
+                                         "negatives for its terms")
     distractors: tuple[Distractor, ...] = Field(description="the hard negatives among the references")
     pooled: tuple[PoolTarget, ...] = Field(default=(), description="pool mode: each pooled term's true source")
 
@@ -182,8 +185,8 @@ class SampleManifest(_Sparse):
     left_out: tuple[LeftOut, ...] = Field(default=(), description="what the library could not supply and was left "
                                           "out (templates, applications); empty when nothing was")
     clutter: dict | None = Field(default=None, description="the clutter settings (distractors, max_references, mode) "
-                                 "and what they gave: distractors asked and placed, cases with fewer than asked; "
-                                 "absent without --distractors or --pool")
+                                 "and what they gave: distractors_placed, cases_per_distractors, cases_short (cases "
+                                 "with fewer than asked); absent without --distractors or --pool")
     counts_per_inputs: dict[str, int] | None = Field(default=None, description="cases per number of input images "
                                                      "(references); written with clutter")
 

@@ -93,4 +93,8 @@ def run(args) -> int:
     print(f"{args.out}: {manifest.cases} cases ({slots}; applications: "
           f"{sum(manifest.counts_per_application.values())}), {manifest.distinct_templates} distinct templates"
           + (f", {manifest.clutter['distractors_placed']} distractors" if manifest.clutter else ""))
+    if manifest.clutter and manifest.clutter["cases_short"]:
+        print(f"clutter: {manifest.clutter['cases_short']} of {manifest.cases} cases have fewer distractors than asked: "
+              "the library holds no more hard negatives for their terms (manifest.json: cases_per_distractors)",
+              file=sys.stderr)
     return 0

@@ -81,11 +81,17 @@ class AccessStats:
     failures: int = 0
 
 
+MIN_SECRET = 8  # characters: a shorter "key" (x, EMPTY, none) is a placeholder, not a secret
+
+
 def scrub(text: str, secrets: Sequence[str] = ()) -> str:
     """``text`` with every secret replaced by ``***``: in any letter case, and in base64 (standard
     or URL-safe, at any alignment: the key alone, ``Bearer KEY``, ``user:KEY`` ...). Every text a
-    command stores or prints that a server or a plugin wrote goes through it first."""
-    secrets = tuple(s for s in secrets if s)
+    command stores or prints that a server or a plugin wrote goes through it first. A value under
+    :data:`MIN_SECRET` characters is left alone: local servers take any placeholder (``x``,
+    ``EMPTY``), and replacing every "x" of a reply would corrupt it (a question id
+    ``C0:leakage_context`` read as ``C0:leakage_conte***t``, an abstention)."""
+    secrets = tuple(s for s in secrets if s and len(s) >= MIN_SECRET)
     return _secrets_pattern(secrets).sub("***", text) if secrets else text
 
 

@@ -265,5 +265,5 @@ def add_clutter(terms: tuple[TermBinding, ...], formula, images: tuple[int, ...]
                                   confusers=(found := tuple(d.image for d in distractors if d.confuses == t.symbol)),
                                   confusion=round(len(found) / (len(found) + 1), 4))
                        for t in terms if t.image and t.role in roles and t.op is not Family.TEXT)
-    return terms, formula, tuple(order), Clutter(mode="pool" if spec.pool else "named", distractors=distractors,
-                                                 pooled=pooled)
+    return terms, formula, tuple(order), Clutter(mode="pool" if spec.pool else "named", asked=wanted,
+                                                 distractors=distractors, pooled=pooled)

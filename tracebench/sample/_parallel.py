@@ -45,6 +45,7 @@ class Written(NamedTuple):
     template: str
     whole: bool  # has an attach or ip term
     distractors: int  # its distractor references
+    short: bool  # fewer distractors than asked (the library held no more hard negatives for its terms)
     references: tuple[RefPath, ...]
     line: str
 
@@ -52,6 +53,7 @@ class Written(NamedTuple):
 def written(case: Case) -> Written:
     return Written(case.id, case.slot, case.application, case.template,
                    any(t.role in ("attach", "ip") for t in case.terms), len(case.distractors),
+                   case.clutter is not None and case.clutter.asked > len(case.distractors),
                    tuple(RefPath(r.path, r.source_id) for r in case.references), record_line(case))
 
 

@@ -236,6 +236,7 @@ def write_benchmark(out: Path, cases: Iterable[Case | Written], *, source: Calla
     per_app: Counter = Counter()
     per_inputs: Counter = Counter()
     placed: Counter = Counter()  # distractors placed per case
+    short: Counter = Counter()  # cases given fewer distractors than asked (key True)
     whole: Counter = Counter()
     templates: set[str] = set()
     with staged_output(Path(out), overwrite=overwrite) as root:
@@ -254,6 +255,7 @@ def write_benchmark(out: Path, cases: Iterable[Case | Written], *, source: Calla
                 templates.add(case.template)
                 per_inputs[len(case.references)] += 1
                 placed[case.distractors] += 1
+                short[True] += case.short
                 if case.application:
                     per_app[case.application] += 1
                 else:
@@ -269,7 +271,8 @@ def write_benchmark(out: Path, cases: Iterable[Case | Written], *, source: Calla
             counts_per_application=dict(sorted(per_app.items())), distinct_templates=len(templates),
             whole_share={s: round(whole[s] / per_slot[s], 4) for s in slots}, left_out=left_out,
             clutter=None if clutter is None else {**clutter, "distractors_placed": sum(k * n for k, n in placed.items()),
-                                                  "cases_per_distractors": {str(k): placed[k] for k in sorted(placed)}},
+                                                  "cases_per_distractors": {str(k): placed[k] for k in sorted(placed)},
+                                                  "cases_short": short[True]},
             counts_per_inputs=None if clutter is None else {str(k): per_inputs[k] for k in sorted(per_inputs)})
         SAMPLE_MANIFEST.write(root, manifest)
         if extra is not None:

@@ -487,3 +487,19 @@ def test_served_zoo_serves_cluttered_benchmarks(named, shared_runs, tmp_path, mo
     mine = {(v.case_id, v.question_id): v.verdict for v in read_verdicts(tmp_path / "http")}
     theirs = {(v.case_id, v.question_id): v.verdict for v in read_verdicts(local)}
     assert mine == theirs and any(s == "fail" for s in mine.values())
+
+
+def test_the_report_shows_the_clutter_breakdowns_and_marks_distractors(shared_runs, named, tmp_path):
+    from test_report_page import unpack
+
+    run = shared_runs(named, "synthetic:distractor-confusion")
+    page = tmp_path / "report.html"
+    result = run_trace("report", str(run), "--out", str(page))
+    assert result.returncode == 0, result.stderr
+    html = page.read_text(encoding="utf-8")
+    for figure in ("fig-by-inputs", "fig-by-distractors", "fig-rejection"):
+        assert f'id="{figure}"' in html
+    _, bodies = unpack(html)
+    case = next(c for c in read_cases(named) if len(c.distractors) == 4)
+    for d in case.distractors:
+        assert f"{d.image} ({d.source_id})<br><i>distractor {d.id}, confuses {d.confuses}</i>" in bodies[case.id]

@@ -244,7 +244,9 @@ def _case_view(case: Case, outcomes: dict[str, Outcome], shown: dict[str, tuple[
         "id": case.id, "slot": case.slot, "application": case.application or "", "formula": case.formula,
         "template": case.template, "prompt": case.prompt, "failing_ops": failing_ops,
         "references": [{"label": r.image, "src": images.add(reference_file(cases_dir, case, r.path)),
-                        "source": r.source_id} for r in case.references],
+                        "source": r.source_id,
+                        "distractor": next((f"distractor {d.id}, confuses {d.confuses}" for d in case.distractors
+                                            if d.image == r.image), "")} for r in case.references],
         "image": images.add(image), "questions": questions, "tree": None}
     if tree is not None and diag_dir is not None:
         failing = [a.target for a in tree.attributions if a.root is Status.FAIL]

@@ -190,6 +190,21 @@ def test_a_range_draws_per_case_and_long_lists_reach_32(tmp_path):
     assert any(len(c.references) >= 24 for c in read_cases(tmp_path / "b"))
 
 
+@pytest.mark.parametrize("args,message", [
+    (["--max-references", "6"], "--max-references caps the distractors: give --distractors N as well"),
+    (["--distractors", "2", "--max-references", "65"], "--max-references: 65 must lie between 1 and 64"),
+])
+def test_max_references_means_something(tmp_path, args, message):
+    result = run_trace("sample", "--slots", "1", *args, "--out", str(tmp_path / "b"))
+    assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "b").exists()
+
+
+def test_no_case_holds_more_than_64_references(tmp_path):
+    sample_benchmark(tmp_path / "b", slots=(8,), per_slot=3, seed=1, applications=False, clutter=ClutterSpec(64, 64))
+    assert max(len(c.references) for c in read_cases(tmp_path / "b")) == 64
+
+
 @pytest.mark.parametrize("value,message", [("x", "not a number"), ("5-2", "0 <= N <= M"), ("-1", "not a number")])
 def test_bad_distractors_option_is_one_line(tmp_path, value, message):
     result = run_trace("sample", "--slots", "1", "--distractors", value, "--out", str(tmp_path / "b"))
@@ -382,6 +397,9 @@ def test_a_command_sees_no_clutter_truth_and_reports_the_references_it_used(shar
     for case_id, case in cases.items():
         sent = given[case_id]
         assert "clutter" not in sent and sent["checklist"] == [] and sent["prompt"] == case.prompt
+        assert sent["formula"] == case.template  # the bound formula numbers the sources' images
+        assert [r["source_id"] for r in sent["references"]] == [f"ref-{k}" for k in range(1, len(case.references) + 1)]
+        assert all(Path(r["path"]).name.split("-", 1)[1].startswith("ref-") for r in sent["references"])
         pooled = {p.term for p in case.clutter.pooled}
         for t, mine in zip(sent["terms"], case.terms, strict=True):
             assert t["image"] == (None if t["symbol"] in pooled else mine.image)
@@ -503,3 +521,85 @@ def test_the_report_shows_the_clutter_breakdowns_and_marks_distractors(shared_ru
     case = next(c for c in read_cases(named) if len(c.distractors) == 4)
     for d in case.distractors:
         assert f"{d.image} ({d.source_id})<br><i>distractor {d.id}, confuses {d.confuses}</i>" in bodies[case.id]
+
+
+_KEY_SPY = '''
+import json, os
+from PIL import Image
+import io
+from tracebench.providers import Generation, Generator
+
+
+class Spy(Generator):
+    spec = "python:spy"
+
+    def key(self, case, references):
+        with open(os.environ["KEYS"], "a") as out:
+            out.write(json.dumps({"id": case.id, "clutter": case.clutter is not None, "formula": case.formula}) + "\\n")
+        return super().key(case, references)
+
+    def generate(self, case, references):
+        buffer = io.BytesIO()
+        Image.new("RGB", (8, 8)).save(buffer, format="PNG")
+        return Generation(buffer.getvalue(), ("Image 2",))  # a collage's cell: not a reference of the grid
+
+
+generator = Spy
+'''
+
+
+def test_a_plugin_s_key_sees_the_view_and_a_collage_s_cells_are_no_failure(shared_folder, tmp_path, monkeypatch):
+    bench = _small(shared_folder)
+    plugin = tmp_path / "spy.py"
+    plugin.write_text(_KEY_SPY)
+    monkeypatch.setenv("KEYS", str(tmp_path / "keys.jsonl"))
+    manifest = run_benchmark(bench, tmp_path / "run", generator=f"python:{plugin}", judges=[YES], settings=SETTINGS,
+                             max_images=3, collage=True)
+    assert manifest.abstentions == 0 and manifest.collaged
+    cases = {c.id: c for c in read_cases(bench)}
+    for row in map(json.loads, (tmp_path / "keys.jsonl").read_text().splitlines()):
+        assert row["clutter"] is False and row["formula"] == cases[row["id"]].template
+    for case_id, case in cases.items():
+        info = json.loads((tmp_path / "run" / "images" / f"{case_id}.json").read_text())
+        assert info["collage"] == (len(case.references) > 3)
+        assert info["used_references"] == (None if info["collage"] else ["Image 2"])
+
+
+def test_merge_refuses_other_limits_and_sums_the_counts(shared_folder, tmp_path, command):
+    bench = _sample(shared_folder, "small-named", 2, 6, low=3, high=3)
+    spec, _ = command
+    shards = []
+    for k in (1, 2):
+        shards.append(tmp_path / f"s{k}")
+        run_benchmark(bench, shards[-1], generator=spec, judges=[YES], settings=SETTINGS, shard=(k, 2), max_images=5)
+    other = tmp_path / "other"
+    run_benchmark(bench, other, generator=spec, judges=[YES], settings=SETTINGS, shard=(2, 2))
+    refused = run_trace("merge", str(shards[0]), str(other), "--out", str(tmp_path / "bad"))
+    assert refused.returncode == 2 and "another max_images or collage" in refused.stderr
+    merged = run_trace("merge", *map(str, shards), "--out", str(tmp_path / "m"))
+    assert merged.returncode == 0, merged.stderr
+    counts = [json.loads((s / "run.json").read_text())["not_applicable"] for s in shards]
+    assert json.loads((tmp_path / "m" / "run.json").read_text())["not_applicable"] == sum(counts)
+    assert sorted(p.name for p in (tmp_path / "m" / "images").iterdir()) == sorted(
+        p.name for s in shards for p in (s / "images").iterdir())
+
+
+@pytest.mark.slow
+def test_a_diagnosis_feeds_the_nodes_of_a_collaged_root_a_collage(shared_runs, named, tmp_path):
+    run = tmp_path / "run"
+    run_benchmark(named, run, generator="synthetic:distractor-confusion", judges=["oracle"], settings=SETTINGS,
+                  shard=(1, 6), max_images=5, collage=True)
+    diagnose_run(run, tmp_path / "diag", strategy="adaptive", settings=SETTINGS)
+    cases = {c.id: c for c in read_cases(named)}
+    trees = [DiagnosticTree.model_validate_json(line) for line in (tmp_path / "diag" / TREES_FILE).read_text().splitlines()]
+    checked = 0
+    for tree in trees:
+        fed = len(cases[tree.case_id].references) > 5
+        for node in tree.nodes:
+            if node.image is None or node.parent is None:
+                continue
+            info = json.loads((tmp_path / "diag" / node.image).with_suffix(".json").read_text()) \
+                if (tmp_path / "diag" / node.image).with_suffix(".json").is_file() else {"collage": False}
+            assert info["collage"] == (fed or len(node.references) > 5), (tree.case_id, node.id)
+            checked += fed
+    assert checked > 5

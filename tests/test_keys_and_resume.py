@@ -155,6 +155,10 @@ def test_a_placeholder_key_does_not_corrupt_replies():
     (it turned the id C0:leakage_context into C0:leakage_conte***t, an abstention)."""
     from tracebench.providers import scrub
 
-    reply = '{"answers": [{"id": "C0:leakage_context", "answer": "no"}]}'
+    reply = '{"answers": [{"id": "C0:leakage_context", "answer": "no", "reason": "not EMPTYING"}]}'
     assert scrub(reply, ("x",)) == reply and scrub(reply, ("EMPTY",)) == reply
     assert scrub("key sk-live-abcdefgh here", ("sk-live-abcdefgh",)) == "key *** here"
+    # a short key is still hidden where it stands as a word, in any case, and in base64 from 6 bytes
+    assert scrub("auth failed for key s3cr3t7 (S3CR3T7) / czNjcjN0Nw==", ("s3cr3t7",)) == \
+           "auth failed for key *** (***) / ***w=="  # the base64 characters that depend on the key alone
+    assert scrub("Bearer x", ("x",)) == "Bearer ***"

@@ -620,6 +620,10 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
         raise TraceError(f"{run.root}: no case to diagnose ({cases}){why}")
     sample = read_sample_manifest(run.cases_dir)
     same_generator = generator_spec == manifest.generator  # the run's limit on references holds for its generator
+    collage = bool(manifest.collage) and same_generator
+    # the sub-cases of a root the run sent as a collage are sent one too: a node differs from its
+    # root by what a rule took away, not by how the references were fed
+    collage_always: set[str] = set()
     out.mkdir(parents=True, exist_ok=True)
     DIAGNOSIS_MANIFEST.write(out, identity)
     rounds = itertools.count(1)
@@ -643,8 +647,8 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
             run_benchmark(folder / "cases", run_dir, generator=generator, judges=judges,
                           settings=replace(settings, sample=s), concurrency=concurrency, judge_batch=judge_batch,
                           cache_dir=cache_dir or out / CACHE_DIR, retry_abstained=retry_abstained, progress=progress,
-                          ensemble=ensemble, collage=bool(manifest.collage) and same_generator,
-                          max_images=manifest.max_images if same_generator else None)
+                          ensemble=ensemble, collage=collage, max_images=manifest.max_images if same_generator else None,
+                          collage_cases=frozenset(c.id for c in batch if c.id in collage_always))
             got, why = _round_verdicts(run_dir)
             images = {c.id: str(p.relative_to(out)) for c in batch if (p := generated_image(run_dir, c.id))}
             made.append((got, images, why))
@@ -676,6 +680,9 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
         while window_items := list(itertools.islice(items, window)):
             roots = [case for case, _, _ in window_items]
             plan = plan_trees(roots, names)
+            if collage and manifest.max_images is not None:
+                fed = {c.id for c in roots if len(c.references) > manifest.max_images}
+                collage_always.update(o.case_id for o in plan.occurrences if o.root in fed)
             root_images = {c.id: str(p.resolve()) for c in roots if (p := generated_image(run.root, c.id))}
             yield from diagnose(roots, {c.id: o for c, o, _ in window_items}, evaluate, strategy=strategy,
                                 roots_from_run=roots_from_run, root_images=root_images,

@@ -81,17 +81,18 @@ class AccessStats:
     failures: int = 0
 
 
-MIN_SECRET = 8  # characters: a shorter "key" (x, EMPTY, none) is a placeholder, not a secret
+MIN_SECRET = 8  # characters: a shorter key is scrubbed only where it stands as a word of its own
 
 
 def scrub(text: str, secrets: Sequence[str] = ()) -> str:
     """``text`` with every secret replaced by ``***``: in any letter case, and in base64 (standard
     or URL-safe, at any alignment: the key alone, ``Bearer KEY``, ``user:KEY`` ...). Every text a
-    command stores or prints that a server or a plugin wrote goes through it first. A value under
-    :data:`MIN_SECRET` characters is left alone: local servers take any placeholder (``x``,
-    ``EMPTY``), and replacing every "x" of a reply would corrupt it (a question id
-    ``C0:leakage_context`` read as ``C0:leakage_conte***t``, an abstention)."""
-    secrets = tuple(s for s in secrets if s and len(s) >= MIN_SECRET)
+    command stores or prints that a server or a plugin wrote goes through it first. A key under
+    :data:`MIN_SECRET` characters is replaced only where it stands alone (not inside a longer run
+    of letters, digits, ``_`` or ``-``): local servers take any placeholder (``x``, ``EMPTY``), and
+    replacing every "x" of a reply corrupted it (a question id ``C0:leakage_context`` read as
+    ``C0:leakage_conte***t``, an abstention)."""
+    secrets = tuple(s for s in secrets if s)
     return _secrets_pattern(secrets).sub("***", text) if secrets else text
 
 
@@ -99,8 +100,10 @@ def scrub(text: str, secrets: Sequence[str] = ()) -> str:
 def _secrets_pattern(secrets: tuple[str, ...]) -> re.Pattern[str]:
     plain = sorted(set(secrets), key=len, reverse=True)
     encoded = sorted({form for s in secrets for form in _base64_forms(s.encode())}, key=len, reverse=True)
+    alone = r"(?<![A-Za-z0-9_\-])(?i:{})(?![A-Za-z0-9_\-])"
     # plain forms in any case; base64 is case-sensitive (an upper-cased base64 echo decodes to another text)
-    return re.compile("|".join([f"(?i:{re.escape(p)})" for p in plain] + [re.escape(e) for e in encoded]))
+    return re.compile("|".join([f"(?i:{re.escape(p)})" if len(p) >= MIN_SECRET else alone.format(re.escape(p))
+                                for p in plain] + [re.escape(e) for e in encoded]))
 
 
 def _base64_forms(secret: bytes) -> set[str]:
@@ -271,7 +274,7 @@ class ModelAccess:
     async def generate(self, generator: Generator, case: Case, references: Sequence[bytes]) -> Generation:
         """The image for a case (and the references the generator says it used), from the cache or
         a call; raises CallFailed."""
-        parts = generator.key(case, references)
+        parts = generator.key(generator.view(case), references)  # what the generator may know of the case
         if parts is not None and generator.sample:  # a later generation of the case: its own call
             parts = {**parts, "sample": generator.sample}
         key = cache_key(**parts) if parts is not None and self.cache is not None else None

@@ -25,6 +25,8 @@ from typing import Any, Sequence
 from ..cache import sha256
 from ..records import Case, Endpoint, Question
 
+COLLAGE_ID = "collage"  # the source id of the one reference a collaged case is sent (providers/_collage.py)
+
 __all__ = ["CallFailed", "EndpointRefused", "NotSent", "Generation", "Generator", "generator_view", "used_references", "Judge", "Provider", "RateLimited", "Reply", "Transient",
            "current_replica"]
 
@@ -130,9 +132,12 @@ class Generator(Provider):
         plain function runs in a worker thread. The case is :func:`generator_view`'s: what a
         generator may know of it."""
 
+    def view(self, case: Case) -> Case:
+        """The case as this generator is given it (to ``key`` and ``generate``)."""
+        return case if self.sees_truth else generator_view(case)
+
     async def call(self, case: Case, references: Sequence[bytes]) -> Generation:
-        given = case if self.sees_truth else generator_view(case)
-        result = await _await(self.generate, given, references)
+        result = await _await(self.generate, self.view(case), references)
         used = None
         if isinstance(result, Generation):
             result, used = result.image, result.used_references
@@ -175,23 +180,34 @@ class Judge(Provider):
 
 def generator_view(case: Case) -> Case:
     """The case as a generator sees it: without the truth of its reference clutter. A cluttered
-    case keeps its prompt and references, and loses what would tell a distractor from a source:
-    its clutter record and checklist (the rejection questions name the distractors) and, for the
-    terms pool mode names by description, their image and source. A case without clutter is
-    given whole."""
+    case keeps its prompt, scene, text-only prompt and reference images, and loses what would
+    tell a distractor from a source: its clutter record, its checklist (the rejection questions
+    name the distractors), its bound formula (it numbers the sources' images: the template is
+    given instead), every reference's library id and file name (``ref-3``: a public library's
+    tags would tell them apart) and, for the terms pool mode names by description, their image
+    and source. A case without clutter is given whole."""
     if case.clutter is None:
         return case
     pooled = {p.term for p in case.clutter.pooled}
     hidden = {"image": None, "source_id": None, "entity": None, "entity_index": None, "source_entities": None}
-    return case.model_copy(update={"clutter": None, "checklist": (),
-                                   "terms": tuple(t.model_copy(update=hidden) if t.symbol in pooled else t
-                                                  for t in case.terms)})
+    neutral = tuple(r.model_copy(update={"source_id": f"ref-{k}", "path": f"references/ref-{k}{_suffix(r.path)}"})
+                    for k, r in enumerate(case.references, 1))
+    return case.model_copy(update={
+        "clutter": None, "checklist": (), "formula": case.template, "references": neutral,
+        "terms": tuple(t.model_copy(update=hidden) if t.symbol in pooled else t.model_copy(update={"source_id": None})
+                       for t in case.terms)})
+
+
+def _suffix(path: str) -> str:
+    name = path.rsplit("/", 1)[-1]
+    return name[name.rfind("."):] if "." in name else ""
 
 
 def used_references(case: Case, used: Any, spec: str) -> tuple[str, ...] | None:
     """The references a generator reports having used, checked against the case's: a sequence of
-    their names ("Image 2"); None when it does not say. Anything else is a CallFailed naming it."""
-    if used is None:
+    their names ("Image 2"); None when it does not say, and for a collage (its one image holds
+    them all; the run keeps none). Anything else is a CallFailed naming it."""
+    if used is None or any(r.source_id == COLLAGE_ID for r in case.references):
         return None
     names = {r.image for r in case.references}
     if isinstance(used, (str, bytes)) or not isinstance(used, (list, tuple)) or \

@@ -14,12 +14,12 @@ from functools import cache
 from typing import Sequence
 
 from ..records import Case, Reference
+from ._base import COLLAGE_ID
 from ..resources import read_toml
 from ..templating import compile_string
 
 __all__ = ["COLLAGE_ID", "collage_case"]
 
-COLLAGE_ID = "collage"  # the source id of the one reference a collaged case is sent
 
 
 @cache

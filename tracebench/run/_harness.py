@@ -119,9 +119,9 @@ class _Runner:
 
     def __init__(self, root: Path, cases_dir: Path, generator: Generator, judges: list[Judge],
                  access: ModelAccess, judge_batch: str, ensemble: str | None = None,
-                 max_images: int | None = None) -> None:
+                 collaged: frozenset[str] = frozenset()) -> None:
         self.root = root
-        self.max_images = max_images  # with it, a case holding more references is sent as a collage
+        self.collaged = collaged  # the cases sent their references as one grid image
         self.references = ReferenceFiles(cases_dir)
         self.generator, self.judges, self.access = generator, judges, access
         self.judge_batch = judge_batch
@@ -133,7 +133,7 @@ class _Runner:
         """The generated image (or None) and the abstention reason; what the generator says of it
         (the references it used, a collage) is written beside it (:class:`GenerationInfo`)."""
         sent, given = case, references
-        collaged = self.max_images is not None and len(references) > self.max_images
+        collaged = case.id in self.collaged
         if collaged:
             sent, given = collage_case(case, references)
         try:
@@ -405,14 +405,15 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
                   concurrency: int = 8, shard: tuple[int, int] | None = None, judge_batch: str = "case",
                   retry_abstained: bool = False, cache_dir: Path | None = None,
                   progress: bool | None = None, ensemble: str | None = "mean", max_images: int | None = None,
-                  collage: bool = False) -> RunManifest:
+                  collage: bool = False, collage_cases: frozenset[str] = frozenset()) -> RunManifest:
     """Generate and judge every case of ``cases_dir`` (or one shard of them) into ``out``;
     several judges combine by ``ensemble`` (:data:`~tracebench.outcomes.ENSEMBLES`).
 
     ``max_images``: the most reference images the generator accepts (default: its own
     declaration or the models file's ``max_images``). A case holding more is left out as not
     applicable (no verdict, never a fail; counted in ``run.json``), or with ``collage`` sent
-    its references as one labelled grid image."""
+    its references as one labelled grid image; ``collage_cases`` are sent one whatever their
+    number of references (a diagnosis's sub-cases of a root that was collaged)."""
     cases_dir, out = Path(cases_dir), Path(out)
     if concurrency < 1:
         raise TraceError(f"--concurrency: {concurrency} must be at least 1")
@@ -457,6 +458,8 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
     if collage and limit is None:
         raise TraceError(f"--collage: the generator {gen.spec} declares no max_images; give --max-images N")
     beyond = {case_id for case_id, n in inputs.items() if limit is not None and n > limit}
+    if collage:
+        beyond |= set(collage_cases) & set(inputs)
     cases_hash = file_sha256(CASES.path(cases_dir))
     identity = RunManifest(
         tool=f"tracebench {__version__}", cases_dir=str(cases_dir), cases_hash=cases_hash, generator=gen.spec,
@@ -485,7 +488,8 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
     RUN_MANIFEST.write(out, identity)
     (out / IMAGES_DIR).mkdir(exist_ok=True)
     access = ModelAccess(Cache(cache_dir or out / CACHE_DIR), concurrency=concurrency, max_retries=settings.max_retries)
-    runner = _Runner(out, cases_dir, gen, judge_list, access, judge_batch, ensemble, limit if collage else None)
+    runner = _Runner(out, cases_dir, gen, judge_list, access, judge_batch, ensemble,
+                     frozenset(beyond) if collage else frozenset())
     if progress is None:
         progress = sys.stderr.isatty()
     # keep only complete cases, then append new ones case by case

@@ -23,6 +23,9 @@ def merge_runs(runs: list[Path], out: Path) -> RunManifest:
         if (m.cases_hash, m.generator, m.judges, m.judge_batch) != (first.cases_hash, first.generator, first.judges,
                                                                    first.judge_batch):
             raise TraceError(f"{run}: a run of other cases, generator or judges than {runs[0]}; cannot merge")
+        if (m.max_images, m.collage) != (first.max_images, first.collage):
+            raise TraceError(f"{run}: a run with another max_images or collage than {runs[0]} (max_images "
+                             f"{m.max_images} vs {first.max_images}, collage {m.collage} vs {first.collage}); cannot merge")
     cases_dir = Path(first.cases_dir)
     cases = {c.id: c for c in read_cases(cases_dir)}
     verdicts: dict[tuple[str, str], Verdict] = {}
@@ -52,6 +55,14 @@ def merge_runs(runs: list[Path], out: Path) -> RunManifest:
             "shard": None, "cases": len(by_case), "verdicts": len(ordered), "calls": dict(calls),
             "cache_hits": sum(m.cache_hits for m in manifests), "tokens": sum(m.tokens for m in manifests),
             "abstentions": sum(not v.outcome.answered for v in ordered),
-            "votes_abstained": dict(_abstained_votes(ordered))})
+            "votes_abstained": dict(_abstained_votes(ordered)),
+            "not_applicable": _total(m.not_applicable for m in manifests),
+            "collaged": _total(m.collaged for m in manifests)})
         RUN_MANIFEST.write(root, manifest)
     return manifest
+
+
+def _total(counts) -> int | None:
+    """The sum of a count the shards' manifests hold (None where none holds it)."""
+    given = [n for n in counts if n is not None]
+    return sum(given) if given else None

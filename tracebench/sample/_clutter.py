@@ -31,7 +31,7 @@ from ..resources import read_toml
 from ..taxonomy import taxonomy
 from ._index import EntityRef, GlobalRef, LibraryIndex, RelationRef
 
-__all__ = ["CLUTTER_FILE", "ClutterSpec", "add_clutter", "parse_distractors", "pooled_roles"]
+__all__ = ["CLUTTER_FILE", "ClutterSpec", "MAX_REFERENCES", "add_clutter", "check_spec", "parse_distractors", "pooled_roles"]
 
 MAX_REFERENCES = 64  # the most references a case may hold (LongBanana gives about 32)
 _DRAWS = 12  # random draws from a candidate list before scanning it
@@ -40,7 +40,7 @@ _DRAWS = 12  # random draws from a candidate list before scanning it
 @dataclass(frozen=True)
 class ClutterSpec:
     """What ``trace sample`` was asked for: distractors per case (a range drawn per case), the
-    cap on references, and the mode."""
+    cap on references (never above :data:`MAX_REFERENCES`, whatever the formula), and the mode."""
 
     low: int = 0
     high: int = 0
@@ -68,6 +68,15 @@ def parse_distractors(text: str) -> tuple[int, int]:
     if hi > MAX_REFERENCES:
         raise TraceError(f"--distractors: {text!r}: at most {MAX_REFERENCES} references a case")
     return lo, hi
+
+
+def check_spec(spec: ClutterSpec) -> None:
+    """A TraceError naming the option for settings that mean nothing."""
+    if spec.max_references is not None:
+        if not 1 <= spec.max_references <= MAX_REFERENCES:
+            raise TraceError(f"--max-references: {spec.max_references} must lie between 1 and {MAX_REFERENCES}")
+        if spec.high == 0:
+            raise TraceError("--max-references caps the distractors: give --distractors N as well")
 
 
 @cache
@@ -219,8 +228,8 @@ def add_clutter(terms: tuple[TermBinding, ...], formula, images: tuple[int, ...]
     if not spec.active:
         return terms, formula, images, None
     wanted = rng.randint(spec.low, spec.high)
-    if spec.max_references is not None:
-        wanted = max(0, min(wanted, spec.max_references - len(images)))
+    cap = MAX_REFERENCES if spec.max_references is None else min(spec.max_references, MAX_REFERENCES)
+    wanted = max(0, min(wanted, cap - len(images)))
     lib = _candidates(index)
     eligible = [t for t in terms if t.source_id is not None and t.op is not Family.TEXT]
     rng.shuffle(eligible)

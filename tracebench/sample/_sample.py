@@ -34,7 +34,7 @@ from ..records import CASES, REFERENCES_DIR, SAMPLE_MANIFEST, Case, LeftOut, Ref
 from ..resources import data_hash, read_toml
 from ..safepaths import inside
 from ._bind import BindingError, BoundCase, bind
-from ._clutter import CLUTTER_FILE, ClutterSpec, add_clutter
+from ._clutter import CLUTTER_FILE, ClutterSpec, add_clutter, check_spec
 from ._capabilities import Gap, Need, library_gaps, needs_of, space_needs
 from ._index import LibraryIndex
 from ._parallel import Written, made_in_order, written
@@ -297,6 +297,7 @@ def sample_benchmark(out: Path, *, slots: tuple[int, ...], per_slot: int | None 
     one line per family) and a case that cannot be bound tries other templates; ``strict``
     refuses both: a library gap is an error, and so is a case that cannot be bound.
     """
+    check_spec(clutter)
     q = quotas()
     per_slot = q.per_slot if per_slot is None else per_slot
     if per_slot < 1:

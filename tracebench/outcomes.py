@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Iterable
 
-__all__ = ["ABSTAINED", "ENSEMBLES", "FAILED", "PASSED", "Outcome", "Status", "combine", "majority", "mean_vote"]
+__all__ = ["ABSTAINED", "ENSEMBLES", "FAILED", "PASSED", "Outcome", "Status", "combine", "majority", "mean_vote",
+           "median_vote"]
 
 
 class Status(StrEnum):
@@ -98,7 +99,20 @@ def mean_vote(outcomes: Iterable[Outcome]) -> Outcome:
     return Outcome.of(Status.PASS if value > 0.5 else Status.FAIL, value)
 
 
-ENSEMBLES = {"mean": mean_vote, "majority": majority}  # how the judges of an ensemble combine (trace run --ensemble)
+def median_vote(outcomes: Iterable[Outcome]) -> Outcome:
+    """The judges' median value (of an even number, the mean of the middle two), passing above
+    one half: the rule for graded scales (``trace run --scale ternary``), where one lenient or
+    harsh judge should not move the verdict; abstain when no judge answered."""
+    values = sorted(o.value for o in outcomes if o.answered)  # type: ignore[type-var]
+    if not values:
+        return ABSTAINED
+    middle = len(values) // 2
+    value = values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2  # type: ignore[operator]
+    return Outcome.of(Status.PASS if value > 0.5 else Status.FAIL, value)
+
+
+# how the judges of an ensemble combine (trace run --ensemble)
+ENSEMBLES = {"mean": mean_vote, "majority": majority, "median": median_vote}
 
 
 def combine(rule: str | None, outcomes: Iterable[Outcome]) -> Outcome:

@@ -193,7 +193,7 @@ class SampleManifest(_Sparse):
     _omitted_when_none: ClassVar[tuple[str, ...]] = ("clutter", "counts_per_inputs")
 
 
-class GenerationRecord(_Record):
+class GenerationRecord(_Sparse):
     """What a synthetic generator drew for a case, and every requirement it broke, with why.
 
     The synthetic zoo writes it into the PNG it returns (a ``tracebench-record`` text chunk),
@@ -208,6 +208,11 @@ class GenerationRecord(_Record):
     causes: dict[str, tuple[str, ...]] = Field(default_factory=dict,
                                                description="question id -> every failure mode that broke it, in "
                                                            "profile order (failed holds the first)")
+    partial: dict[str, str] | None = Field(default=None, description="question id -> the cause, of the failed "
+                                           "requirements only partly broken (a graded scale sees them: ternary 1, "
+                                           "identity tier 0.2); absent when none is")
+
+    _omitted_when_none: ClassVar[tuple[str, ...]] = ("partial",)
 
 
 class Vote(_Record):
@@ -217,7 +222,9 @@ class Vote(_Record):
     verdict: Status = Field(description="after polarity; abstain when no usable answer")
     value: float | None = Field(default=None, ge=0, le=1, description="the graded value of the outcome: 1 pass, 0 fail, "
                                 "partial credit between; none when abstained")
-    answer: Literal["yes", "no"] | None = Field(default=None, description="the raw answer, when there is one")
+    answer: Literal["yes", "no", "2", "1", "0", "1.0", "0.2", "0.0"] | None = Field(
+        default=None, description="the raw answer, when there is one: yes/no, a ternary grade 2/1/0 or an identity "
+                                  "tier 1.0/0.2/0.0 (trace run --scale; the grade as the question is asked)")
     reason: str = Field(default="", description="the judge's reason, or why it abstained")
     raw: str = Field(default="", description="this question's part of the raw reply (the whole reply is in the cache)")
     cache_key: str | None = Field(default=None, description="cache key of the call that produced the reply")
@@ -266,7 +273,7 @@ class GenerationInfo(_Record):
 class RunManifest(_Sparse):
     """``run.json`` of a run folder."""
 
-    _omitted_when_none: ClassVar[tuple[str, ...]] = ("max_images", "collage", "not_applicable", "collaged")
+    _omitted_when_none: ClassVar[tuple[str, ...]] = ("max_images", "collage", "not_applicable", "collaged", "scale")
 
     tool: str
     cases_dir: str = Field(description="the benchmark folder the run read")
@@ -277,7 +284,8 @@ class RunManifest(_Sparse):
                                                "diagnose --repeats makes later ones): a later one is a call of its own")
     judges: tuple[str, ...]
     judge_batch: str = Field(description="case (one call per case) or op (one call per operator)")
-    ensemble: str | None = Field(default=None, description="how several judges combine: mean (the paper) or majority; "
+    ensemble: str | None = Field(default=None, description="how several judges combine: mean (the paper), majority or "
+                                                           "median (the default on a graded scale); "
                                                            "none with one judge (and in runs before the rule was "
                                                            "recorded, which took the majority)")
     hashes: dict[str, str] = Field(description="SHA-256 of the judge prompt templates")
@@ -304,6 +312,8 @@ class RunManifest(_Sparse):
     not_applicable: int | None = Field(default=None, description="with max_images: cases left out (more references "
                                        "than the generator accepts, no --collage): no verdicts, no fail")
     collaged: int | None = Field(default=None, description="with --collage: cases sent as one grid image")
+    scale: Literal["ternary", "tiers"] | None = Field(default=None, description="the judges' answer scale when not "
+                                                      "binary (trace run --scale; tracebench.scales)")
 
 
 # ---------------------------------------------------------------------------------- diagnosis

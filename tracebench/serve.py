@@ -129,11 +129,23 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(400, f"case {record.case_id!r} is not in the benchmarks this server was started with")
         wanted = set(_QUESTION_LINE.findall("\n".join(texts)))
         questions = [q for q in case.checklist if q.id in wanted]
-        reply = json.dumps(oracle_reply(questions, record, errors))
+        reply = json.dumps(oracle_reply(questions, record, errors, _scale_asked(body)))
         self._send(200, {"id": "chatcmpl-oracle", "object": "chat.completion", "created": int(time.time()),
                          "model": model, "choices": [{"index": 0, "finish_reason": "stop",
                                                           "message": {"role": "assistant", "content": reply}}],
                          "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}})
+
+
+def _scale_asked(body: dict) -> str:
+    """The scale a judge request asks for, read off the answers its JSON schema allows
+    (``tracebench.scales``: "2" only on the ternary scale, "1.0" only on the tiers); binary
+    when it names none."""
+    try:
+        schema = body["response_format"]["json_schema"]["schema"]
+        allowed = set(schema["properties"]["answers"]["items"]["properties"]["answer"]["enum"])
+    except (KeyError, TypeError):
+        return "binary"
+    return "ternary" if "2" in allowed else "tiers" if "1.0" in allowed else "binary"
 
 
 def _multipart(content_type: str, body: bytes) -> dict[str, str]:

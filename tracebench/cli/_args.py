@@ -48,6 +48,9 @@ def add_model_options(p: argparse.ArgumentParser, *, cache_default: str, default
                    help="seconds a call may take in all, however slowly the server sends (default 300)")
     p.add_argument("--max-reply-bytes", type=int, default=DEFAULT_MAX_REPLY_BYTES, metavar="N",
                    help=f"a longer reply body is cut off, an abstention (default {DEFAULT_MAX_REPLY_BYTES})")
+    p.add_argument("--scale", choices=("binary", "ternary", "tiers"), default=None if defaults_from else "binary",
+                   help="what judges answer: binary yes/no, ternary 2/1/0 (LongBanana), or tiers 1.0/0.2/0.0 for "
+                        "anchor identity (Savanna), docs/protocols.md" + (inherit or " (default binary)"))
     p.add_argument("--judge-batch", choices=("case", "op"), default=None if defaults_from else "case",
                    help="one judge call per case or one per operator" + (inherit or " (default case)"))
     p.add_argument("--shard", type=shard, metavar="i/n", help="only shard i of n (split by case id)")
@@ -57,15 +60,17 @@ def add_model_options(p: argparse.ArgumentParser, *, cache_default: str, default
     p.add_argument("--cache", type=Path, help=f"cache folder (default {cache_default})")
 
 
-def model_settings(args, *, seed: int = 0):
-    """ModelSettings from the options above (the models file read and checked)."""
+def model_settings(args, *, seed: int = 0, scale: str = "binary"):
+    """ModelSettings from the options above (the models file read and checked); ``seed`` and
+    ``scale`` where the command left them out (a diagnosis: the run's)."""
     from ..providers import ModelSettings, read_models_file
 
     models = read_models_file(args.models) if args.models else {}
     return ModelSettings(base_url=args.base_url, api_key_env=args.api_key_env, judge_base_url=args.judge_base_url,
                          judge_api_key_env=args.judge_api_key_env, max_retries=args.max_retries,
                          timeout=args.timeout, max_reply_bytes=args.max_reply_bytes,
-                         seed=seed if args.seed is None else args.seed, models=models)
+                         seed=seed if args.seed is None else args.seed, models=models,
+                         scale=getattr(args, "scale", None) or scale)
 
 
 def slot_levels(spec: str) -> tuple[int, ...]:

@@ -17,10 +17,10 @@ def register(sub) -> None:
     p.add_argument("--judge", action="append", required=True, metavar="SPEC",
                    help="openai:MODEL[@URL[,URL]], oracle[:flip=P,yes-bias=Q], python:FILE.py[:NAME], a registered provider's name "
                         "or a name of the models file; repeat for an ensemble (--ensemble)")
-    p.add_argument("--ensemble", choices=("mean", "majority"), default="mean",
+    p.add_argument("--ensemble", choices=("mean", "majority", "median"), default=None,
                    help="how several judges combine: mean (default, as the paper averages its judges: the value "
-                        "is the judges' mean, passing above one half) or majority (the majority status; a tie "
-                        "abstains)")
+                        "is the judges' mean, passing above one half), majority (the majority status; a tie "
+                        "abstains) or median (the default with a graded --scale)")
     p.add_argument("--max-images", type=int, default=None, metavar="N",
                    help="the most reference images the generator accepts (default: its own declaration, or "
                         "max_images in the models file); a case holding more is left out as not applicable (never "

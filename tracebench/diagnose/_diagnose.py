@@ -581,8 +581,8 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
         raise TraceError(f"--repeats: {repeats} must be a whole number of at least 1")
     run = stream_run(run_dir)  # read as a stream: only the chosen cases are kept
     manifest = run.manifest
-    settings = with_endpoints(settings or ModelSettings(seed=manifest.seed or 0), manifest.endpoints,
-                              generator=manifest.generator, judges=manifest.judges)
+    settings = with_endpoints(settings or ModelSettings(seed=manifest.seed or 0, scale=manifest.scale or "binary"),
+                              manifest.endpoints, generator=manifest.generator, judges=manifest.judges)
     if settings.library is None:
         settings = replace(settings, library=library_of(run.cases_dir))
     # a python: plugin is loaded from where the run loaded it (its spec names the plugin, not its file)

@@ -147,15 +147,22 @@ class Generator(Provider):
 
 
 class Judge(Provider):
-    """Answers a case's questions about a generated image."""
+    """Answers a case's questions about a generated image.
+
+    ``scale`` says what it is asked for (``trace run --scale``, :mod:`tracebench.scales`): "yes"
+    or "no" (binary), a grade 2/1/0 (ternary) or, for anchor identity questions, a tier
+    1.0/0.2/0.0 (tiers); ``tracebench.scales.answers(scale, question)`` lists them."""
+
+    scale: str = "binary"
 
     def key(self, case: Case, questions: Sequence[Question], image: bytes,
             references: Sequence[bytes]) -> dict[str, Any]:
         """What the reply depends on (the cache key's parts). The default: the spec, the prompt,
-        the questions and every image."""
-        return {"provider": self.spec, "prompt": case.prompt,
-                "questions": [[q.id, q.question] for q in questions],
-                "images": [sha256(r) for r in references], "image": sha256(image)}
+        the questions, every image and (when not binary) the scale."""
+        key = {"provider": self.spec, "prompt": case.prompt,
+               "questions": [[q.id, q.question] for q in questions],
+               "images": [sha256(r) for r in references], "image": sha256(image)}
+        return key if self.scale == "binary" else key | {"scale": self.scale}
 
     @abstractmethod
     def ask(self, case: Case, questions: Sequence[Question], image: bytes, references: Sequence[bytes]) -> Any:

@@ -203,12 +203,14 @@ class OracleJudge(Judge):
         key = {"adapter": "oracle", "questions": [q.model_dump(mode="json") for q in questions], "image": digest(image)}
         if self.errors:  # the error-free oracle keeps the keys it always had
             key["errors"] = str(self.errors)
+        if self.scale != "binary":  # and so does the binary one
+            key["scale"] = self.scale
         return key
 
     async def ask(self, case, questions, image, references):
         from ..zoo import oracle_reply
 
         try:
-            return json.dumps(oracle_reply(questions, image, self.errors))
+            return json.dumps(oracle_reply(questions, image, self.errors, self.scale))
         except TraceError as err:
             raise CallFailed(str(err)) from None

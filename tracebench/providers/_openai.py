@@ -25,6 +25,9 @@ from typing import Any, Sequence
 
 from ..apikeys import api_key, public_url
 from ..records import Endpoint, Question
+from ..resources import read_toml
+from ..scales import KINDS, kind_of
+from ..scales import answers as scale_answers
 from ..templating import render, template_hash
 from ._base import CallFailed, EndpointRefused, Generator, Judge, Provider, RateLimited, Reply, Transient, \
     current_replica
@@ -35,6 +38,7 @@ __all__ = ["JUDGE_TEMPLATES", "ChatReply", "OpenAIClients", "OpenAIImages", "Ope
            "translate_openai_error"]
 
 JUDGE_TEMPLATES = ("judge/system.j2", "judge/user.j2")
+GRADED_TEMPLATES = ("judge/graded.j2", "judge/scales.toml")  # the judge's text on a graded scale
 
 
 class ReplyTooLarge(Exception):
@@ -271,13 +275,16 @@ class OpenAIJudge(OpenAIClients, Judge):
         return f"openai:{self.model}"
 
     def key(self, case, questions, image, references):
-        return {"adapter": "openai-judge", "model": self.model, "base_url": self.base_url,
-                "messages": _judge_text(case.prompt, _question_texts(questions)),
-                "images": [digest(r) for r in references], "image": digest(image),
-                "templates": _templates_hash()}
+        key = {"adapter": "openai-judge", "model": self.model, "base_url": self.base_url,
+               "messages": _judge_text(case.prompt, _question_texts(questions, self.scale), self.scale),
+               "images": [digest(r) for r in references], "image": digest(image),
+               "templates": _templates_hash()}
+        if self.scale != "binary":  # a binary judge keeps the keys it always had
+            key |= {"scale": self.scale, "graded_templates": _templates_hash(GRADED_TEMPLATES)}
+        return key
 
     async def ask(self, case, questions, image, references):
-        system, user = _judge_text(case.prompt, _question_texts(questions))
+        system, user = _judge_text(case.prompt, _question_texts(questions, self.scale), self.scale)
         content: list[dict] = []
         for k, data in enumerate(references):
             content += [{"type": "text", "text": f"Image {k + 1}:"}, _image_part(data)]
@@ -285,7 +292,8 @@ class OpenAIJudge(OpenAIClients, Judge):
         schema = {"type": "object", "required": ["answers"], "properties": {"answers": {"type": "array", "items": {
             "type": "object", "required": ["id", "answer"],
             "properties": {"id": {"type": "string", "enum": [q.id for q in questions]},
-                           "answer": {"type": "string", "enum": ["yes", "no"]}, "reason": {"type": "string"}}}}}}
+                           "answer": {"type": "string", "enum": _answer_set(questions, self.scale)},
+                           "reason": {"type": "string"}}}}}}
         reply = await self.chat(
             messages=[{"role": "system", "content": system}, {"role": "user", "content": content}],
             response_format={"type": "json_schema", "json_schema": {"name": "verdicts", "schema": schema}})
@@ -294,19 +302,40 @@ class OpenAIJudge(OpenAIClients, Judge):
         return Reply(reply.content or "", reply.tokens)
 
 
-def _question_texts(questions: Sequence[Question]) -> tuple[tuple[str, str], ...]:
-    return tuple((q.id, q.question) for q in questions)
+def _question_texts(questions: Sequence[Question], scale: str = "binary") -> tuple[tuple[str, str, str], ...]:
+    """(id, text, kind) per question: the kind of answers it takes on ``scale`` (tracebench.scales)."""
+    return tuple((q.id, q.question, kind_of(scale, q)) for q in questions)
+
+
+def _answer_set(questions: Sequence[Question], scale: str) -> list[str]:
+    """Every answer the reply may give (the JSON schema's enum)."""
+    return list(dict.fromkeys(a for q in questions for a in scale_answers(scale, q)))
+
+
+@lru_cache(maxsize=4)
+def _templates_hash(names: tuple[str, ...] = JUDGE_TEMPLATES) -> str:
+    return template_hash(*names)
 
 
 @lru_cache(maxsize=1)
-def _templates_hash() -> str:
-    return template_hash(*JUDGE_TEMPLATES)
+def _scales() -> dict:
+    return read_toml("templates", "judge/scales.toml")
 
 
 @lru_cache(maxsize=256)
-def _judge_text(prompt: str, questions: tuple[tuple[str, str], ...]) -> tuple[str, str]:
-    """The judge's system and user text (rendered once per call: key() and ask() both need it)."""
-    return render("judge/system.j2"), render("judge/user.j2", prompt=prompt, questions=list(questions))
+def _judge_text(prompt: str, questions: tuple[tuple[str, str, str], ...], scale: str = "binary") -> tuple[str, str]:
+    """The judge's system and user text (rendered once per call: key() and ask() both need it).
+    On a graded scale: templates/judge/graded.j2 with the instructions of the kinds asked, and
+    each question marked with its kind's answers (templates/judge/scales.toml)."""
+    if scale == "binary":
+        return render("judge/system.j2"), render("judge/user.j2", prompt=prompt,
+                                                 questions=[(qid, text) for qid, text, _ in questions])
+    table = _scales()
+    kinds = list(dict.fromkeys(kind for _, _, kind in questions))
+    answers = " or ".join(dict.fromkeys(f'"{a}"' for kind in kinds for a in KINDS[kind]))
+    system = render("judge/graded.j2", instructions=[table[kind]["instruction"] for kind in kinds], answers=answers)
+    marked = [(qid, f"{text} {table[kind]['suffix']}".strip()) for qid, text, kind in questions]
+    return system, render("judge/user.j2", prompt=prompt, questions=marked)
 
 
 def _image_part(data: bytes) -> dict:

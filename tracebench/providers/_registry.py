@@ -93,6 +93,8 @@ def _make(spec: str, settings: ModelSettings, role: str, builtins: dict[str, Fac
         provider.spec = provider.spec or provider_spec
     if provider.concurrency is None:
         provider.concurrency = config.concurrency
+    if isinstance(provider, Judge):
+        provider.scale = settings.scale
     if isinstance(provider, Generator):
         provider.sample = settings.sample
         if config.max_images is not None:  # the models file's word over the class's declaration

@@ -38,6 +38,8 @@ from ..jsonfiles import loads, record_line, write_json
 from ..records import (CASES, GENERATION_SUFFIX, RUN_FILE, RUN_MANIFEST, VERDICTS, Case, GenerationInfo, Question,
                        RunManifest, Verdict, Vote, read_run_verdicts, repeated_question)
 from ..replies import unfence
+from ..scales import GRADED_ENSEMBLE, KINDS, Scale, kind_of, normalize
+from ..scales import outcome as scaled_outcome
 from ..templating import template_hash
 from ..outcomes import ABSTAINED, ENSEMBLES, Outcome, Status, combine
 from ..providers import (JUDGE_TEMPLATES, CallFailed, Generator, ImageBytes, Judge, ModelAccess, ModelSettings,
@@ -62,11 +64,14 @@ REASON_CHARS = 1000  # the longest reason a vote keeps of a judge's
 RAW_CHARS = 2000  # the longest part of a judge's reply a vote keeps
 
 
-def parse_reply(raw: str, questions: Sequence[Question]) -> dict[str, tuple[str | None, str, str]]:
-    """question id -> (answer "yes"/"no" or None, reason, this question's raw part).
+def parse_reply(raw: str, questions: Sequence[Question], scale: Scale | str = Scale.BINARY
+                ) -> dict[str, tuple[str | None, str, str]]:
+    """question id -> (answer or None, reason, this question's raw part); the answer is one of the
+    question's answers under ``scale`` (:func:`tracebench.scales.answers`: "yes"/"no", a grade
+    "2"/"1"/"0", a tier "1.0"/"0.2"/"0.0").
 
-    A reply that is not JSON, or does not answer a question with yes or no, or answers it
-    twice with different answers, leaves that question without an answer (an abstention),
+    A reply that is not JSON, or does not answer a question with one of its answers, or answers
+    it twice with different answers, leaves that question without an answer (an abstention),
     with the reason. Reasons and raw parts are cut to :data:`REASON_CHARS` and :data:`RAW_CHARS`.
     """
     text = unfence(raw)
@@ -90,28 +95,33 @@ def parse_reply(raw: str, questions: Sequence[Question]) -> dict[str, tuple[str 
             result[q.id] = (None, "no answer for this question", "")
             continue
         try:
-            result[q.id] = _judged(given)
+            result[q.id] = _judged(given, kind_of(scale, q))
         except RecursionError:
             result[q.id] = (None, "the answer is nested too deeply", "")
     return result
 
 
-def _judged(given: list[dict]) -> tuple[str | None, str, str]:
-    """One question's answer from the items of a reply that name it."""
+def _judged(given: list[dict], kind: str = "binary") -> tuple[str | None, str, str]:
+    """One question's answer (of the answers of ``kind``) from the items of a reply that name it."""
     item = given[0]
-    answers = {_answer(i) for i in given}
+    answers = {_answer(i, kind) or str(i.get("answer", "")).strip().lower() for i in given}
     part = clip(json.dumps(given if len(answers) > 1 else item, ensure_ascii=False), RAW_CHARS)
-    answer = _answer(item)
+    answer = _answer(item, kind)
     if len(answers) > 1:
         return None, clip(f"contradictory answers: {', '.join(sorted(map(repr, answers)))}", REASON_CHARS), part
-    if answer not in ("yes", "no"):
-        return None, clip(f"answer {item.get('answer')!r} is neither yes nor no", REASON_CHARS), part
+    if answer is None:
+        wanted = " nor ".join(KINDS[kind]) if kind == "binary" else ", ".join(KINDS[kind])
+        what = "neither " + wanted if kind == "binary" else f"not one of {wanted}"
+        return None, clip(f"answer {item.get('answer')!r} is {what}", REASON_CHARS), part
     reason = item.get("reason", "")
     return answer, clip(reason if isinstance(reason, str) else json.dumps(reason), REASON_CHARS), part
 
 
-def _answer(item: dict) -> str:
-    return str(item.get("answer", "")).strip().lower()
+def _answer(item: dict, kind: str = "binary") -> str | None:
+    raw = item.get("answer", "")
+    if isinstance(raw, (dict, list)):
+        return None
+    return normalize(kind, raw)
 
 
 class _Runner:
@@ -119,8 +129,9 @@ class _Runner:
 
     def __init__(self, root: Path, cases_dir: Path, generator: Generator, judges: list[Judge],
                  access: ModelAccess, judge_batch: str, ensemble: str | None = None,
-                 collaged: frozenset[str] = frozenset()) -> None:
+                 collaged: frozenset[str] = frozenset(), scale: Scale | str = Scale.BINARY) -> None:
         self.root = root
+        self.scale = Scale(scale)  # what the judges answer on (tracebench.scales)
         self.collaged = collaged  # the cases sent their references as one grid image
         self.references = ReferenceFiles(cases_dir)
         self.generator, self.judges, self.access = generator, judges, access
@@ -157,14 +168,14 @@ class _Runner:
         parsed: dict[str, dict] = {}
 
         def complete(text: str) -> bool:  # only complete replies are cached: abstentions are asked again
-            parsed[text] = parse_reply(text, questions)
+            parsed[text] = parse_reply(text, questions, self.scale)
             return all(answer is not None for answer, _, _ in parsed[text].values())
 
         try:
             reply, key = await self.access.ask(judge, case, questions, image, references, keep=complete)
         except CallFailed as err:
             return {q.id: (None, f"judge call failed: {err}", "") for q in questions}, getattr(err, "cache_key", None)
-        return parsed.get(reply.text) or parse_reply(reply.text, questions), key
+        return parsed.get(reply.text) or parse_reply(reply.text, questions, self.scale), key
 
     async def case(self, case: Case) -> list[Verdict]:
         references = [self.references.get(ref.path) for ref in case.references]
@@ -180,7 +191,7 @@ class _Runner:
             for batch, (parsed, key) in zip(batches, results):
                 for q in batch:
                     answer, reason, raw = parsed[q.id]
-                    outcome = ABSTAINED if answer is None else Outcome.binary(answer == q.expected)
+                    outcome = ABSTAINED if answer is None else scaled_outcome(kind_of(self.scale, q), answer, q)
                     votes[q.id].append(Vote(judge=judge.spec, verdict=outcome.status, value=outcome.value,
                                             answer=answer, reason=reason, raw=raw, cache_key=key))
         spec = "+".join(j.spec for j in self.judges)
@@ -404,10 +415,11 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
                   settings: ModelSettings | None = None,
                   concurrency: int = 8, shard: tuple[int, int] | None = None, judge_batch: str = "case",
                   retry_abstained: bool = False, cache_dir: Path | None = None,
-                  progress: bool | None = None, ensemble: str | None = "mean", max_images: int | None = None,
+                  progress: bool | None = None, ensemble: str | None = None, max_images: int | None = None,
                   collage: bool = False, collage_cases: frozenset[str] = frozenset()) -> RunManifest:
     """Generate and judge every case of ``cases_dir`` (or one shard of them) into ``out``;
-    several judges combine by ``ensemble`` (:data:`~tracebench.outcomes.ENSEMBLES`).
+    several judges combine by ``ensemble`` (:data:`~tracebench.outcomes.ENSEMBLES`; default: mean,
+    median on a graded scale). The judges answer on ``settings.scale`` (:mod:`tracebench.scales`).
 
     ``max_images``: the most reference images the generator accepts (default: its own
     declaration or the models file's ``max_images``). A case holding more is left out as not
@@ -453,6 +465,9 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
     if settings.library is None:
         settings = replace(settings, library=library_of(cases_dir))
     gen, judge_list = make_providers(generator, judges, settings)
+    scale = Scale(settings.scale)
+    if ensemble is None and len(judge_list) > 1:  # the rule for the scale: mean (the paper's), median when graded
+        ensemble = "mean" if scale is Scale.BINARY else GRADED_ENSEMBLE
     ensemble = ensemble if len(judge_list) > 1 else None  # one judge: nothing to combine
     limit = max_images if max_images is not None else gen.max_images
     if collage and limit is None:
@@ -470,11 +485,12 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
                      if given.startswith("python:") and given != p.spec},
         hashes={"judge_templates": template_hash(*JUDGE_TEMPLATES)},
         shard=f"{shard[0]}/{shard[1]}" if shard else None, cases=0, verdicts=0, calls={}, cache_hits=0,
-        abstentions=0, tokens=0, max_images=limit, collage=None if limit is None else collage)
+        abstentions=0, tokens=0, max_images=limit, collage=None if limit is None else collage,
+        scale=None if scale is Scale.BINARY else scale.value)
     if RUN_MANIFEST.path(out).is_file():
         old = RUN_MANIFEST.read(out)
         fields = ("cases_hash", "generator", "seed", "sample", "judges", "judge_batch", "ensemble", "shard",
-                  "max_images", "collage")
+                  "max_images", "collage", "scale")
         changed = [f for f in fields if getattr(old, f) != getattr(identity, f)]
         if changed:
             raise TraceError(f"{out}: holds a run with another {', '.join(changed)}; choose another --out")
@@ -489,7 +505,7 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
     (out / IMAGES_DIR).mkdir(exist_ok=True)
     access = ModelAccess(Cache(cache_dir or out / CACHE_DIR), concurrency=concurrency, max_retries=settings.max_retries)
     runner = _Runner(out, cases_dir, gen, judge_list, access, judge_batch, ensemble,
-                     frozenset(beyond) if collage else frozenset())
+                     frozenset(beyond) if collage else frozenset(), settings.scale)
     if progress is None:
         progress = sys.stderr.isatty()
     # keep only complete cases, then append new ones case by case

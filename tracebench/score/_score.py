@@ -39,7 +39,7 @@ from collections import defaultdict
 from enum import StrEnum
 from pathlib import Path
 from statistics import fmean
-from typing import Iterable, Mapping, NamedTuple
+from typing import Iterable, Mapping, NamedTuple, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
@@ -49,9 +49,10 @@ from ..operators import OPERATORS, Instance, Operator
 from ..outcomes import ABSTAINED, FAILED, Outcome
 from ..records import Case, RunManifest, read_generation_info
 from ..run import IMAGES_DIR, RunFolder
+from ._protocols import DifficultyWeights, ProtocolScore, ProtocolTally, difficulty_weights, read_weights
 
 __all__ = ["Abstentions", "CaseWeighted", "EntityCountScore", "Gating", "GroupScores", "INPUT_BINS", "OPERATORS",
-           "RejectionScore", "SelectionScore", "input_bin",
+           "RejectionScore", "SelectionScore", "input_bin", "weights_from_runs",
            "RunIdentity", "Scores", "SubtypeScore",
            "effective_outcomes", "format_scores", "instance_results", "instance_scores", "score_cases", "score_folder",
            "score_run"]
@@ -158,12 +159,14 @@ class Scores(_Record):
                                                              "its rejection questions (distractors not taken)")
     selection: SelectionScore | None = Field(default=None, description="with clutter, where the generator reports "
                                              "the references it used: the selection scores")
+    protocols: dict[str, ProtocolScore] | None = Field(default=None, description="trace score --protocol: each "
+                                                       "protocol asked, by name (score/_protocols.py states them)")
 
     @model_serializer(mode="wrap")
     def _without_clutter(self, handler):  # the scores of a run without clutter read as before clutter existed
         data = handler(self)
         if isinstance(data, dict):
-            for name in ("by_inputs", "by_distractors", "rejection", "selection"):
+            for name in ("by_inputs", "by_distractors", "rejection", "selection", "protocols"):
                 if data.get(name) is None:
                     data.pop(name, None)
         return data
@@ -310,14 +313,29 @@ def _group(rows: list[_Row], key: str) -> dict[str, GroupScores]:
 
 
 def score_run(run_dir: Path, *, cases_dir: Path | None = None, seed: int = 0,
-              gating: Gating = Gating.WITHIN) -> Scores:
+              gating: Gating = Gating.WITHIN, protocols: Sequence[str] = (), weights: Path | None = None,
+              tau: float = 70.0) -> Scores:
     """The scores of a run folder (``trace run``'s output), read as a stream: memory holds a few
-    numbers a case, never the cases or their verdicts."""
+    numbers a case, never the cases or their verdicts. ``protocols``, ``weights`` (a weights
+    file of :func:`~tracebench.score.difficulty_weights`) and ``tau``: ``trace score --protocol``."""
     from ..run import stream_run
 
     stream = stream_run(run_dir, cases_dir=cases_dir)
+    frozen = None if weights is None else read_weights(weights, stream.manifest.cases_hash)
     return score_cases(stream.manifest, ((item.case, item.outcomes) for item in stream), root=stream.root, seed=seed,
-                       gating=gating)
+                       gating=gating, protocols=protocols, weights=frozen, tau=tau,
+                       weights_name=None if weights is None else str(weights))
+
+
+def weights_from_runs(run_dirs: Sequence[Path]) -> DifficultyWeights:
+    """P@tau's difficulty weights from reference runs (one benchmark), streamed."""
+    from .. import __version__
+    from ..run import stream_run
+
+    streams = [stream_run(r) for r in run_dirs]
+    return difficulty_weights([(str(Path(r).resolve()), s.manifest.cases_hash,
+                                ((item.case, item.outcomes) for item in s)) for r, s in zip(run_dirs, streams)],
+                              tool=f"tracebench {__version__}")
 
 
 def score_folder(run: RunFolder, *, seed: int = 0, gating: Gating = Gating.WITHIN) -> Scores:
@@ -365,8 +383,13 @@ def _interval(resampled, resamples: int) -> tuple[float, float]:
 
 
 def score_cases(manifest: RunManifest, cases: Iterable[tuple[Case, Mapping[str, Outcome]]], *, root: Path,
-                seed: int = 0, gating: Gating = Gating.WITHIN) -> Scores:
-    """The scores of a run's cases with their outcomes, in run order, consumed one at a time."""
+                seed: int = 0, gating: Gating = Gating.WITHIN, protocols: Sequence[str] = (),
+                weights: DifficultyWeights | None = None, tau: float = 70.0,
+                weights_name: str | None = None) -> Scores:
+    """The scores of a run's cases with their outcomes, in run order, consumed one at a time;
+    ``protocols`` adds the neighbours' protocols (``score/_protocols.py``; ``weights`` and ``tau``
+    for LongBanana's P@tau)."""
+    tally = ProtocolTally(protocols, weights, tau, weights_name)
     total = abstained = 0
     rows: list[_Row] = []
     subtype_scores, entity_scores = defaultdict(list), defaultdict(list)
@@ -376,6 +399,7 @@ def score_cases(manifest: RunManifest, cases: Iterable[tuple[Case, Mapping[str, 
     for case, outcomes in cases:
         total += len(outcomes)
         abstained += sum(not outcome.answered for outcome in outcomes.values())
+        tally.add(case, outcomes)
         instances = instance_scores(case, outcomes, gating)
         terms = {t.symbol: t for t in case.terms}
         if case.clutter is not None:
@@ -431,6 +455,11 @@ def score_cases(manifest: RunManifest, cases: Iterable[tuple[Case, Mapping[str, 
         by_distractors=_group(rows, "distractors") if cluttered else None,
         rejection={op: RejectionScore(rate=_mean(rejections[op]), questions=len(rejections[op]))
                    for op in OPERATORS if rejections[op]} if cluttered else None,
+        protocols=tally.result(ProtocolScore(protocol="trace", range="0-1", overall=avg, ci95=slot_ci95.get("avg"),
+                                             dimensions={op.value: operators.get(op) for op in OPERATORS},
+                                             dimension_ci95={op.value: slot_ci95.get(op.value) for op in OPERATORS},
+                                             cases=len(scoped)),
+                               lambda values: _ci(values, seed)) if protocols else None,
         selection=SelectionScore(cases=reporting, search=round(found / targets, 4) if targets else None, targets=targets,
                                  distractors_used=round(taken / distractors, 4) if distractors else None,
                                  distractors=distractors) if reporting else None,
@@ -451,6 +480,15 @@ def format_scores(scores: Scores) -> str:
         lines.append(f"{op:12s} {shown}  {str(list(ci)) if ci else '':18s}  "
                      f"{'n/a' if other is None else f'{other:.4f}'}{' (overall)' if op == 'avg' else ''}")
     lines.append(f"cases {scores.cases}, abstentions {scores.abstentions.count} ({scores.abstentions.share:.1%})")
+    for name, p in (scores.protocols or {}).items():
+        if name == "trace":
+            continue
+        dims = ", ".join(f"{d} {'n/a' if v is None else f'{v:.2f}'}" for d, v in p.dimensions.items())
+        shown = "n/a" if p.overall is None else f"{p.overall:.2f}"
+        line = f"{name} ({p.range}): {shown} {list(p.ci95) if p.ci95 else ''} over {p.cases} cases; {dims}"
+        if p.pass_rate is not None:
+            line += f"; P@{p.tau:g} {p.pass_rate:.2f}% ({p.weights} weights)"
+        lines.append(line)
     if scores.by_inputs is not None:
         lines.append("by input images: " + ", ".join(
             f"{k}: {'n/a' if g.overall is None else f'{g.overall:.4f}'} ({g.cases})" for k, g in scores.by_inputs.items()))

@@ -20,7 +20,7 @@ from ..library import default_library, load_library, render_scene
 from ..records import Case, GenerationRecord
 from ..sample import LibraryIndex
 from ._profiles import Profile, parse_profile
-from ._rules import breakdown
+from ._rules import breakdown, partly_broken
 from ._scene import plan_generation
 
 __all__ = ["RECORD_KEY", "default_index", "generate", "read_record"]
@@ -112,7 +112,8 @@ def generate(case: Case, profile: Profile | str, *, library: LibraryIndex | None
     pixels, drawn = _draw(plan)
     causes = breakdown(case, profile, seed=seed)
     record = GenerationRecord(case_id=case.id, generator=profile.generator, drawn=drawn,
-                              failed={qid: modes[0] for qid, modes in causes.items()}, causes=causes)
+                              failed={qid: modes[0] for qid, modes in causes.items()}, causes=causes,
+                              partial=partly_broken(causes) or None)
     text = json.dumps(record.model_dump(mode="json"), ensure_ascii=True, separators=(",", ":"))
     # the chunk Pillow's PngInfo.add_text(..., zip=True) writes, right after IHDR as Pillow places it
     header_end = len(_SIGNATURE) + 25

@@ -19,7 +19,7 @@ from ..errors import TraceError
 from ..resources import read_toml
 from ..taxonomy import taxonomy
 
-__all__ = ["LOADS", "Confusion", "LoadMode", "confusion", "draw", "load_modes", "probability", "subtype_difficulty"]
+__all__ = ["LOADS", "Confusion", "LoadMode", "confusion", "draw", "load_modes", "partial", "probability", "subtype_difficulty"]
 
 ZOO_FILE = "zoo.toml"
 LOADS = ("global", "composition", "relation", "entities", "subtype")
@@ -86,6 +86,15 @@ def _breaks(where: str, items) -> frozenset[tuple[str, str]]:
                         f"(templates/checklist/questions.toml)")
         breaks.add((section, aspect))
     return frozenset(breaks)
+
+
+@cache
+def partial() -> Confusion:
+    """The ``[partial]`` table: the requirements ``partial`` may leave partly met, and how often."""
+    raw = read_toml("taxonomy", ZOO_FILE).get("partial")
+    if raw is None:
+        raise _fail("no [partial] table")
+    return Confusion(_probability("partial.p1", raw.get("p1")), _breaks("partial.breaks", raw.get("breaks", [])))
 
 
 @cache

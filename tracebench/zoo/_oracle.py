@@ -24,6 +24,7 @@ from typing import Any
 
 from ..errors import TraceError
 from ..records import GenerationRecord, Question
+from ..scales import KINDS, kind_of, truth_answer
 from ._generate import RECORD_KEY, read_record
 
 __all__ = ["ORACLE", "JudgeErrors", "oracle_answers", "oracle_reply", "parse_oracle"]
@@ -109,18 +110,27 @@ def _draw(digest: str, record: GenerationRecord, question_id: str, kind: str) ->
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") / 2.0**64
 
 
+_FLIPPED = {"holds": "broken", "broken": "holds", "partial": "partial"}
+
+
 def _answer(q: Question, cause: str | None, errors: JudgeErrors, record: GenerationRecord,
-            digest: str) -> tuple[str, str]:
-    """The raw answer to ``q`` and the reason: the truth, unless the judge errs on it."""
-    truth = q.expected if cause is None else {"yes": "no", "no": "yes"}[q.expected]
-    reason = "as drawn" if cause is None else f"broken by {cause}"
+            digest: str, scale: str = "binary") -> tuple[str, str]:
+    """The raw answer to ``q`` on ``scale`` and the reason: the truth, unless the judge errs on it.
+    A requirement the record lists as partly broken is answered partly met by a graded scale (and
+    not met by a binary one); a flip answers the opposite end (a partial stays partial), a
+    yes-bias the top answer ("yes", "2", "1.0")."""
+    kind = kind_of(scale, q)
+    state = "holds" if cause is None else "partial" if q.id in (record.partial or {}) else "broken"
+    truth = truth_answer(kind, q, state)
+    reason = ("as drawn" if cause is None else f"partly broken by {cause}" if state == "partial"
+              else f"broken by {cause}")
     if not errors:
         return truth, reason
     if _draw(digest, record, q.id, "yes-bias") < errors.rate("yes-bias", q.aspect):
-        answer = "yes"
+        answer = KINDS[kind][0]
         why = "yes-bias"
     elif _draw(digest, record, q.id, "flip") < errors.rate("flip", q.aspect):
-        answer = {"yes": "no", "no": "yes"}[truth]
+        answer = truth_answer(kind, q, _FLIPPED[state])
         why = "flip"
     else:
         return truth, reason
@@ -137,7 +147,7 @@ def oracle_answers(checklist: Sequence[Question], png: bytes) -> dict[str, bool]
 
 
 def oracle_reply(questions: Sequence[Question], png: bytes | GenerationRecord,
-                 errors: JudgeErrors | None = None) -> dict[str, Any]:
+                 errors: JudgeErrors | None = None, scale: str = "binary") -> dict[str, Any]:
     """The JSON a judge model would return: ``{"answers": [{"id", "answer", "reason"}]}``.
 
     ``png`` is the generated image, or the record already read from it (:func:`read_record`).
@@ -151,6 +161,6 @@ def oracle_reply(questions: Sequence[Question], png: bytes | GenerationRecord,
     digest = hashlib.sha256(record.model_dump_json().encode()).hexdigest() if errors else ""
     answers = []
     for q in questions:
-        answer, reason = _answer(q, record.failed.get(q.id), errors, record, digest)
+        answer, reason = _answer(q, record.failed.get(q.id), errors, record, digest, scale)
         answers.append({"id": q.id, "answer": answer, "reason": reason})
     return {"answers": answers}

@@ -16,7 +16,7 @@ from ..errors import TraceError
 from ..taxonomy import taxonomy
 from ._load import load_modes
 
-__all__ = ["CONFUSION", "PROFILE_NAMES", "Failure", "Profile", "parse_profile"]
+__all__ = ["CONFUSION", "PARTIAL", "PROFILE_NAMES", "Failure", "Profile", "parse_profile"]
 
 PERFECT = "perfect"
 # name -> the parameter it takes (None: none), as shown in error messages
@@ -32,7 +32,9 @@ PROFILE_NAMES: dict[str, str | None] = {
     "noise": "P",
     "strain": "S",
     "distractor-confusion": "P",
+    "partial": "P",
 }
+PARTIAL = "partial"  # leaves requirements partly met (taxonomy/zoo.toml [partial]; graded scales see it)
 CONFUSION = "distractor-confusion"  # takes a distractor reference for a term (taxonomy/zoo.toml [confusion])
 _PREFIX = "synthetic:"
 STRAIN = "strain"  # every load mode of taxonomy/zoo.toml at one scale
@@ -45,7 +47,7 @@ def _names() -> dict[str, str | None]:
 
 def _optional(name: str) -> bool:
     """Whether a profile's parameter may be left out (the load modes' scale, default 1)."""
-    return name in (STRAIN, CONFUSION) or name in load_modes()
+    return name in (STRAIN, CONFUSION, PARTIAL) or name in load_modes()
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +61,7 @@ class Failure:
     def probabilistic(self) -> bool:
         """Whether the mode breaks requirements by chance (noise, a load mode; ``strain`` is
         spelled out as its load modes by :meth:`Profile.modes` before any question is asked)."""
-        return self.name in ("noise", CONFUSION) or self.name in load_modes()
+        return self.name in ("noise", CONFUSION, PARTIAL) or self.name in load_modes()
 
     def __str__(self) -> str:
         if self.arg is None:
@@ -126,14 +128,14 @@ def _argument(name: str, raw: str, fail) -> int | float | str:
         if k < 1:
             fail(f"K must be at least 1, got {k}")
         return k
-    if name in ("noise", CONFUSION) or _optional(name):
+    if name in ("noise", CONFUSION, PARTIAL) or _optional(name):
         try:
             p = float(raw)
         except ValueError:
-            fail(f"{'S' if _optional(name) and name != CONFUSION else 'P'} must be a number, got {raw!r}")
-        if name == CONFUSION and not (math.isfinite(p) and 0.0 < p <= 1.0):
+            fail(f"{'S' if _optional(name) and name not in (CONFUSION, PARTIAL) else 'P'} must be a number, got {raw!r}")
+        if name in (CONFUSION, PARTIAL) and not (math.isfinite(p) and 0.0 < p <= 1.0):
             fail(f"P must lie in (0, 1], got {raw}")
-        if name not in ("noise", CONFUSION):  # a load mode's scale
+        if name not in ("noise", CONFUSION, PARTIAL):  # a load mode's scale
             if not (math.isfinite(p) and p > 0.0):
                 fail(f"S must be a positive number, got {raw}")
             return p

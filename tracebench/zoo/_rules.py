@@ -19,10 +19,10 @@ from ..errors import TraceError
 from ..formula import Anchor, Compose, Disentangle, FormulaError, parse, symbol, walk
 from ..operators import ENTITY_ROLES, LOCAL_ROLES, SCENE, Family, Role, question_id, split_target
 from ..records import Case, Distractor, TermBinding
-from ._load import confusion, draw, load_modes, probability, subtype_difficulty
-from ._profiles import CONFUSION, Failure, Profile
+from ._load import confusion, draw, load_modes, partial, probability, subtype_difficulty
+from ._profiles import CONFUSION, PARTIAL, Failure, Profile
 
-__all__ = ["Scene", "breakdown", "breaking", "confused", "failed_questions", "load_probability"]
+__all__ = ["Scene", "breakdown", "breaking", "confused", "partly_broken", "failed_questions", "load_probability"]
 
 
 @lru_cache(maxsize=4096)
@@ -230,6 +230,11 @@ def _broken_by(f: Failure, scene: Scene, profile: Profile, target: str, aspect: 
                qid: str | None = None) -> bool:
     if f.name == CONFUSION:
         return _confuses(f, scene, target, aspect, seed, qid)
+    if f.name == PARTIAL:
+        found = _section(scene, target, aspect)
+        p = partial().p1 if f.arg is None else float(f.arg)  # type: ignore[arg-type]
+        return (found is not None and (found[0], aspect) in partial().breaks
+                and draw(seed, scene.case.id, question_id(target, aspect), PARTIAL) < p)
     if f.probabilistic:
         return _fires(f, scene, target, aspect, seed)
     return _breaks(f, scene, target, aspect, profile)
@@ -253,6 +258,12 @@ def breakdown(case: Case, profile: Profile, *, seed: int = 0) -> dict[str, tuple
         if causes:
             out[q.id] = causes
     return out
+
+
+def partly_broken(causes: dict[str, tuple[str, ...]]) -> dict[str, str]:
+    """Of a breakdown, the requirements only ``partial`` broke (none of them wholly): question id ->
+    the cause; what a generation record's ``partial`` holds."""
+    return {qid: modes[0] for qid, modes in causes.items() if all(m.split(":", 1)[0] == PARTIAL for m in modes)}
 
 
 def failed_questions(case: Case, profile: Profile, *, seed: int = 0) -> dict[str, str]:

@@ -22,7 +22,7 @@ from ..library.synth import (RENDER_VERSION, World, entity_options, load_world, 
                              set_attribute, slot_boxes, world_hash)
 from ..records import Case, Distractor, TermBinding
 from ..sample import LibraryIndex
-from ._profiles import CONFUSION, Profile
+from ._profiles import CONFUSION, PARTIAL, Profile
 from ._load import load_modes
 from ._rules import Scene, breaking, confused
 
@@ -303,6 +303,10 @@ class _Planner:
                 old = e["color"]
                 set_attribute(world, e, "color", _other_color(world, e, {old, e.get("second", "")}))
                 self.notes["anchors"][t.symbol] = {"identity": "altered", "color": [old, e["color"]]}
+            elif PARTIAL in breaking(self.scene, self.profile, t.symbol, "identity", seed=self.seed):
+                old = e.get("accent")  # one specific feature wrong, the main color kept
+                e["accent"] = next(c for c in world.colors if c not in (old, e.get("color"), e.get("second")))
+                self.notes["anchors"][t.symbol] = {"identity": "partly altered", "accent": [old, e["accent"]]}
             else:
                 self.notes["anchors"][t.symbol] = {"identity": "kept"}
         else:

@@ -1,0 +1,241 @@
+"""The neighbours' scoring protocols over one run's verdicts (``trace score --protocol NAME``).
+
+Each protocol is a formula over a case's answered questions (their graded values: 1 / 0 on the
+binary scale, 1 / 0.5 / 0 ternary, 1 / 0.2 / 0 for identity tiers), then a mean over cases with
+a 95% percentile bootstrap over cases. The neighbours score items as judged, without TRACE's
+dependencies, so these read the verdicts' own values (abstentions left out); ``trace`` is
+TRACE-Bench's operator table (``score/_score.py``).
+
+- ``longbanana`` (LongBanana): three dimensions, each ``S_d = 5/|J_d| * sum s_j`` with
+  ``s = 2 * value`` (0-10), reported x10 (0-100), which is 100 x the items' mean value:
+  **Content Fidelity** (anchor questions, and the disentangle questions of attribute, item and
+  design terms), **Relational Binding** (the apply questions of those terms and of relations, the
+  relation terms' own questions and the composition's relation question), **Global Constraint
+  Satisfaction** (the questions of global terms and their bindings, and the other composition
+  questions: coexistence, spatial coherence, duplication, leakage); overall the same over all
+  items. **P@tau** (default 70): a case's ``100 * sum w_j v_j / sum w_j`` is at least tau, with
+  per-item difficulty weights frozen in a weights file (:func:`difficulty_weights`; uniform
+  without one).
+- ``macro`` (MacroBench): per case, the consistency with each reference image (the mean of the
+  questions grounded in it, ``Question.images``), aggregated by the harmonic mean across the
+  case's references (one poor reference dominates); prompt following, the mean of the
+  composition questions; the case's score is 10 x the geometric mean of the two (0-10).
+- ``savanna`` (Savanna): ``100 * (0.8 * s_id + 0.2 * s_ctx)``, with ``s_id`` the mean identity
+  value of the case's anchors (their tier with ``--scale tiers``) and ``s_ctx`` the mean of its
+  other questions; cases without an anchor are not scored (Savanna scores identity tasks).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from statistics import fmean
+from collections import defaultdict
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..errors import TraceError
+from ..jsonfiles import read_json, write_json
+from ..operators import Operator, Role, split_target
+from ..outcomes import Outcome
+from ..records import Case
+
+__all__ = ["DIMENSIONS", "PROTOCOLS", "DifficultyWeights", "ProtocolScore", "ProtocolTally", "difficulty_weights",
+           "longbanana_dimension", "read_weights", "write_weights"]
+
+PROTOCOLS = ("trace", "longbanana", "macro", "savanna")
+DIMENSIONS = {"longbanana": ("content_fidelity", "relational_binding", "global_constraints"),
+              "macro": ("consistency", "prompt_following"), "savanna": ("identity", "context")}
+WEIGHT_FLOOR = 0.05  # the least difficulty weight: an item every reference system passes still counts a little
+UNKNOWN_WEIGHT = 0.5  # an item no reference run answered: no evidence of its difficulty either way
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ProtocolScore(_Record):
+    """One protocol's scores of a run (the module docstring states each formula)."""
+
+    protocol: str
+    range: str = Field(description='"0-100" or "0-10"; "0-1" for trace')
+    overall: float | None = Field(description="mean over the scored cases of the case's score")
+    ci95: tuple[float, float] | None = Field(description="95% percentile bootstrap interval over cases")
+    dimensions: dict[str, float | None] = Field(default_factory=dict, description="per dimension: the mean over the "
+                                                "cases that have items in it")
+    dimension_ci95: dict[str, tuple[float, float] | None] = Field(default_factory=dict)
+    cases: int = Field(description="cases scored")
+    tau: float | None = Field(default=None, description="longbanana: the pass threshold of P@tau")
+    pass_rate: float | None = Field(default=None, description="longbanana: P@tau, the share of cases whose weighted "
+                                                              "score is at least tau")
+    pass_rate_ci95: tuple[float, float] | None = None
+    weights: str | None = Field(default=None, description='longbanana: "uniform", or the weights file used')
+
+
+class DifficultyWeights(_Record):
+    """A frozen weights file of P@tau: per item, its difficulty from a set of reference runs."""
+
+    tool: str
+    cases_hash: str = Field(description="SHA-256 of the benchmark's cases.jsonl the weights are for")
+    runs: tuple[str, ...] = Field(description="the reference runs they were estimated from")
+    formula: str = Field(description="how each weight was computed")
+    floor: float
+    weights: dict[str, dict[str, float]] = Field(description="case id -> question id -> weight")
+
+
+def longbanana_dimension(case: Case, qid_target: str, op: Operator, aspect: str,
+                         terms: Mapping[str, object]) -> str:
+    """The LongBanana dimension of one question (by its operator, target and aspect)."""
+    head, g_symbol = split_target(qid_target)
+    if op == Operator.COMPOSE:
+        return "relational_binding" if aspect == "relation" else "global_constraints"
+    term = terms.get(g_symbol or head)
+    role = getattr(term, "role", None)
+    if role == Role.GLOBAL:
+        return "global_constraints"
+    if op == Operator.APPLY or role == Role.RELATION:
+        return "relational_binding"
+    return "content_fidelity"
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return fmean(values) if values else None
+
+
+def _case_scores(case: Case, outcomes: Mapping[str, Outcome], weights: Mapping[str, float] | None,
+                 tau: float) -> dict[str, dict]:
+    """Per protocol (but trace): the case's overall score, its dimensions, and (longbanana) whether it
+    passes P@tau; a protocol that cannot score the case is left out."""
+    terms = {t.symbol: t for t in case.terms}
+    answered = [(q, outcomes[q.id].value) for q in case.checklist
+                if q.id in outcomes and outcomes[q.id].answered]
+    out: dict[str, dict] = {}
+    if not answered:
+        return out
+    # longbanana
+    dims: dict[str, list[float]] = defaultdict(list)
+    for q, v in answered:
+        dims[longbanana_dimension(case, q.target, q.op, q.aspect, terms)].append(v)
+    values = [v for _, v in answered]
+    w = [(weights or {}).get(q.id, UNKNOWN_WEIGHT) if weights is not None else 1.0 for q, _ in answered]
+    task = 100 * sum(wi * v for wi, v in zip(w, values)) / sum(w) if sum(w) > 0 else 0.0
+    out["longbanana"] = {"overall": 100 * fmean(values),
+                         "dimensions": {d: 100 * fmean(vs) for d, vs in dims.items()},
+                         "passed": task >= tau}
+    # macro
+    per_image: dict[str, list[float]] = defaultdict(list)
+    for q, v in answered:
+        for image in q.images:
+            per_image[image].append(v)
+    compose = [v for q, v in answered if q.op == Operator.COMPOSE]
+    consistency = statistics.harmonic_mean([fmean(vs) for vs in per_image.values()]) if per_image else None
+    following = _mean(compose)
+    parts = [x for x in (consistency, following) if x is not None]
+    if parts:
+        out["macro"] = {"overall": 10 * math.prod(parts) ** (1 / len(parts)),
+                        "dimensions": {k: 10 * x for k, x in (("consistency", consistency),
+                                                              ("prompt_following", following)) if x is not None}}
+    # savanna
+    identity = [v for q, v in answered if q.op == Operator.ANCHOR and q.aspect == "identity"]
+    context = [v for q, v in answered if not (q.op == Operator.ANCHOR and q.aspect == "identity")]
+    if identity:
+        s_id, s_ctx = fmean(identity), _mean(context)
+        out["savanna"] = {"overall": 100 * (0.8 * s_id + 0.2 * (s_ctx if s_ctx is not None else s_id)),
+                          "dimensions": {"identity": 100 * s_id, **({"context": 100 * s_ctx} if s_ctx is not None
+                                                                     else {})}}
+    return out
+
+
+class ProtocolTally:
+    """The protocols' per-case scores, added one case at a time (floats only), then summarized."""
+
+    def __init__(self, protocols: Sequence[str], weights: DifficultyWeights | None = None, tau: float = 70.0,
+                 weights_name: str | None = None) -> None:
+        unknown = [p for p in protocols if p not in PROTOCOLS]
+        if unknown:
+            raise TraceError(f"--protocol: {unknown[0]!r} is not one of {', '.join(PROTOCOLS)}")
+        if not 0 <= tau <= 100:
+            raise TraceError(f"--tau: {tau} must lie between 0 and 100")
+        self.protocols = tuple(dict.fromkeys(protocols))
+        self.weights, self.tau, self.weights_name = weights, tau, weights_name
+        self.overall: dict[str, list[float]] = defaultdict(list)
+        self.dims: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+        self.passed: list[float] = []
+
+    def add(self, case: Case, outcomes: Mapping[str, Outcome]) -> None:
+        wanted = [p for p in self.protocols if p != "trace"]
+        if not wanted:
+            return
+        weights = None if self.weights is None else self.weights.weights.get(case.id, {})
+        for name, result in _case_scores(case, outcomes, weights, self.tau).items():
+            if name not in wanted:
+                continue
+            self.overall[name].append(result["overall"])
+            for d, v in result["dimensions"].items():
+                self.dims[name][d].append(v)
+            if name == "longbanana":
+                self.passed.append(100.0 if result["passed"] else 0.0)
+
+    def result(self, trace: ProtocolScore | None, ci) -> dict[str, ProtocolScore]:
+        """The protocols asked, by name (``trace``: the operator table given); ``ci(values)`` is
+        the bootstrap interval the scores use."""
+        out: dict[str, ProtocolScore] = {}
+        for name in self.protocols:
+            if name == "trace":
+                if trace is not None:
+                    out[name] = trace
+                continue
+            values = self.overall.get(name, [])
+            dims = self.dims.get(name, {})
+            extra = {}
+            if name == "longbanana":
+                extra = {"tau": self.tau, "pass_rate": _round(_mean(self.passed)), "pass_rate_ci95": ci(self.passed),
+                         "weights": self.weights_name or "uniform"}
+            out[name] = ProtocolScore(
+                protocol=name, range="0-10" if name == "macro" else "0-100", overall=_round(_mean(values)),
+                ci95=ci(values), dimensions={d: _round(_mean(dims.get(d, []))) for d in DIMENSIONS[name]},
+                dimension_ci95={d: ci(dims.get(d, [])) for d in DIMENSIONS[name]}, cases=len(values), **extra)
+        return out
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def difficulty_weights(runs: Sequence[tuple[str, str, Iterable[tuple[Case, Mapping[str, Outcome]]]]],
+                       tool: str, floor: float = WEIGHT_FLOOR) -> DifficultyWeights:
+    """P@tau's difficulty weights from reference runs given as (name, cases hash, their cases with
+    outcomes): per item ``w_j = max(floor, 1 - mean value of j over the runs that answered it)``.
+    The runs must be of one benchmark."""
+    hashes = {h for _, h, _ in runs}
+    if len(hashes) != 1:
+        raise TraceError("--weights-from: the runs are of different benchmarks (their cases.jsonl differ)")
+    sums: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for _, _, cases in runs:
+        for case, outcomes in cases:
+            for qid, outcome in outcomes.items():
+                if outcome.answered:
+                    sums[case.id][qid].append(outcome.value)  # type: ignore[arg-type]
+    weights = {cid: {qid: round(max(floor, 1 - fmean(vs)), 4) for qid, vs in sorted(qs.items())}
+               for cid, qs in sorted(sums.items())}
+    return DifficultyWeights(tool=tool, cases_hash=hashes.pop(), runs=tuple(name for name, _, _ in runs),
+                             formula=f"w = max({floor}, 1 - mean value of the item over the runs that answered it); "
+                                     f"an item none answered: {UNKNOWN_WEIGHT}",
+                             floor=floor, weights=weights)
+
+
+def write_weights(path: Path, weights: DifficultyWeights) -> None:
+    write_json(Path(path), weights)
+
+
+def read_weights(path: Path, cases_hash: str) -> DifficultyWeights:
+    """A weights file, checked to be for the run's benchmark."""
+    if not Path(path).is_file():
+        raise TraceError(f"--weights {path}: no such file")
+    weights = read_json(Path(path), DifficultyWeights)
+    if weights.cases_hash != cases_hash:
+        raise TraceError(f"--weights {path}: weights of another benchmark (its cases.jsonl differs from the run's)")
+    return weights
+

@@ -161,7 +161,11 @@ def test_diagnosis_agreement(world, tmp_path):
 
 
 @pytest.mark.parametrize("line,message", [
-    ('{"case_id": "s1-00000", "question_id": "f1:existence"}', "human.jsonl:1: record: missing field 'pass'"),
+    ('{"case_id": "s1-00000", "question_id": "f1:existence"}',
+     'human.jsonl:1: record: give "pass" (true or false) or "value" (0 to 1), one of them'),
+    ('{"case_id": "s1-00000", "question_id": "f1:existence", "pass": true, "value": 1}',
+     'human.jsonl:1: record: give "pass" (true or false) or "value" (0 to 1), one of them'),
+    ('{"case_id": "s1-00000", "question_id": "f1:existence", "value": 2}', "human.jsonl:1: value:"),
     ('{"case_id": "nope", "question_id": "f1:existence", "pass": true}',
      "human.jsonl:1: case_id: 'nope' is not a case of the benchmark"),
     ('{"case_id": "s1-00000", "question_id": "f9:nothing", "pass": true}', "human.jsonl:1: question_id:"),
@@ -230,3 +234,111 @@ def test_undefined_statistics_are_null_not_nan(world, tmp_path):
     data = json.loads(result.stdout, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
     assert data["krippendorff_alpha"] is None and data["cohen_kappa"] is None and data["agreement"] == 1.0
     assert data["operators"]["anchor"]["pearson"] is None
+
+
+# ------------------------------------------------------------------------------ graded labels
+
+@pytest.fixture(scope="module")
+def graded(world, tmp_path_factory) -> dict:
+    """Two graded raters (ternary values) made from the judge's answers: the second grades a
+    half where the first is sure, and opposite ends on a known set of questions."""
+    root = tmp_path_factory.mktemp("graded")
+    rng = random.Random(3)
+    truth = world["truth"]
+    a = {k: (0.5 if rng.random() < 0.15 else float(ok)) for k, ok in truth.items()}
+    b = {}
+    for k, v in a.items():
+        r = rng.random()
+        b[k] = (1.0 - v) if r < 0.05 and v != 0.5 else 0.5 if r < 0.2 else v
+    for name, labels in (("a", a), ("b", b)):
+        (root / f"{name}.jsonl").write_text("".join(json.dumps({"case_id": c, "question_id": q, "value": v}) + "\n"
+                                                    for (c, q), v in labels.items()))
+    return {"root": root, "a": a, "b": b}
+
+
+def test_graded_agreement_is_sklearn_scipy_and_a_hand_count(world, graded):
+    from scipy.stats import kendalltau
+    from sklearn.metrics import cohen_kappa_score
+
+    result = _agree("--cases", str(world["bench"]), "--judge", str(graded["root"] / "a.jsonl"),
+                    "--judge", str(graded["root"] / "b.jsonl"))
+    a, b = graded["a"], graded["b"]
+    keys = sorted(a)
+    levels = {0.0: 0, 0.5: 1, 1.0: 2}
+    x, y = [levels[a[k]] for k in keys], [levels[b[k]] for k in keys]
+    assert result["n"] == len(keys) and result["levels"] == [0.0, 0.5, 1.0]
+    assert result["agreement"] == pytest.approx(sum(p == q for p, q in zip(x, y)) / len(keys), abs=1e-4)
+    assert result["quadratic_kappa"] == pytest.approx(cohen_kappa_score(x, y, weights="quadratic"), abs=1e-4)
+    assert result["cohen_kappa"] == pytest.approx(cohen_kappa_score(x, y), abs=1e-4)
+    opposite = sum({a[k], b[k]} == {0.0, 1.0} for k in keys)
+    assert opposite > 5 and result["opposite_end"] == pytest.approx(opposite / len(keys), abs=1e-4)
+    low, high = result["ci95"]["quadratic_kappa"]
+    assert low <= result["quadratic_kappa"] <= high
+    # Kendall's tau of the operator scores per case, as scipy computes it
+    cases = world["cases"]
+    for op in OPERATORS:
+        xs, ys = [], []
+        for case_id, case in cases.items():
+            qa = {q: Outcome.of("pass" if v > 0.5 else "fail", v) for (c, q), v in a.items() if c == case_id}
+            qb = {q: Outcome.of("pass" if v > 0.5 else "fail", v) for (c, q), v in b.items() if c == case_id}
+            sa = [s for (o, _), s in instance_scores(case, qa).items() if o == op]
+            sb = [s for (o, _), s in instance_scores(case, qb).items() if o == op]
+            if sa and sb:
+                xs.append(sum(sa) / len(sa))
+                ys.append(sum(sb) / len(sb))
+        got = result["operators"][op]["kendall"]
+        if got is not None:
+            assert got == pytest.approx(kendalltau(xs, ys).statistic, abs=1e-4), op
+
+
+def test_graded_krippendorff_is_ordinal(world, graded):
+    import krippendorff
+
+    result = _agree("--cases", str(world["bench"]), "--judge", str(graded["root"] / "a.jsonl"),
+                    "--judge", str(graded["root"] / "b.jsonl"), "--judge", str(world["root"] / "judge"))
+    raters = [graded["a"], graded["b"], {k: float(v) for k, v in world["truth"].items()}]
+    keys = sorted(set().union(*raters))
+    data = np.array([[r.get(k, np.nan) for k in keys] for r in raters])
+    assert result["krippendorff_alpha"] == pytest.approx(
+        krippendorff.alpha(reliability_data=data, level_of_measurement="ordinal"), abs=1e-4)
+
+
+# ------------------------------------------------------------------------------ the zoo's truth
+
+def test_truth_examines_an_exact_and_an_erring_oracle(world, tmp_path):
+    from tracebench.run import run_benchmark
+
+    bench = world["bench"]
+    exact = _agree("--truth", str(world["root"] / "judge"))
+    assert exact["accuracy"] == 1.0 and exact["false_pass"] == 0.0 and exact["false_fail"] == 0.0
+    assert exact["yes_bias"] == 0.0 and exact["abstention_rate"] == 0.0
+    run_benchmark(bench, tmp_path / "lenient", generator="synthetic:global-interference,composition-interference:2",
+                  judges=["oracle:yes-bias=0.3"], settings=SETTINGS)
+    lenient = _agree("--truth", str(tmp_path / "lenient"))
+    truth = {(v.case_id, v.question_id): v.outcome.passed for v in read_verdicts(world["root"] / "judge")}
+    judged = {(v.case_id, v.question_id): v.outcome.passed for v in read_verdicts(tmp_path / "lenient")}
+    questions = {(c.id, q.id): q for c in world["cases"].values() for q in c.checklist}
+    broken = [k for k, ok in truth.items() if not ok]
+    false_pass = sum(judged[k] for k in broken) / len(broken)
+    assert lenient["false_pass"] == pytest.approx(false_pass, abs=1e-4) and false_pass > 0.1
+    # yes-bias answers "yes": it passes a broken requirement asked "is it there?", and fails one that holds
+    # asked "is something wrong?" (expected no)
+    holds_no = [k for k, ok in truth.items() if ok and questions[k].expected == "no"]
+    assert lenient["false_fail"] > 0 and sum(not judged[k] for k in holds_no) > 0
+    assert lenient["accuracy"] == pytest.approx(sum(judged[k] == truth[k] for k in truth) / len(truth), abs=1e-4)
+
+
+def test_the_exam_is_built_once_and_judged(tmp_path):
+    first = run_trace("agree", "--exam", "--judge", "oracle", "--scale", "ternary", "--out", str(tmp_path / "r"),
+                      "--json")
+    assert first.returncode == 0, first.stderr
+    result = json.loads(first.stdout)
+    assert result["accuracy"] == 1.0 and result["scale"] == "ternary" and result["questions"] > 1000
+    assert result["opposite_end"] == 0.0 and set(result["by_operator"]) == set(OPERATORS)
+    assert "rejection" in result["by_aspect"]  # the exam holds distractors
+    erring = run_trace("agree", "--exam", "--judge", "oracle:flip=0.1", "--out", str(tmp_path / "e"), "--json")
+    assert erring.returncode == 0, erring.stderr
+    accuracy, n = json.loads(erring.stdout)["accuracy"], json.loads(erring.stdout)["answered"]
+    assert abs(accuracy - 0.9) < 5 * (0.09 / n) ** 0.5  # the flip rate, within 5 standard errors
+    bad = run_trace("agree", "--truth", str(tmp_path / "r"), "--judge", str(tmp_path / "r"))
+    assert bad.returncode == 2 and "give no --judge" in bad.stderr

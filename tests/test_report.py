@@ -117,14 +117,12 @@ def test_headline_table_holds_the_scores_trace_score_prints(page, report):
     assert table.locator("tr[data-run^='synthetic:perfect'] td.best").count() == 5
 
 
-def test_best_is_marked_separated_only_where_the_intervals_do_not_overlap(page, report):
-    scores = {folder: score_run(report["root"] / folder).model_dump(mode="json") for folder in ("run", "perfect")}
-    separated = set()
-    for op in (*OPERATORS, "avg"):
-        value = {f: s["avg"] if op == "avg" else s["operators"][op] for f, s in scores.items()}
-        ci = {f: s["ci95"][op] for f, s in scores.items()}
-        if value["perfect"] > value["run"] and ci["perfect"][0] > ci["run"][1]:
-            separated.add(op)
+def test_best_is_marked_separated_only_where_the_paired_difference_is_significant(page, report):
+    from tracebench.score import compare_runs
+
+    comparison = compare_runs([report["root"] / "run", report["root"] / "perfect"])
+    separated = {("avg" if d.metric == "overall" else d.metric) for d in comparison.differences
+                 if d.significant and d.difference < 0 and d.metric in (*OPERATORS, "overall")}
     # some columns are separated, and some are ties (bold on both rows, never the double dagger)
     assert separated and separated < {*OPERATORS, "avg"}
     table = page["page"].locator("#headline")
@@ -136,21 +134,41 @@ def test_best_is_marked_separated_only_where_the_intervals_do_not_overlap(page, 
     assert table.locator("td.best:not([data-separated])").count() >= 2  # the ties
     assert "‡" not in "".join(table.locator("td.best:not([data-separated])").all_inner_texts())
     legend = page["page"].locator(".scroll:has(#headline) + p").inner_text()
-    assert "Bold: best in the column" in legend and "‡: best, and its 95% interval overlaps no other run's" in legend
+    assert "Bold: best in the column" in legend and "‡: best, and its paired difference with every other run is " \
+        "significant" in legend
 
 
-def test_separated_needs_a_sole_best_whose_interval_overlaps_no_other():
+def test_separated_needs_a_sole_best_significantly_ahead_of_every_other_run():
     from tracebench.report._report import _best
+    from tracebench.score import Comparison, Difference
 
-    def rows(*cells):
-        return [{"overall": value, "ci": {"overall": ci}} for value, ci in cells]
+    def rows(*values):
+        return [{"overall": v, "root": f"r{k}"} for k, v in enumerate(values)]
 
-    assert _best(rows((0.9, (0.85, 0.95)), (0.7, (0.6, 0.8))), "overall") == {"value": 0.9, "separated": True}
-    assert _best(rows((0.9, (0.75, 0.95)), (0.7, (0.6, 0.8))), "overall")["separated"] is False  # overlap
-    assert _best(rows((0.9, (0.85, 0.95)), (0.9, (0.85, 0.95)), (0.1, (0, 0.2))), "overall")["separated"] is False
-    assert _best(rows((0.9, (0.85, 0.95)), (0.7, None)), "overall")["separated"] is False  # no interval to compare
-    assert _best(rows((0.9, (0.85, 0.95)), (None, None)), "overall")["separated"] is False  # nobody else scored
-    assert _best(rows((None, None)), "overall") == {"value": None, "separated": False}
+    def table(*diffs):  # (a, b, difference, significant) on "overall"
+        return Comparison(runs=("r0", "r1", "r2"), metrics=("overall",), resamples=10, differences=tuple(
+            Difference(a=a, b=b, metric="overall", cases=5, templates=5, difference=d, ci95=None, p=0.01,
+                       p_holm=0.01 if sig else 0.5, significant=sig) for a, b, d, sig in diffs))
+
+    ahead = table(("r0", "r1", 0.2, True))
+    assert _best(rows(0.9, 0.7), "overall", ahead) == {"value": 0.9, "separated": True}
+    assert _best(rows(0.9, 0.7), "overall", table(("r0", "r1", 0.2, False)))["separated"] is False  # not significant
+    assert _best(rows(0.7, 0.9), "overall", table(("r0", "r1", -0.2, True))) == {"value": 0.9, "separated": True}
+    assert _best(rows(0.9, 0.7, 0.8), "overall", table(("r0", "r1", 0.2, True), ("r0", "r2", 0.1, False),
+                                                       ("r1", "r2", -0.1, True)))["separated"] is False  # not all
+    assert _best(rows(0.9, 0.9), "overall", table(("r0", "r1", 0.0, False)))["separated"] is False  # a tie
+    assert _best(rows(0.9, 0.7), "overall", None)["separated"] is False  # one run: nothing to compare
+    assert _best(rows(None), "overall") == {"value": None, "separated": False}
+
+
+def test_the_protocols_table_holds_what_trace_score_prints(page, report):
+    scores = score_run(report["root"] / "run", protocols=("longbanana", "macro", "savanna")).protocols
+    row = page["page"].locator("#protocols-table tr[data-protocols-of^='synthetic:global']")
+    for name, field in (("longbanana", "overall"), ("longbanana", "pass_rate"), ("macro", "overall"),
+                        ("savanna", "overall")):
+        value = getattr(scores[name], field)
+        cell = row.locator(f"td[data-protocol='{name}'][data-field='{field}']")
+        assert cell.get_attribute("data-value") == f"{value:.4f}", (name, field)
 
 
 def test_a_zero_score_and_a_missing_score_look_different_in_the_table(page, report):

@@ -19,6 +19,7 @@ from .. import __version__
 from ..errors import TraceError, ValidationFailed, disk_full
 from ._args import EXIT_STATUSES
 from . import agree as agree_cmd
+from . import compare as compare_cmd
 from . import diagnose as diagnose_cmd
 from . import library as library_cmd
 from . import merge as merge_cmd
@@ -33,7 +34,7 @@ from . import templates as templates_cmd
 
 __all__ = ["main", "build_parser"]
 
-_SUBCOMMANDS = (sample_cmd, run_cmd, score_cmd, diagnose_cmd, report_cmd, agree_cmd, merge_cmd, serve_cmd, parse_cmd, templates_cmd, library_cmd,
+_SUBCOMMANDS = (sample_cmd, run_cmd, score_cmd, compare_cmd, diagnose_cmd, report_cmd, agree_cmd, merge_cmd, serve_cmd, parse_cmd, templates_cmd, library_cmd,
                tag_cmd)
 
 

@@ -15,7 +15,7 @@ def register(sub) -> None:
                                    "operator Pearson, Spearman and MAE of operator scores, with bootstrap 95% "
                                    "intervals; Krippendorff's alpha for three or more raters; agreement of "
                                    "diagnosed failure sources. With --export-sample N, write a labelling page.")
-    p.add_argument("--cases", type=Path, required=True, metavar="CASES_DIR", help="the benchmark folder")
+    p.add_argument("--cases", type=Path, metavar="CASES_DIR", help="the benchmark folder (not with --exam)")
     p.add_argument("--human", type=Path, metavar="LABELS.jsonl",
                    help='human labels, one {"case_id", "question_id", "pass"} a line')
     p.add_argument("--judge", type=Path, action="append", default=[], metavar="RUN_DIR_OR_JSONL",
@@ -26,12 +26,27 @@ def register(sub) -> None:
     p.add_argument("--export-sample", type=int, metavar="N",
                    help="write N cases, stratified by slot level, with a labelling page, to --out")
     p.add_argument("--out", type=Path, help="with --export-sample: the folder to write")
+    p.add_argument("--truth", type=Path, metavar="RUN_DIR",
+                   help="a run of the synthetic zoo: examine its judge against the truth its images record "
+                        "(accuracy per operator and aspect, false passes and fails, yes-bias, abstentions)")
+    p.add_argument("--exam", action="store_true",
+                   help="the judge exam: judge a small fixed benchmark of zoo outputs with known answers with "
+                        "--judge SPEC (a judge spec here) on --scale, and examine it; the check to run before "
+                        "trusting a new judge (docs/protocols.md)")
+    p.add_argument("--scale", choices=("binary", "ternary", "tiers"), default="binary",
+                   help="with --exam: the scale the judge answers on (default binary)")
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and of the sample")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
+    if args.cases is None and not args.exam:
+        if args.truth is None:
+            raise TraceError("--cases CASES_DIR: the benchmark folder is needed (but with --exam)")
+        from ..records import RUN_MANIFEST
+
+        args.cases = Path(RUN_MANIFEST.read(args.truth).cases_dir)
     if args.export_sample is not None:
         from ..report import export_sample
 
@@ -46,9 +61,28 @@ def run(args) -> int:
         print(f"{args.out}/annotate.html: {len(sample)} cases to label; save the labels and run "
               f"trace agree --cases {args.cases} --human labels.jsonl --judge RUN_DIR")
         return 0
+    if args.exam or args.truth is not None:
+        return _examine(args)
     from ..report import agree, format_agreement
 
     result = agree(args.cases, human=args.human, judges=args.judge, human_diagnosis=args.human_diagnosis,
                    diagnosis=args.diagnosis, seed=args.seed)
     print(json.dumps(result, indent=2, allow_nan=False) if args.json else format_agreement(result))
+    return 0
+
+
+def _examine(args) -> int:
+    from ..report import examine, format_exam, take_exam
+
+    if args.exam:
+        if len(args.judge) != 1 or args.truth is not None:
+            raise TraceError("--exam takes one --judge SPEC (a judge spec, e.g. openai:MODEL@URL) and no --truth")
+        from ..providers import ModelSettings
+
+        result = take_exam(str(args.judge[0]), settings=ModelSettings(scale=args.scale), out=args.out, seed=args.seed)
+    else:
+        if args.judge or args.human:
+            raise TraceError("--truth RUN examines RUN's own judge: give no --judge or --human")
+        result = examine(args.cases, args.truth, seed=args.seed)
+    print(json.dumps(result, indent=2, allow_nan=False) if args.json else format_exam(result))
     return 0

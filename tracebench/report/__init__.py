@@ -9,9 +9,11 @@ from ..lazy import lazy_exports
 from ._annotate import export_sample, stratified
 from ._report import build_report
 
-__all__ = ["Label", "SourceLabel", "agree", "build_report", "export_sample", "format_agreement", "read_labels",
-           "stratified"]
+__all__ = ["EXAM_PROFILE", "Label", "SourceLabel", "agree", "build_report", "exam_benchmark", "examine",
+           "export_sample", "format_agreement", "format_exam", "read_labels", "stratified", "take_exam", "truth_labels"]
 
-_AGREE = {"Label", "SourceLabel", "agree", "format_agreement", "read_labels"}
+_AGREE = {"Label", "SourceLabel", "agree", "examine", "format_agreement", "format_exam", "read_labels", "truth_labels"}
+_EXAM = {"EXAM_PROFILE", "exam_benchmark", "take_exam"}
 
-__getattr__, __dir__ = lazy_exports(__name__, globals(), dict.fromkeys(_AGREE, "._agree"))
+__getattr__, __dir__ = lazy_exports(__name__, globals(), {**dict.fromkeys(_AGREE, "._agree"),
+                                                         **dict.fromkeys(_EXAM, "._exam")})

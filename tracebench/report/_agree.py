@@ -1,21 +1,31 @@
 """``trace agree``: how far a judge can be trusted (TRACE-Bench, arXiv 2608.16765: judge agreement, its Table 7).
 
 Raters are a human label file or judges: a run folder (its verdicts; abstentions are no
-answer) or a JSONL file of labels, one ``{"case_id", "question_id", "pass"}`` a line. For each
-pair of raters, over the questions both answered:
+answer) or a JSONL file of labels, one ``{"case_id", "question_id", "pass"}`` a line (or, for a
+graded label, ``"value"``: the share satisfied, 0, 0.5, 1 on the ternary scale, 0.2 an identity
+tier). A rater's answer to a question is its value after polarity. For each pair of raters,
+over the questions both answered:
 
-- checklist level: agreement (share of equal answers) and Cohen's kappa
-  (``sklearn.metrics.cohen_kappa_score``);
+- checklist level: exact agreement (share of equal values), Cohen's kappa and, on graded
+  labels, the quadratic-weighted kappa (``sklearn.metrics.cohen_kappa_score``, the values as
+  ordered categories) and the **opposite-end errors** (one rater 0, the other 1: LongBanana's
+  0 against 2);
 - operator level: per case and operator, the score each rater's answers give (the scoring
   of ``trace score``: dependencies, then the mean over operator instances), and between the
-  two raters Pearson and Spearman correlation (``scipy.stats``) and the mean absolute error;
+  two raters Pearson, Spearman and Kendall correlation (``scipy.stats``) and the mean absolute
+  error;
 - 95% intervals by percentile bootstrap over cases (``scipy.stats.bootstrap``; questions of
   one case are not independent, so cases are resampled whole).
 
-With three or more raters, Krippendorff's alpha (nominal; the ``krippendorff`` package)
-over every question any two answered. With a diagnosis, the agreement (and kappa) of the
-failure source each operator instance was localized to, between a label file
-(``case_id``, ``target``, ``source``) and a diagnosis folder.
+With three or more raters, Krippendorff's alpha (nominal on binary labels, ordinal on graded
+ones; the ``krippendorff`` package) over every question any two answered. With a diagnosis,
+the agreement (and kappa) of the failure source each operator instance was localized to,
+between a label file (``case_id``, ``target``, ``source``) and a diagnosis folder.
+
+``--truth RUN`` takes the truth from the synthetic zoo's generation records inside RUN's
+images (:func:`truth_labels`): the judge of RUN is examined against known answers, per
+operator, aspect and scale, with its false-pass and false-fail rates and abstentions
+(:func:`examine`).
 """
 
 from __future__ import annotations
@@ -28,7 +38,7 @@ from typing import Any, Sequence
 
 import krippendorff
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from scipy import stats
 from sklearn.metrics import cohen_kappa_score
 
@@ -39,7 +49,8 @@ from ..outcomes import Outcome
 from ..records import RUN_MANIFEST, TREES, VERDICTS, Case, read_cases
 from ..score import instance_scores
 
-__all__ = ["Label", "SourceLabel", "agree", "format_agreement", "read_labels"]
+__all__ = ["CHECKLIST_METRICS", "Label", "SourceLabel", "agree", "examine", "format_agreement", "format_exam",
+           "read_labels", "truth_labels"]
 
 RESAMPLES = 1000
 
@@ -50,7 +61,20 @@ class Label(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
     case_id: str
     question_id: str
-    passed: bool = Field(alias="pass", description="whether the requirement holds (after the question's polarity)")
+    passed: bool | None = Field(default=None, alias="pass",
+                                description="whether the requirement holds (after the question's polarity)")
+    value: float | None = Field(default=None, ge=0, le=1, description="a graded label instead: the share satisfied "
+                                "(ternary 0, 0.5, 1; identity tiers 0, 0.2, 1), after polarity")
+
+    @model_validator(mode="after")
+    def _one_answer(self) -> "Label":
+        if (self.passed is None) == (self.value is None):
+            raise ValueError('give "pass" (true or false) or "value" (0 to 1), one of them')
+        return self
+
+    @property
+    def score(self) -> float:
+        return float(self.passed) if self.value is None else self.value
 
 
 class SourceLabel(BaseModel):
@@ -62,20 +86,20 @@ class SourceLabel(BaseModel):
     source: str
 
 
-Answers = dict[tuple[str, str], bool]
+Answers = dict[tuple[str, str], float]  # (case id, question id) -> the value a rater gives, after polarity
 
 
 def read_labels(source: Path, cases: dict[str, Case]) -> Answers:
     """A rater's answers: a run folder's verdicts or a JSONL label file, checked against the cases."""
     source = Path(source)
-    rows: list[tuple[str, str, str, bool]] = []  # (where, case id, question id, passed)
+    rows: list[tuple[str, str, str, float]] = []  # (where, case id, question id, value)
     if source.is_dir():
         if not RUN_MANIFEST.path(source).is_file():
             raise TraceError(f"{source}: neither a run folder (no {RUN_MANIFEST.name}) nor a label file")
-        rows = [(f"{VERDICTS.path(source)}:{k}", v.case_id, v.question_id, v.outcome.passed)
+        rows = [(f"{VERDICTS.path(source)}:{k}", v.case_id, v.question_id, v.outcome.value)
                 for k, v in VERDICTS.read_numbered(source) if v.outcome.answered]
     else:
-        rows = [(f"{source}:{lineno}", label.case_id, label.question_id, label.passed)
+        rows = [(f"{source}:{lineno}", label.case_id, label.question_id, label.score)
                 for lineno, label in numbered_jsonl(source, Label)]
     answers: Answers = {}
     first: dict[tuple[str, str], str] = {}
@@ -93,18 +117,17 @@ def read_labels(source: Path, cases: dict[str, Case]) -> Answers:
     return answers
 
 
-def _operator_scores(case: Case, answers: dict[str, bool]) -> dict[str, float]:
+def _outcome(value: float) -> Outcome:
+    return Outcome.of("pass" if value > 0.5 else "fail", value)
+
+
+def _operator_scores(case: Case, answers: dict[str, float]) -> dict[str, float]:
     """Per operator, the case's score from these answers (the rest unanswered), as trace score."""
-    instances = instance_scores(case, {qid: Outcome.binary(ok) for qid, ok in answers.items()})
+    instances = instance_scores(case, {qid: _outcome(v) for qid, v in answers.items()})
     per_op: dict[str, list[float]] = {}
     for (op, _), value in instances.items():
         per_op.setdefault(op, []).append(value)
     return {op: fmean(values) for op, values in per_op.items()}
-
-
-# answers of a pair on one question, as a column of the per-case count table
-_BOTH_PASS, _A_ONLY, _B_ONLY, _BOTH_FAIL = range(4)
-_KAPPA_A, _KAPPA_B = [True, True, False, False], [True, False, True, False]  # the four columns as label pairs
 
 
 @dataclass
@@ -114,8 +137,13 @@ class _Pair:
     a: str
     b: str
     cases: list[str]  # cases with at least one question both answered
-    counts: np.ndarray  # (case, 4): questions both pass / only a / only b / both fail
+    levels: list[float]  # the values either rater gave, ascending (ordered categories)
+    counts: np.ndarray  # (case, level of a, level of b): questions
     scores: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]  # op -> (has it, a's score, b's score) per case
+
+    @property
+    def graded(self) -> bool:
+        return any(v not in (0.0, 1.0) for v in self.levels)
 
 
 def _pair(name_a: str, a: Answers, name_b: str, b: Answers, cases: dict[str, Case]) -> _Pair:
@@ -124,35 +152,50 @@ def _pair(name_a: str, a: Answers, name_b: str, b: Answers, cases: dict[str, Cas
         if key in b:
             common.setdefault(key[0], []).append(key[1])
     order = [c for c in cases if c in common]
-    counts = np.zeros((len(order), 4))
+    levels = sorted({a[(c, q)] for c in order for q in common[c]} | {b[(c, q)] for c in order for q in common[c]}
+                    | {0.0, 1.0})
+    index = {v: k for k, v in enumerate(levels)}
+    counts = np.zeros((len(order), len(levels), len(levels)))
     scores = {op: (np.zeros(len(order), bool), np.zeros(len(order)), np.zeros(len(order))) for op in OPERATORS}
     for k, case_id in enumerate(order):
         qids = common[case_id]
         for q in qids:
-            x, y = a[(case_id, q)], b[(case_id, q)]
-            counts[k, _BOTH_PASS if x and y else _A_ONLY if x else _B_ONLY if y else _BOTH_FAIL] += 1
+            counts[k, index[a[(case_id, q)]], index[b[(case_id, q)]]] += 1
         sa = _operator_scores(cases[case_id], {q: a[(case_id, q)] for q in qids})
         sb = _operator_scores(cases[case_id], {q: b[(case_id, q)] for q in qids})
         for op in OPERATORS:
             if op in sa and op in sb:
                 has, xs, ys = scores[op]
                 has[k], xs[k], ys[k] = True, sa[op], sb[op]
-    return _Pair(name_a, name_b, order, counts, scores)
+    return _Pair(name_a, name_b, order, levels, counts, scores)
 
 
-def _agreement(counts: np.ndarray) -> float:
-    total = counts.sum()
-    return float((counts[_BOTH_PASS] + counts[_BOTH_FAIL]) / total) if total else np.nan
+def _agreement(table: np.ndarray) -> float:
+    total = table.sum()
+    return float(np.trace(table) / total) if total else np.nan
 
 
-def _kappa(counts: np.ndarray) -> float:
-    a_labels = counts[_BOTH_PASS] + counts[_A_ONLY], counts[_B_ONLY] + counts[_BOTH_FAIL]
-    b_labels = counts[_BOTH_PASS] + counts[_B_ONLY], counts[_A_ONLY] + counts[_BOTH_FAIL]
-    if min(a_labels[0] + b_labels[0], a_labels[1] + b_labels[1]) == 0:
+def _opposite(table: np.ndarray) -> float:
+    """The share of questions one rater scores 0 and the other 1 (opposite ends of the scale)."""
+    total = table.sum()
+    return float((table[0, -1] + table[-1, 0]) / total) if total else np.nan
+
+
+def _kappa(table: np.ndarray, weights: str | None = None) -> float:
+    """Cohen's kappa (``weights="quadratic"``: QWK) from a table of (a's level, b's level) counts."""
+    size = table.shape[0]
+    if (table.sum(axis=1) + table.sum(axis=0) > 0).sum() < 2:
         return np.nan  # one answer throughout: chance agreement is total, kappa undefined
+    a_levels, b_levels = np.meshgrid(np.arange(size), np.arange(size), indexing="ij")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return float(cohen_kappa_score(_KAPPA_A, _KAPPA_B, labels=[False, True], sample_weight=counts))
+        value = cohen_kappa_score(a_levels.ravel(), b_levels.ravel(), labels=list(range(size)),
+                                  sample_weight=table.ravel(), weights=weights)
+    return float(value)
+
+
+CHECKLIST_METRICS = {"agreement": _agreement, "cohen_kappa": _kappa,
+                     "quadratic_kappa": lambda t: _kappa(t, "quadratic"), "opposite_end": _opposite}
 
 
 def _correlation(fn, x: np.ndarray, y: np.ndarray) -> float:
@@ -164,7 +207,7 @@ def _correlation(fn, x: np.ndarray, y: np.ndarray) -> float:
 def _statistic(pair: _Pair, metric: str, op: str | None):
     """The function of resampled case indices that computes one metric."""
     if op is None:
-        fn = _agreement if metric == "agreement" else _kappa
+        fn = CHECKLIST_METRICS[metric]
         return lambda idx: fn(pair.counts[idx].sum(axis=0))
     has, xs, ys = pair.scores[op]
 
@@ -173,7 +216,8 @@ def _statistic(pair: _Pair, metric: str, op: str | None):
         x, y = xs[keep], ys[keep]
         if metric == "mae":
             return float(np.abs(x - y).mean()) if len(x) else np.nan
-        return _correlation(stats.pearsonr if metric == "pearson" else stats.spearmanr, x, y)
+        return _correlation({"pearson": stats.pearsonr, "spearman": stats.spearmanr, "kendall": stats.kendalltau}[metric],
+                            x, y)
 
     return on_cases
 
@@ -206,14 +250,14 @@ def _value(pair: _Pair, metric: str, op: str | None, seed: int) -> tuple[float |
 
 def _compare(pair: _Pair, seed: int) -> dict[str, Any]:
     out: dict[str, Any] = {"a": pair.a, "b": pair.b, "cases": len(pair.cases), "n": int(pair.counts.sum()),
-                           "operators": {}}
+                           "levels": pair.levels, "operators": {}}
     ci: dict[str, Any] = {"operators": {}}
-    for metric in ("agreement", "cohen_kappa"):
+    for metric in CHECKLIST_METRICS:
         out[metric], ci[metric] = _value(pair, metric, None, seed)
     for op in OPERATORS:
         out["operators"][op] = {"cases": int(pair.scores[op][0].sum())}
         ci["operators"][op] = {}
-        for metric in ("pearson", "spearman", "mae"):
+        for metric in ("pearson", "spearman", "kendall", "mae"):
             out["operators"][op][metric], ci["operators"][op][metric] = _value(pair, metric, op, seed)
     out["ci95"] = ci
     return out
@@ -228,11 +272,14 @@ def _round(value):
 
 
 def _alpha(raters: dict[str, Answers]) -> float | None:
+    """Krippendorff's alpha: nominal on binary labels, ordinal on graded ones."""
     keys = sorted({k for answers in raters.values() for k in answers})
     data = np.array([[float(answers[k]) if k in answers else np.nan for k in keys] for answers in raters.values()])
-    if data.size == 0 or len({v for v in data.flatten() if not np.isnan(v)}) < 2:
+    values = {v for v in data.flatten() if not np.isnan(v)}
+    if data.size == 0 or len(values) < 2:
         return None
-    alpha = float(krippendorff.alpha(reliability_data=data, level_of_measurement="nominal"))
+    level = "nominal" if values <= {0.0, 1.0} else "ordinal"
+    alpha = float(krippendorff.alpha(reliability_data=data, level_of_measurement=level))
     return None if np.isnan(alpha) else round(alpha, 4)  # nan: no two raters share a unit with two values
 
 
@@ -296,7 +343,7 @@ def agree(cases_dir: Path, *, human: Path | None = None, judges: Sequence[Path] 
     if pairs:
         if pairs[0]["n"] == 0:
             raise TraceError(f"{pairs[0]['a']} and {pairs[0]['b']} answered no question in common")
-        result.update({k: pairs[0][k] for k in ("n", "agreement", "cohen_kappa", "operators", "ci95")})
+        result.update({k: pairs[0][k] for k in ("n", "levels", *CHECKLIST_METRICS, "operators", "ci95")})
         result["pairs"] = pairs
     if len(raters) >= 3:
         result["krippendorff_alpha"] = _alpha(raters)
@@ -316,15 +363,115 @@ def format_agreement(result: dict[str, Any]) -> str:
         lines.append(f"{pair['a']}  vs  {pair['b']}: {pair['n']} questions in {pair['cases']} cases")
         lines.append(f"  agreement {show(pair['agreement'], pair['ci95']['agreement'])}   "
                      f"Cohen's kappa {show(pair['cohen_kappa'], pair['ci95']['cohen_kappa'])}")
-        lines.append(f"  {'operator':12s} {'pearson':>22s} {'spearman':>22s} {'MAE':>22s}")
+        if any(v not in (0.0, 1.0) for v in pair["levels"]):
+            lines.append(f"  quadratic-weighted kappa {show(pair['quadratic_kappa'], pair['ci95']['quadratic_kappa'])}"
+                         f"   opposite-end errors {show(pair['opposite_end'], pair['ci95']['opposite_end'])}")
+        lines.append(f"  {'operator':12s} {'pearson':>22s} {'spearman':>22s} {'kendall':>22s} {'MAE':>22s}")
         for op, m in pair["operators"].items():
             ci = pair["ci95"]["operators"][op]
             lines.append(f"  {op:12s} {show(m['pearson'], ci['pearson']):>22s} {show(m['spearman'], ci['spearman']):>22s}"
-                         f" {show(m['mae'], ci['mae']):>22s}")
+                         f" {show(m['kendall'], ci['kendall']):>22s} {show(m['mae'], ci['mae']):>22s}")
     if "krippendorff_alpha" in result:
         lines.append(f"Krippendorff's alpha over {len(result['raters'])} raters: {show(result['krippendorff_alpha'])}")
     if "diagnosis" in result:
         d = result["diagnosis"]
         lines.append(f"diagnosis: {d['n']} operator instances, source agreement {show(d['agreement'])}, "
                      f"Cohen's kappa {show(d['cohen_kappa'])}")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------ the truth of the zoo
+
+def truth_labels(run_dir: Path, cases: dict[str, Case]) -> Answers:
+    """The truth of a run of the synthetic zoo: for every case whose generated image carries a
+    generation record, each question's value on the run's scale (the oracle's own answer,
+    :func:`tracebench.scales.truth_answer`). A run whose images carry no record is a TraceError."""
+    from ..run import generated_image
+    from ..scales import kind_of, outcome, truth_answer
+    from ..zoo import read_record
+
+    run_dir = Path(run_dir)
+    scale = RUN_MANIFEST.read(run_dir).scale or "binary"
+    truth: Answers = {}
+    for case_id, case in cases.items():
+        image = generated_image(run_dir, case_id)
+        record = read_record(image.read_bytes()) if image is not None else None
+        if record is None:
+            continue
+        partial = record.partial or {}
+        for q in case.checklist:
+            state = "holds" if q.id not in record.failed else "partial" if q.id in partial else "broken"
+            kind = kind_of(scale, q)
+            truth[(case_id, q.id)] = outcome(kind, truth_answer(kind, q, state), q).value  # type: ignore[assignment]
+    if not truth:
+        raise TraceError(f"--truth {run_dir}: no generated image carries a generation record; the truth is known "
+                         "only for runs of the synthetic zoo (--generator synthetic:PROFILE)")
+    return truth
+
+
+def examine(cases_dir: Path, run_dir: Path, *, seed: int = 0) -> dict[str, Any]:
+    """The judge of a zoo run against the truth of its images: the agreement statistics of the pair
+    (truth, judge), accuracy per operator and aspect, false passes (of the broken requirements, the
+    share the judge passed), false fails (of those that hold, the share it failed), its pass rate's
+    excess over the truth's (a positive yes-bias is lenience) and its abstentions."""
+    cases = {c.id: c for c in read_cases(Path(cases_dir))}
+    truth = truth_labels(run_dir, cases)
+    manifest = RUN_MANIFEST.read(Path(run_dir))
+    judged: Answers = {}
+    abstained = asked = 0
+    for v in VERDICTS.read(Path(run_dir)):
+        if (v.case_id, v.question_id) not in truth:
+            continue
+        asked += 1
+        if v.outcome.answered:
+            judged[(v.case_id, v.question_id)] = v.outcome.value  # type: ignore[assignment]
+        else:
+            abstained += 1
+    questions = {(c.id, q.id): q for c in cases.values() for q in c.checklist}
+    pair = _compare(_pair("truth", truth, manifest.judges[0] if len(manifest.judges) == 1 else "+".join(manifest.judges),
+                          judged, cases), seed)
+    by: dict[str, dict[str, list[bool]]] = {"operator": {}, "aspect": {}}
+    false_pass, false_fail, holds, broken = 0, 0, 0, 0
+    judge_pass = truth_pass = 0
+    for key, value in judged.items():
+        q, true = questions[key], truth[key]
+        by["operator"].setdefault(str(q.op), []).append(value == true)
+        by["aspect"].setdefault(q.aspect, []).append(value == true)
+        judge_pass += value > 0.5
+        truth_pass += true > 0.5
+        if true > 0.5:
+            holds += 1
+            false_fail += value <= 0.5
+        else:
+            broken += 1
+            false_pass += value > 0.5
+    n = len(judged)
+    return _round({
+        "run": str(run_dir), "judge": pair["b"], "scale": manifest.scale or "binary", "questions": asked,
+        "answered": n, "abstention_rate": abstained / asked if asked else None,
+        "accuracy": pair["agreement"], "cohen_kappa": pair["cohen_kappa"], "quadratic_kappa": pair["quadratic_kappa"],
+        "opposite_end": pair["opposite_end"], "ci95": pair["ci95"],
+        "false_pass": false_pass / broken if broken else None, "false_fail": false_fail / holds if holds else None,
+        "yes_bias": (judge_pass - truth_pass) / n if n else None,
+        "by_operator": {k: {"accuracy": fmean(v), "n": len(v)} for k, v in sorted(by["operator"].items())},
+        "by_aspect": {k: {"accuracy": fmean(v), "n": len(v)} for k, v in sorted(by["aspect"].items())},
+        "operators": pair["operators"]})
+
+
+def format_exam(result: dict[str, Any]) -> str:
+    """A judge's examination as plain text."""
+    def show(value) -> str:
+        return "n/a" if value is None else f"{value:.3f}"
+
+    lines = [f"{result['judge']} on the {result['scale']} scale against the zoo's truth ({result['run']}): "
+             f"{result['answered']} of {result['questions']} questions answered "
+             f"(abstention rate {show(result['abstention_rate'])})",
+             f"  accuracy {show(result['accuracy'])}   Cohen's kappa {show(result['cohen_kappa'])}   "
+             f"quadratic-weighted kappa {show(result['quadratic_kappa'])}   opposite-end {show(result['opposite_end'])}",
+             f"  false passes {show(result['false_pass'])} of broken requirements, false fails "
+             f"{show(result['false_fail'])} of those that hold, yes-bias {show(result['yes_bias'])}",
+             "  accuracy by operator: " + ", ".join(f"{k} {show(v['accuracy'])} ({v['n']})"
+                                                    for k, v in result["by_operator"].items()),
+             "  accuracy by aspect: " + ", ".join(f"{k} {show(v['accuracy'])} ({v['n']})"
+                                                  for k, v in result["by_aspect"].items())]
     return "\n".join(lines)

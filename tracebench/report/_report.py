@@ -41,7 +41,7 @@ from ..safepaths import inside
 from ..cache import write_atomic
 from ..operators import OPERATORS
 from ..outcomes import Outcome, Status
-from ..score import instance_results, score_cases
+from ..score import PROTOCOLS, compare_runs, instance_results, score_cases
 from ..templating import html_environment
 from . import _plots
 
@@ -305,20 +305,29 @@ def _node_image(diag_dir: Path, tree: DiagnosticTree, node: DiagnosticNode) -> P
     return resolved
 
 
-def _best(rows: list[dict], key: str) -> dict[str, Any]:
-    """The best value of a column, and whether it is *separated*: its 95% interval overlaps no
-    other run's (a tie, or a run without an interval, is never separated). The page bolds the
-    best and marks a separated one with a double dagger."""
+def _best(rows: list[dict], key: str, comparison=None) -> dict[str, Any]:
+    """The best value of a column, and whether it is *separated*: its paired difference with every
+    other run is significant (``trace compare``: a bootstrap over templates, Holm across the
+    table; the ``avg`` column by the cases' overall scores). A tie is never separated. The page
+    bolds the best and marks a separated one with a double dagger."""
     scored = [r for r in rows if r[key] is not None]
     if not scored:
         return {"value": None, "separated": False}
     value = max(r[key] for r in scored)
     leaders = [r for r in scored if r[key] == value]
-    others = [r for r in scored if r[key] != value]
-    ci = leaders[0]["ci"].get(key)
-    separated = (len(leaders) == 1 and bool(others) and ci is not None
-                 and all(r["ci"].get(key) is not None and r["ci"][key][1] < ci[0] for r in others))
-    return {"value": value, "separated": separated}
+    others = [r for r in rows if r is not leaders[0]]
+    if len(leaders) != 1 or not others or comparison is None:
+        return {"value": value, "separated": False}
+    metric = "overall" if key == "avg" else key
+    leader = leaders[0]["root"]
+
+    def beats(other: str) -> bool:
+        for d in comparison.differences:
+            if d.metric == metric and {d.a, d.b} == {leader, other} and d.difference is not None:
+                return d.significant and (d.difference > 0) == (d.a == leader)
+        return False
+
+    return {"value": value, "separated": all(beats(r["root"]) for r in others)}
 
 
 def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, compare: Sequence[Path] = (),
@@ -342,7 +351,8 @@ def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, com
                              f"cases of {run_dir})")
     runs = [_RunView(_run_name(r.manifest) + (f" (shard {r.manifest.shard})" if r.manifest.shard else ""),
                      r.root, r.manifest, score_cases(r.manifest, ((item.case, item.outcomes) for item in r),
-                                                     root=r.root, seed=seed, gating=gating).model_dump(mode="json"))
+                                                     root=r.root, seed=seed, gating=gating,
+                                                     protocols=PROTOCOLS).model_dump(mode="json"))
             for r in (run, *others)]
     names = [r.name for r in runs]
     if len(set(names)) < len(names):  # the same model twice (another seed, another judge): number the rows
@@ -363,11 +373,14 @@ def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, com
 
     headline = []
     for r in runs:
-        row = {"name": r.name, "cases": r.scores["cases"], "avg": r.scores["avg"],
+        row = {"name": r.name, "root": str(r.root), "cases": r.scores["cases"], "avg": r.scores["avg"],
                "ci": r.scores["ci95"], "abstentions": r.scores["abstentions"]}
         row.update({op: r.scores["operators"].get(op) for op in OPERATORS})
         headline.append(row)
-    best = {key: _best(headline, key) for key in (*OPERATORS, "avg")}
+    comparison = compare_runs([r.root for r in runs], seed=seed) if len(runs) > 1 else None
+    best = {key: _best(headline, key, comparison) for key in (*OPERATORS, "avg")}
+    protocol_rows = [{"name": r.name, **{name: p for name, p in (r.scores.get("protocols") or {}).items()}}
+                     for r in runs]
 
     def breakdown(part: str, score: str, n: str, label: Callable[[str], str] = str) -> tuple[dict, dict]:
         """run -> category -> (score, n) of one breakdown of the Scores record, as two tables."""
@@ -444,7 +457,7 @@ def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, com
                    "images": images.take()}
 
     page = html_environment().get_template(TEMPLATE).generate(
-        tool=f"tracebench {__version__}", runs=headline, best=best, operators=OPERATORS, plots=plots, cases=cases(),
+        tool=f"tracebench {__version__}", runs=headline, best=best, protocols=protocol_rows, operators=OPERATORS, plots=plots, cases=cases(),
         summary=summary.model_dump(mode="json") if summary else None, sources=sources,
         manifests=[r.manifest.model_dump(mode="json") for r in runs],
         slots=sorted(int(slot) for slot in runs[0].scores["by_slot"]), run_dir=str(run_dir))

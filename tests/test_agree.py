@@ -311,7 +311,7 @@ def test_truth_examines_an_exact_and_an_erring_oracle(world, tmp_path):
     bench = world["bench"]
     exact = _agree("--truth", str(world["root"] / "judge"))
     assert exact["accuracy"] == 1.0 and exact["false_pass"] == 0.0 and exact["false_fail"] == 0.0
-    assert exact["yes_bias"] == 0.0 and exact["abstention_rate"] == 0.0
+    assert exact["yes_bias"] == 0.0 and exact["pass_excess"] == 0.0 and exact["abstention_rate"] == 0.0
     run_benchmark(bench, tmp_path / "lenient", generator="synthetic:global-interference,composition-interference:2",
                   judges=["oracle:yes-bias=0.3"], settings=SETTINGS)
     lenient = _agree("--truth", str(tmp_path / "lenient"))
@@ -326,6 +326,12 @@ def test_truth_examines_an_exact_and_an_erring_oracle(world, tmp_path):
     holds_no = [k for k, ok in truth.items() if ok and questions[k].expected == "no"]
     assert lenient["false_fail"] > 0 and sum(not judged[k] for k in holds_no) > 0
     assert lenient["accuracy"] == pytest.approx(sum(judged[k] == truth[k] for k in truth) / len(truth), abs=1e-4)
+    # its yes-bias: how much more often it answers "yes" than the truth would; where the truth is "no"
+    # the oracle says "yes" with probability 0.3, so the excess is 0.3 x the share of true "no"s
+    said_yes = [v.votes[0].answer == "yes" for v in read_verdicts(tmp_path / "lenient")]
+    true_no = sum((questions[k].expected == "yes") != ok for k, ok in truth.items())
+    assert lenient["yes_bias"] == pytest.approx((sum(said_yes) - (len(truth) - true_no)) / len(truth), abs=1e-4)
+    assert abs(lenient["yes_bias"] - 0.3 * true_no / len(truth)) < 5 * (0.21 * true_no) ** 0.5 / len(truth)
 
 
 def test_the_exam_is_built_once_and_judged(tmp_path):

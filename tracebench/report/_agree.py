@@ -413,21 +413,33 @@ def examine(cases_dir: Path, run_dir: Path, *, seed: int = 0) -> dict[str, Any]:
     """The judge of a zoo run against the truth of its images: the agreement statistics of the pair
     (truth, judge), accuracy per operator and aspect, false passes (of the broken requirements, the
     share the judge passed), false fails (of those that hold, the share it failed), its pass rate's
-    excess over the truth's (a positive yes-bias is lenience) and its abstentions."""
+    excess over the truth's, its yes-bias (how much more often it gives the top answer, "yes", "2"
+    or "1.0", than the truth does: the oracle's ``yes-bias`` rate shows here) and its abstentions."""
     cases = {c.id: c for c in read_cases(Path(cases_dir))}
     truth = truth_labels(run_dir, cases)
     manifest = RUN_MANIFEST.read(Path(run_dir))
+    from ..scales import KINDS, kind_of, truth_answer
+
+    scale = manifest.scale or "binary"
+    questions = {(c.id, q.id): q for c in cases.values() for q in c.checklist}
     judged: Answers = {}
     abstained = asked = 0
+    top_judge = top_truth = raw = 0  # the top answer ("yes", "2", "1.0"): given by the judge, and true
     for v in VERDICTS.read(Path(run_dir)):
         if (v.case_id, v.question_id) not in truth:
             continue
         asked += 1
-        if v.outcome.answered:
-            judged[(v.case_id, v.question_id)] = v.outcome.value  # type: ignore[assignment]
-        else:
+        if not v.outcome.answered:
             abstained += 1
-    questions = {(c.id, q.id): q for c in cases.values() for q in c.checklist}
+            continue
+        judged[(v.case_id, v.question_id)] = v.outcome.value  # type: ignore[assignment]
+        if len(v.votes) == 1 and v.votes[0].answer is not None:
+            q = questions[(v.case_id, v.question_id)]
+            kind = kind_of(scale, q)
+            state = {1.0: "holds", 0.0: "broken"}.get(truth[(v.case_id, v.question_id)], "partial")
+            raw += 1
+            top_judge += v.votes[0].answer == KINDS[kind][0]
+            top_truth += truth_answer(kind, q, state) == KINDS[kind][0]
     pair = _compare(_pair("truth", truth, manifest.judges[0] if len(manifest.judges) == 1 else "+".join(manifest.judges),
                           judged, cases), seed)
     by: dict[str, dict[str, list[bool]]] = {"operator": {}, "aspect": {}}
@@ -452,7 +464,8 @@ def examine(cases_dir: Path, run_dir: Path, *, seed: int = 0) -> dict[str, Any]:
         "accuracy": pair["agreement"], "cohen_kappa": pair["cohen_kappa"], "quadratic_kappa": pair["quadratic_kappa"],
         "opposite_end": pair["opposite_end"], "ci95": pair["ci95"],
         "false_pass": false_pass / broken if broken else None, "false_fail": false_fail / holds if holds else None,
-        "yes_bias": (judge_pass - truth_pass) / n if n else None,
+        "yes_bias": (top_judge - top_truth) / raw if raw else None,
+        "pass_excess": (judge_pass - truth_pass) / n if n else None,
         "by_operator": {k: {"accuracy": fmean(v), "n": len(v)} for k, v in sorted(by["operator"].items())},
         "by_aspect": {k: {"accuracy": fmean(v), "n": len(v)} for k, v in sorted(by["aspect"].items())},
         "operators": pair["operators"]})
@@ -469,7 +482,8 @@ def format_exam(result: dict[str, Any]) -> str:
              f"  accuracy {show(result['accuracy'])}   Cohen's kappa {show(result['cohen_kappa'])}   "
              f"quadratic-weighted kappa {show(result['quadratic_kappa'])}   opposite-end {show(result['opposite_end'])}",
              f"  false passes {show(result['false_pass'])} of broken requirements, false fails "
-             f"{show(result['false_fail'])} of those that hold, yes-bias {show(result['yes_bias'])}",
+             f"{show(result['false_fail'])} of those that hold; yes-bias {show(result['yes_bias'])} (its top answer's "
+             f"rate over the truth's), pass excess {show(result['pass_excess'])}",
              "  accuracy by operator: " + ", ".join(f"{k} {show(v['accuracy'])} ({v['n']})"
                                                     for k, v in result["by_operator"].items()),
              "  accuracy by aspect: " + ", ".join(f"{k} {show(v['accuracy'])} ({v['n']})"

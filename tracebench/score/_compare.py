@@ -23,7 +23,6 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import TraceError
@@ -65,6 +64,8 @@ def _case_metrics(run_dir: Path, protocols: Sequence[str]) -> tuple[str, dict[st
     """A run's cases hash, and per case: its template and its score on every metric it has."""
     from ..run import stream_run
 
+    import numpy as np
+
     stream = stream_run(run_dir)
     out: dict[str, tuple[str, dict[str, float]]] = {}
     for item in stream:
@@ -99,8 +100,11 @@ def holm(pvalues: Sequence[float | None]) -> list[float | None]:
     return adjusted
 
 
-def _paired(diffs: np.ndarray, clusters: np.ndarray, rng: np.random.Generator
-            ) -> tuple[float, tuple[float, float] | None, float | None]:
+def _paired(diffs, clusters, rng) -> tuple[float, tuple[float, float] | None, float | None]:
+    """The observed mean difference, its interval and p-value (numpy arrays of per-case
+    differences and templates; a numpy Generator)."""
+    import numpy as np
+
     observed = float(diffs.mean())
     names, index = np.unique(clusters, return_inverse=True)
     if len(names) < 2:
@@ -122,6 +126,8 @@ def compare_runs(run_dirs: Sequence[Path], *, protocols: Sequence[str] = (), see
     unknown = [p for p in protocols if p not in PROTOCOLS]
     if unknown:
         raise TraceError(f"--protocol: {unknown[0]!r} is not one of {', '.join(PROTOCOLS)}")
+    import numpy as np  # imported when comparing: scoring and diagnosing do without it
+
     protocols = tuple(p for p in dict.fromkeys(protocols) if p != "trace")
     loaded = [_case_metrics(Path(r), protocols) for r in run_dirs]
     hashes = {h for h, _ in loaded}

@@ -17,7 +17,7 @@ from tracebench.formula import parse, relabel_images, template_of, to_text
 from tracebench.library import load_library
 from tracebench.providers import ModelSettings
 from tracebench.records import DiagnosticTree, TREES_FILE, read_cases, read_sample_manifest, read_verdicts
-from tracebench.run import run_benchmark
+from tracebench.run import run_benchmark, shard_of
 from tracebench.sample import ClutterSpec, sample_benchmark
 from tracebench.score import input_bin, score_run
 from tracebench.zoo import failed_questions, parse_profile
@@ -446,11 +446,11 @@ def test_the_zoo_reports_the_distractors_it_took(shared_runs, named):
 def test_max_images_skips_or_collages(shared_folder, tmp_path, command):
     bench = _sample(shared_folder, "small-named", 2, 6, low=3, high=3)
     spec, seen = command
-    cases = {c.id: c for c in read_cases(bench)}
+    cases = {c.id: c for c in read_cases(bench) if shard_of(c.id, 2) == 1}  # half the cases: a process each
     beyond = {i for i, c in cases.items() if len(c.references) > 5}
     assert beyond and len(beyond) < len(cases)
     skipped = run_trace("run", str(bench), "--generator", spec, "--judge", YES, "--max-images", "5",
-                        "--out", str(tmp_path / "skip"))
+                        "--shard", "1/2", "--out", str(tmp_path / "skip"))
     assert skipped.returncode == 0, skipped.stderr
     assert f"{len(beyond)} cases not applicable" in skipped.stdout
     manifest = json.loads((tmp_path / "skip" / "run.json").read_text())
@@ -458,7 +458,7 @@ def test_max_images_skips_or_collages(shared_folder, tmp_path, command):
     assert {v.case_id for v in read_verdicts(tmp_path / "skip")} == set(cases) - beyond
     seen.unlink()
     collaged = run_benchmark(bench, tmp_path / "collage", generator=spec, judges=[YES], settings=SETTINGS,
-                             max_images=5, collage=True)
+                             max_images=5, collage=True, shard=(1, 2))
     assert collaged.collaged == len(beyond) and collaged.cases == len(cases) and collaged.not_applicable is None
     rows = {row["id"]: row for row in map(json.loads, seen.read_text().splitlines())}
     for case_id, case in cases.items():
@@ -473,7 +473,7 @@ def test_max_images_skips_or_collages(shared_folder, tmp_path, command):
         else:
             assert len(rows[case_id]["sizes"]) == len(case.references) and info["collage"] is False
     again = run_trace("run", str(bench), "--generator", spec, "--judge", YES, "--max-images", "5",
-                      "--out", str(tmp_path / "collage"))
+                      "--shard", "1/2", "--out", str(tmp_path / "collage"))
     assert again.returncode == 2 and "holds a run with another collage" in again.stderr
 
 
@@ -554,9 +554,9 @@ def test_a_plugin_s_key_sees_the_view_and_a_collage_s_cells_are_no_failure(share
     plugin.write_text(_KEY_SPY)
     monkeypatch.setenv("KEYS", str(tmp_path / "keys.jsonl"))
     manifest = run_benchmark(bench, tmp_path / "run", generator=f"python:{plugin}", judges=[YES], settings=SETTINGS,
-                             max_images=3, collage=True)
+                             max_images=3, collage=True, shard=(1, 3))
     assert manifest.abstentions == 0 and manifest.collaged
-    cases = {c.id: c for c in read_cases(bench)}
+    cases = {c.id: c for c in read_cases(bench) if shard_of(c.id, 3) == 1}
     for row in map(json.loads, (tmp_path / "keys.jsonl").read_text().splitlines()):
         assert row["clutter"] is False and row["formula"] == cases[row["id"]].template
     for case_id, case in cases.items():

@@ -348,3 +348,34 @@ def test_the_exam_is_built_once_and_judged(tmp_path):
     assert abs(accuracy - 0.9) < 5 * (0.09 / n) ** 0.5  # the flip rate, within 5 standard errors
     bad = run_trace("agree", "--truth", str(tmp_path / "r"), "--judge", str(tmp_path / "r"))
     assert bad.returncode == 2 and "give no --judge" in bad.stderr
+
+
+def test_a_binary_ensemble_run_labels_pass_or_fail(world, tmp_path):
+    """The mean of two binary judges may be 0.5: as a label it is a fail, not a third category."""
+    from tracebench.run import run_benchmark
+
+    run_benchmark(world["bench"], tmp_path / "pair", generator="synthetic:global-interference,composition-interference:2",
+                  judges=["oracle", "oracle:flip=0.3"], settings=SETTINGS)
+    values = {v.value for v in read_verdicts(tmp_path / "pair")}
+    assert 0.5 in values
+    result = _agree("--cases", str(world["bench"]), "--judge", str(world["root"] / "judge"), "--judge",
+                    str(tmp_path / "pair"))
+    assert result["levels"] == [0.0, 1.0]
+    truth = _agree("--truth", str(tmp_path / "pair"))
+    passed = {(v.case_id, v.question_id): v.outcome.passed for v in read_verdicts(tmp_path / "pair")}
+    assert truth["accuracy"] == pytest.approx(sum(passed[k] == ok for k, ok in world["truth"].items())
+                                              / len(world["truth"]), abs=1e-4)
+    wrong = run_trace("agree", "--truth", str(tmp_path / "pair"), "--cases", str(tmp_path))
+    assert wrong.returncode == 2 and "not a benchmark folder" in wrong.stderr
+
+
+def test_the_exam_over_http_takes_a_judge_url(tmp_path, monkeypatch):
+    from tracebench.report import exam_benchmark
+    from tracebench.serve import ZooServer
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-exam-over-loopback")
+    with ZooServer([exam_benchmark()]).start() as server:
+        result = run_trace("agree", "--exam", "--judge", f"openai:oracle@{server.base_url}", "--out",
+                           str(tmp_path / "r"), "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["accuracy"] == 1.0

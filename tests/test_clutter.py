@@ -28,9 +28,9 @@ SLOTS = tuple(range(1, 9))
 IDENTITY_GROUPS = ("1_Appearance", "2_Form")  # templates/clutter.toml
 
 
-def _sample(shared_folder, name: str, per_slot: int, seed: int, **clutter) -> Path:
+def _sample(shared_folder, name: str, per_slot: int, seed: int, applications: bool = True, **clutter) -> Path:
     return shared_folder(f"clutter-{name}", lambda out: sample_benchmark(
-        out, slots=SLOTS, per_slot=per_slot, seed=seed, applications=True, clutter=ClutterSpec(**clutter)))
+        out, slots=SLOTS, per_slot=per_slot, seed=seed, applications=applications, clutter=ClutterSpec(**clutter)))
 
 
 @pytest.fixture(scope="module")
@@ -302,7 +302,7 @@ def test_a_cluttered_tree_removes_the_distractors_first(named):
      {"distractor-confusion", "global-interference", "distractor-confusion+global-interference"}),
 ])
 def test_localization_names_reference_clutter(shared_folder, tmp_path, profile, causes):
-    bench = _sample(shared_folder, "localization", 32, 12, low=3, high=3)
+    bench = _sample(shared_folder, "localization", 32, 12, applications=False, low=3, high=3)
     run_benchmark(bench, tmp_path / "run", generator=f"synthetic:{profile}", judges=["oracle"], settings=SETTINGS)
     full = diagnose_run(tmp_path / "run", tmp_path / "full", strategy="full", settings=SETTINGS)
     assert full.cases >= 200

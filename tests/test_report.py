@@ -147,8 +147,8 @@ def test_separated_needs_a_sole_best_significantly_ahead_of_every_other_run():
 
     def table(*diffs):  # (a, b, difference, significant) on "overall"
         return Comparison(runs=("r0", "r1", "r2"), metrics=("overall",), resamples=10, differences=tuple(
-            Difference(a=a, b=b, metric="overall", cases=5, templates=5, difference=d, ci95=None, p=0.01,
-                       p_holm=0.01 if sig else 0.5, significant=sig) for a, b, d, sig in diffs))
+            Difference(a=a, b=b, metric="overall", cases=5, templates=5, difference=d, ci95=None,
+                       p=0.01 if sig else 0.5, p_holm=0.01 if sig else 0.5, significant=sig) for a, b, d, sig in diffs))
 
     ahead = table(("r0", "r1", 0.2, True))
     assert _best(rows(0.9, 0.7), "overall", ahead) == {"value": 0.9, "separated": True}
@@ -156,6 +156,7 @@ def test_separated_needs_a_sole_best_significantly_ahead_of_every_other_run():
     assert _best(rows(0.7, 0.9), "overall", table(("r0", "r1", -0.2, True))) == {"value": 0.9, "separated": True}
     assert _best(rows(0.9, 0.7, 0.8), "overall", table(("r0", "r1", 0.2, True), ("r0", "r2", 0.1, False),
                                                        ("r1", "r2", -0.1, True)))["separated"] is False  # not all
+    assert _best(rows(0.9, 0.7, None), "overall", ahead)["separated"] is True  # a run without a value is no rival
     assert _best(rows(0.9, 0.9), "overall", table(("r0", "r1", 0.0, False)))["separated"] is False  # a tie
     assert _best(rows(0.9, 0.7), "overall", None)["separated"] is False  # one run: nothing to compare
     assert _best(rows(None), "overall") == {"value": None, "separated": False}

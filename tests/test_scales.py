@@ -155,3 +155,24 @@ def test_an_unknown_scale_is_one_line(tmp_path, bench):
     result = run_trace("run", str(bench), "--generator", "synthetic:perfect", "--judge", "oracle", "--scale", "five",
                        "--out", str(tmp_path / "r"))
     assert result.returncode == 2 and "invalid choice: 'five'" in result.stderr
+
+
+def test_merge_and_compare_refuse_mixed_scales_and_diagnose_records_its_own(bench, runs, tmp_path):
+    from tracebench.diagnose import diagnose_run
+    from tracebench.records import DIAGNOSIS_MANIFEST
+
+    merged = run_trace("merge", str(runs["binary"]), str(runs["ternary"]), "--out", str(tmp_path / "m"))
+    assert merged.returncode == 2 and "another scale or ensemble" in merged.stderr
+    compared = run_trace("compare", str(runs["binary"]), str(runs["ternary"]))
+    assert compared.returncode == 2 and "different scales (binary, ternary)" in compared.stderr
+    report = run_trace("report", str(runs["binary"]), "--compare", str(runs["ternary"]), "--out", str(tmp_path / "r.html"))
+    assert report.returncode == 2 and "judged on the ternary scale" in report.stderr
+    own = diagnose_run(runs["ternary"], tmp_path / "d", cases="s2-00001,s3-00002", settings=SETTINGS)
+    manifest = DIAGNOSIS_MANIFEST.read(tmp_path / "d")
+    assert manifest.scale == "ternary" and manifest.roots_from_run and own.cases == 2
+    other = diagnose_run(runs["ternary"], tmp_path / "d2", cases="s2-00001",
+                         settings=ModelSettings(max_retries=0, timeout=30.0, scale="binary"))
+    assert DIAGNOSIS_MANIFEST.read(tmp_path / "d2").roots_from_run is False and other.cases == 1
+    again = run_trace("diagnose", str(runs["ternary"]), "--out", str(tmp_path / "d"), "--cases", "s2-00001,s3-00002",
+                      "--scale", "binary")
+    assert again.returncode == 2 and "holds a diagnosis with another" in again.stderr and "scale" in again.stderr

@@ -407,8 +407,10 @@ class NodeOccurrence(_Record):
     node: SafeId = Field(description="the node id in that case's tree")
 
 
-class DiagnosisManifest(_Record):
+class DiagnosisManifest(_Sparse):
     """``diagnosis.json``: what a diagnosis folder was made from (a folder is resumed only by the same)."""
+
+    _omitted_when_none: ClassVar[tuple[str, ...]] = ("scale",)
 
     tool: str
     run_dir: str
@@ -423,7 +425,9 @@ class DiagnosisManifest(_Record):
                                                          "of a tracebench that gated across instances")
     cases: str = Field(description="the selection: failing, all, or a list of ids")
     shard: str | None = None
-    roots_from_run: bool = Field(description="whether root verdicts are the run's (same generator and judges)")
+    roots_from_run: bool = Field(description="whether root verdicts are the run's (same generator, judges and scale)")
+    scale: Literal["ternary", "tiers"] | None = Field(default=None, description="the judges' answer scale when not "
+                                                      "binary (trace diagnose --scale; default the run's)")
     repeats: int = Field(default=1, description="generations of each node (the root included) whose majority decides "
                                                 "its results")
     hashes: dict[str, str] = Field(description="SHA-256 of the diagnosis rules and sources")

@@ -60,7 +60,7 @@ def add_model_options(p: argparse.ArgumentParser, *, cache_default: str, default
     p.add_argument("--cache", type=Path, help=f"cache folder (default {cache_default})")
 
 
-def model_settings(args, *, seed: int = 0, scale: str = "binary"):
+def model_settings(args, *, seed: int = 0, scale: str | None = None):
     """ModelSettings from the options above (the models file read and checked); ``seed`` and
     ``scale`` where the command left them out (a diagnosis: the run's)."""
     from ..providers import ModelSettings, read_models_file

@@ -18,7 +18,7 @@ def register(sub) -> None:
     p.add_argument("--cases", type=Path, metavar="CASES_DIR", help="the benchmark folder (not with --exam)")
     p.add_argument("--human", type=Path, metavar="LABELS.jsonl",
                    help='human labels, one {"case_id", "question_id", "pass"} a line')
-    p.add_argument("--judge", type=Path, action="append", default=[], metavar="RUN_DIR_OR_JSONL",
+    p.add_argument("--judge", action="append", default=[], metavar="RUN_DIR_OR_JSONL",
                    help="a run folder or a label file; repeat to compare judges or repeated runs")
     p.add_argument("--human-diagnosis", type=Path, metavar="SOURCES.jsonl",
                    help='human failure sources, one {"case_id", "target", "source"} a line')
@@ -41,6 +41,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    if not args.exam:
+        args.judge = [Path(j) for j in args.judge]  # folders and files; with --exam, judge specs (openai:M@URL)
     if args.cases is None and not args.exam:
         if args.truth is None:
             raise TraceError("--cases CASES_DIR: the benchmark folder is needed (but with --exam)")

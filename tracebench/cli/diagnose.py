@@ -82,7 +82,7 @@ def run(args) -> int:
         if args.out is None:
             return 0
     manifest = RUN_MANIFEST.read(args.run_dir)  # the rest is read once, below
-    settings = model_settings(args, seed=manifest.seed or 0, scale=manifest.scale or "binary")
+    settings = model_settings(args, seed=manifest.seed or 0)  # the scale: --scale, else the run's
     summary = diagnose_run(args.run_dir, args.out, cases=args.cases, generator=args.generator, judges=args.judge,
                            strategy=args.strategy, settings=settings, concurrency=args.concurrency,
                            judge_batch=args.judge_batch, cache_dir=args.cache, shard=args.shard,

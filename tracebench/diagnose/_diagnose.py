@@ -37,6 +37,7 @@ import networkx as nx
 from .. import __version__
 from ..errors import TraceError
 from ..library import staged_output
+from ..scales import GRADED_ENSEMBLE
 from ..records import (CASES, DIAGNOSIS_MANIFEST, NODES, SUMMARY, TREES, Case, DiagnosisManifest, DiagnosisSummary,
                        DiagnosticEdge, DiagnosticNode, DiagnosticTree, NodeOccurrence, SampleManifest, VERDICTS)
 from ..resources import data_hash
@@ -581,8 +582,10 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
         raise TraceError(f"--repeats: {repeats} must be a whole number of at least 1")
     run = stream_run(run_dir)  # read as a stream: only the chosen cases are kept
     manifest = run.manifest
-    settings = with_endpoints(settings or ModelSettings(seed=manifest.seed or 0, scale=manifest.scale or "binary"),
-                              manifest.endpoints, generator=manifest.generator, judges=manifest.judges)
+    settings = with_endpoints(settings or ModelSettings(seed=manifest.seed or 0), manifest.endpoints,
+                              generator=manifest.generator, judges=manifest.judges)
+    if settings.scale is None:  # the judges answer on the run's scale unless told otherwise
+        settings = replace(settings, scale=manifest.scale or "binary")
     if settings.library is None:
         settings = replace(settings, library=library_of(run.cases_dir))
     # a python: plugin is loaded from where the run loaded it (its spec names the plugin, not its file)
@@ -591,20 +594,24 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
     judge_batch = judge_batch or manifest.judge_batch
     # the nodes' judges combine as the run's did (a run before the rule was recorded took the majority)
     ensemble = manifest.ensemble or ("majority" if len(manifest.judges) > 1 else "mean")
+    scale = settings.scale
+    if ensemble == "mean" and not manifest.ensemble and scale != "binary":
+        ensemble = GRADED_ENSEMBLE  # several judges of a graded diagnosis over a one-judge run: the graded rule
     # a bad spec or a missing key is an error before anything is written; specs compared as resolved
     # (a models-file name or an @URL suffix names the same model as the run's plain spec)
     gen, judge_list = make_providers(generator, judges, settings)
     seed = settings.seed if gen.spec.startswith("synthetic:") else None
     generator_spec, judge_specs = gen.spec, tuple(j.spec for j in judge_list)
     roots_from_run = (generator_spec == manifest.generator and judge_specs == tuple(manifest.judges)
-                      and judge_batch == manifest.judge_batch and seed == manifest.seed and manifest.sample == 0)
+                      and judge_batch == manifest.judge_batch and seed == manifest.seed and manifest.sample == 0
+                      and scale == (manifest.scale or "binary"))
     chosen = _choose(_streamed(run), cases, shard, run.root, gating)
     out = Path(out)
     identity = DiagnosisManifest(
         tool=f"tracebench {__version__}", run_dir=str(Path(run_dir).resolve()), cases_dir=str(run.cases_dir),
         cases_hash=manifest.cases_hash, generator=generator_spec, seed=seed, judges=judge_specs, judge_batch=judge_batch,
         strategy=strategy, gating=gating.value, cases=cases, shard=f"{shard[0]}/{shard[1]}" if shard else None,
-        roots_from_run=roots_from_run, repeats=repeats,
+        roots_from_run=roots_from_run, repeats=repeats, scale=None if scale == "binary" else scale,
         hashes={"diagnose": data_hash(("diagnose", RULES_FILE), ("diagnose", SOURCES_FILE))})
     if DIAGNOSIS_MANIFEST.path(out).is_file():
         old = DIAGNOSIS_MANIFEST.read(out)

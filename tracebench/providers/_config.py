@@ -110,7 +110,8 @@ class ModelSettings:
     library: Path | None = None  # the synthetic generator's library (default: the benchmark's)
     seed: int = 0
     sample: int = 0  # which generation of each case (0 the first): another is a call of its own (trace diagnose --repeats)
-    scale: str = "binary"  # what judges answer on: binary, ternary or tiers (tracebench.scales)
+    scale: str | None = None  # what judges answer on: binary, ternary or tiers (tracebench.scales); None: binary
+    # for a run, the run's own for a diagnosis
     models: Mapping[str, ModelEntry] = field(default_factory=dict)
     max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES
 
@@ -118,7 +119,7 @@ class ModelSettings:
         check_call_limits(timeout=self.timeout, max_retries=self.max_retries, max_reply_bytes=self.max_reply_bytes)
         if self.sample < 0:
             raise TraceError(f"sample: {self.sample} must be 0 or more")
-        if self.scale not in ("binary", "ternary", "tiers"):
+        if self.scale not in (None, "binary", "ternary", "tiers"):
             raise TraceError(f"--scale: {self.scale!r} is not binary, ternary or tiers")
 
 

@@ -94,7 +94,7 @@ def _make(spec: str, settings: ModelSettings, role: str, builtins: dict[str, Fac
     if provider.concurrency is None:
         provider.concurrency = config.concurrency
     if isinstance(provider, Judge):
-        provider.scale = settings.scale
+        provider.scale = settings.scale or "binary"
     if isinstance(provider, Generator):
         provider.sample = settings.sample
         if config.max_images is not None:  # the models file's word over the class's declaration

@@ -96,7 +96,8 @@ def read_labels(source: Path, cases: dict[str, Case]) -> Answers:
     if source.is_dir():
         if not RUN_MANIFEST.path(source).is_file():
             raise TraceError(f"{source}: neither a run folder (no {RUN_MANIFEST.name}) nor a label file")
-        rows = [(f"{VERDICTS.path(source)}:{k}", v.case_id, v.question_id, v.outcome.value)
+        graded = RUN_MANIFEST.read(source).scale is not None
+        rows = [(f"{VERDICTS.path(source)}:{k}", v.case_id, v.question_id, _label_value(v.outcome, graded))
                 for k, v in VERDICTS.read_numbered(source) if v.outcome.answered]
     else:
         rows = [(f"{source}:{lineno}", label.case_id, label.question_id, label.score)
@@ -115,6 +116,12 @@ def read_labels(source: Path, cases: dict[str, Case]) -> Answers:
         first[key] = where
         answers[key] = passed
     return answers
+
+
+def _label_value(outcome: Outcome, graded: bool) -> float:
+    """A verdict as a label: its value on a graded scale; on the binary scale whether it passes (an
+    ensemble's mean of 0.5 is a fail, not a third category)."""
+    return outcome.value if graded else float(outcome.passed)  # type: ignore[return-value]
 
 
 def _outcome(value: float) -> Outcome:
@@ -415,9 +422,16 @@ def examine(cases_dir: Path, run_dir: Path, *, seed: int = 0) -> dict[str, Any]:
     share the judge passed), false fails (of those that hold, the share it failed), its pass rate's
     excess over the truth's, its yes-bias (how much more often it gives the top answer, "yes", "2"
     or "1.0", than the truth does: the oracle's ``yes-bias`` rate shows here) and its abstentions."""
+    from ..cache import file_sha256
+    from ..records import CASES
+
+    manifest = RUN_MANIFEST.read(Path(run_dir))
+    if not CASES.path(Path(cases_dir)).is_file():
+        raise TraceError(f"--cases {cases_dir}: not a benchmark folder (no {CASES.name})")
+    if file_sha256(CASES.path(Path(cases_dir))) != manifest.cases_hash:
+        raise TraceError(f"--cases {cases_dir}: not the benchmark run {run_dir} was made from (its cases.jsonl differs)")
     cases = {c.id: c for c in read_cases(Path(cases_dir))}
     truth = truth_labels(run_dir, cases)
-    manifest = RUN_MANIFEST.read(Path(run_dir))
     from ..scales import KINDS, kind_of, truth_answer
 
     scale = manifest.scale or "binary"
@@ -432,7 +446,7 @@ def examine(cases_dir: Path, run_dir: Path, *, seed: int = 0) -> dict[str, Any]:
         if not v.outcome.answered:
             abstained += 1
             continue
-        judged[(v.case_id, v.question_id)] = v.outcome.value  # type: ignore[assignment]
+        judged[(v.case_id, v.question_id)] = _label_value(v.outcome, manifest.scale is not None)
         if len(v.votes) == 1 and v.votes[0].answer is not None:
             q = questions[(v.case_id, v.question_id)]
             kind = kind_of(scale, q)

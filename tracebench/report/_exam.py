@@ -68,7 +68,7 @@ def take_exam(judge: str, *, settings=None, out: Path | None = None, concurrency
     settings = settings or ModelSettings()
     bench = exam_benchmark()
     if out is None:
-        key = hashlib.sha256(f"{judge}\n{settings.scale}".encode()).hexdigest()[:16]
+        key = hashlib.sha256(f"{judge}\n{settings.scale or 'binary'}".encode()).hexdigest()[:16]
         out = bench.parent / "runs" / key
     run_benchmark(bench, out, generator=f"synthetic:{EXAM_PROFILE}", judges=[judge], settings=settings,
                   concurrency=concurrency)

@@ -306,28 +306,31 @@ def _node_image(diag_dir: Path, tree: DiagnosticTree, node: DiagnosticNode) -> P
 
 
 def _best(rows: list[dict], key: str, comparison=None) -> dict[str, Any]:
-    """The best value of a column, and whether it is *separated*: its paired difference with every
-    other run is significant (``trace compare``: a bootstrap over templates, Holm across the
-    table; the ``avg`` column by the cases' overall scores). A tie is never separated. The page
-    bolds the best and marks a separated one with a double dagger."""
+    """The best value of a column, and whether it is *separated*: significantly ahead of every other
+    run with a value in the column (``trace compare``'s paired differences, clustered by template;
+    the ``avg`` column by the cases' overall scores), the p-values of the leader against the others
+    Holm-corrected within the column. A tie is never separated. The page bolds the best and marks
+    a separated one with a double dagger."""
+    from ..score import holm
+
     scored = [r for r in rows if r[key] is not None]
     if not scored:
         return {"value": None, "separated": False}
     value = max(r[key] for r in scored)
     leaders = [r for r in scored if r[key] == value]
-    others = [r for r in rows if r is not leaders[0]]
+    others = [r for r in scored if r is not leaders[0]]
     if len(leaders) != 1 or not others or comparison is None:
         return {"value": value, "separated": False}
     metric = "overall" if key == "avg" else key
     leader = leaders[0]["root"]
-
-    def beats(other: str) -> bool:
-        for d in comparison.differences:
-            if d.metric == metric and {d.a, d.b} == {leader, other} and d.difference is not None:
-                return d.significant and (d.difference > 0) == (d.a == leader)
-        return False
-
-    return {"value": value, "separated": all(beats(r["root"]) for r in others)}
+    found = []
+    for other in others:
+        d = next((d for d in comparison.differences if d.metric == metric and {d.a, d.b} == {leader, other["root"]}),
+                 None)
+        if d is None or d.difference is None or d.p is None or (d.difference > 0) != (d.a == leader):
+            return {"value": value, "separated": False}
+        found.append(d.p)
+    return {"value": value, "separated": all(p < 0.05 for p in holm(found))}  # type: ignore[operator]
 
 
 def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, compare: Sequence[Path] = (),
@@ -349,6 +352,9 @@ def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, com
         if other.manifest.cases_hash != run.manifest.cases_hash:
             raise TraceError(f"--compare {other.root}: a run of another benchmark ({other.cases_dir}, not the "
                              f"cases of {run_dir})")
+        if (other.manifest.scale or "binary") != (run.manifest.scale or "binary"):
+            raise TraceError(f"--compare {other.root}: judged on the {other.manifest.scale or 'binary'} scale, not the "
+                             f"{run.manifest.scale or 'binary'} one of {run_dir}: their values do not compare")
     runs = [_RunView(_run_name(r.manifest) + (f" (shard {r.manifest.shard})" if r.manifest.shard else ""),
                      r.root, r.manifest, score_cases(r.manifest, ((item.case, item.outcomes) for item in r),
                                                      root=r.root, seed=seed, gating=gating,
@@ -377,7 +383,7 @@ def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, com
                "ci": r.scores["ci95"], "abstentions": r.scores["abstentions"]}
         row.update({op: r.scores["operators"].get(op) for op in OPERATORS})
         headline.append(row)
-    comparison = compare_runs([r.root for r in runs], seed=seed) if len(runs) > 1 else None
+    comparison = compare_runs([r.root for r in runs], seed=seed, gating=gating) if len(runs) > 1 else None
     best = {key: _best(headline, key, comparison) for key in (*OPERATORS, "avg")}
     protocol_rows = [{"name": r.name, **{name: p for name, p in (r.scores.get("protocols") or {}).items()}}
                      for r in runs]

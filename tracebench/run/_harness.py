@@ -465,7 +465,7 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
     if settings.library is None:
         settings = replace(settings, library=library_of(cases_dir))
     gen, judge_list = make_providers(generator, judges, settings)
-    scale = Scale(settings.scale)
+    scale = Scale(settings.scale or "binary")
     if ensemble is None and len(judge_list) > 1:  # the rule for the scale: mean (the paper's), median when graded
         ensemble = "mean" if scale is Scale.BINARY else GRADED_ENSEMBLE
     ensemble = ensemble if len(judge_list) > 1 else None  # one judge: nothing to combine
@@ -505,7 +505,7 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
     (out / IMAGES_DIR).mkdir(exist_ok=True)
     access = ModelAccess(Cache(cache_dir or out / CACHE_DIR), concurrency=concurrency, max_retries=settings.max_retries)
     runner = _Runner(out, cases_dir, gen, judge_list, access, judge_batch, ensemble,
-                     frozenset(beyond) if collage else frozenset(), settings.scale)
+                     frozenset(beyond) if collage else frozenset(), scale)
     if progress is None:
         progress = sys.stderr.isatty()
     # keep only complete cases, then append new ones case by case

@@ -23,6 +23,9 @@ def merge_runs(runs: list[Path], out: Path) -> RunManifest:
         if (m.cases_hash, m.generator, m.judges, m.judge_batch) != (first.cases_hash, first.generator, first.judges,
                                                                    first.judge_batch):
             raise TraceError(f"{run}: a run of other cases, generator or judges than {runs[0]}; cannot merge")
+        if (m.scale, m.ensemble) != (first.scale, first.ensemble):
+            raise TraceError(f"{run}: a run on another scale or ensemble than {runs[0]} (scale {m.scale or 'binary'} "
+                             f"vs {first.scale or 'binary'}, ensemble {m.ensemble} vs {first.ensemble}); cannot merge")
         if (m.max_images, m.collage) != (first.max_images, first.collage):
             raise TraceError(f"{run}: a run with another max_images or collage than {runs[0]} (max_images "
                              f"{m.max_images} vs {first.max_images}, collage {m.collage} vs {first.collage}); cannot merge")

@@ -7,7 +7,9 @@ overall score, and the protocols asked), over the cases both runs scored:
 - a 95% percentile interval and a two-sided p-value from a **paired bootstrap clustered by
   template**: the cases of one template are not independent (the same structure, often the
   same failure), so templates are resampled with replacement, each bringing all its cases
-  (2,000 resamples, seeded); the p-value is the share of resampled differences, centred on the
+  (2,000 resamples, seeded, or ``20 m / 0.05`` for a table of m tests, so that the smallest
+  p-value, 1 / (R + 1), can survive Holm's multiplication by m); the p-value is the share of
+  resampled differences, centred on the
   observed one, at least as far from zero as it is;
 - the **Holm** correction across the whole table (every pair and metric): the p-values sorted,
   the k-th smallest multiplied by (m - k + 1), made monotone and capped at 1; a difference is
@@ -19,6 +21,7 @@ the mean of its instances) and of ``score/_protocols.py`` for the protocols.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
@@ -32,7 +35,7 @@ from ._score import Gating, instance_scores
 
 __all__ = ["Comparison", "Difference", "compare_runs", "format_comparison", "holm"]
 
-RESAMPLES = 2000
+RESAMPLES = 2000  # the least; more when the table is large (see compare_runs)
 ALPHA = 0.05
 
 
@@ -60,8 +63,9 @@ class Comparison(_Record):
     differences: tuple[Difference, ...]
 
 
-def _case_metrics(run_dir: Path, protocols: Sequence[str]) -> tuple[str, dict[str, tuple[str, dict[str, float]]]]:
-    """A run's cases hash, and per case: its template and its score on every metric it has."""
+def _case_metrics(run_dir: Path, protocols: Sequence[str], gating: Gating = Gating.WITHIN
+                  ) -> tuple[tuple[str, str | None], dict[str, tuple[str, dict[str, float]]]]:
+    """A run's (cases hash, scale), and per case: its template and its score on every metric it has."""
     from ..run import stream_run
 
     import numpy as np
@@ -70,7 +74,7 @@ def _case_metrics(run_dir: Path, protocols: Sequence[str]) -> tuple[str, dict[st
     out: dict[str, tuple[str, dict[str, float]]] = {}
     for item in stream:
         case, outcomes = item.case, item.outcomes
-        instances = instance_scores(case, outcomes, Gating.WITHIN)
+        instances = instance_scores(case, outcomes, gating)
         if not instances:
             continue
         metrics: dict[str, float] = {}
@@ -84,7 +88,7 @@ def _case_metrics(run_dir: Path, protocols: Sequence[str]) -> tuple[str, dict[st
                 if name in protocols:
                     metrics[name] = result["overall"]
         out[case.id] = (case.template, metrics)
-    return stream.manifest.cases_hash, out
+    return (stream.manifest.cases_hash, stream.manifest.scale), out
 
 
 def holm(pvalues: Sequence[float | None]) -> list[float | None]:
@@ -100,7 +104,7 @@ def holm(pvalues: Sequence[float | None]) -> list[float | None]:
     return adjusted
 
 
-def _paired(diffs, clusters, rng) -> tuple[float, tuple[float, float] | None, float | None]:
+def _paired(diffs, clusters, rng, resamples: int = RESAMPLES) -> tuple[float, tuple[float, float] | None, float | None]:
     """The observed mean difference, its interval and p-value (numpy arrays of per-case
     differences and templates; a numpy Generator)."""
     import numpy as np
@@ -111,16 +115,18 @@ def _paired(diffs, clusters, rng) -> tuple[float, tuple[float, float] | None, fl
         return observed, None, None
     sums = np.bincount(index, weights=diffs, minlength=len(names))
     sizes = np.bincount(index, minlength=len(names)).astype(float)
-    picks = rng.integers(0, len(names), size=(RESAMPLES, len(names)))
+    picks = rng.integers(0, len(names), size=(resamples, len(names)))
     means = sums[picks].sum(axis=1) / sizes[picks].sum(axis=1)
     low, high = np.percentile(means, [2.5, 97.5])
     centred = means - observed
-    p = float((np.sum(np.abs(centred) >= abs(observed) - 1e-12) + 1) / (RESAMPLES + 1))  # never 0 from finite resamples
+    p = float((np.sum(np.abs(centred) >= abs(observed) - 1e-12) + 1) / (resamples + 1))  # never 0 from finite resamples
     return observed, (round(float(low), 4), round(float(high), 4)), p
 
 
-def compare_runs(run_dirs: Sequence[Path], *, protocols: Sequence[str] = (), seed: int = 0) -> Comparison:
-    """Paired comparisons of every pair of runs (see the module docstring)."""
+def compare_runs(run_dirs: Sequence[Path], *, protocols: Sequence[str] = (), seed: int = 0,
+                 gating: Gating | str = Gating.WITHIN) -> Comparison:
+    """Paired comparisons of every pair of runs (see the module docstring); ``gating`` as
+    ``trace score --gating``. Runs of different benchmarks or scales are refused."""
     if len(run_dirs) < 2:
         raise TraceError("give two runs or more")
     unknown = [p for p in protocols if p not in PROTOCOLS]
@@ -129,12 +135,17 @@ def compare_runs(run_dirs: Sequence[Path], *, protocols: Sequence[str] = (), see
     import numpy as np  # imported when comparing: scoring and diagnosing do without it
 
     protocols = tuple(p for p in dict.fromkeys(protocols) if p != "trace")
-    loaded = [_case_metrics(Path(r), protocols) for r in run_dirs]
-    hashes = {h for h, _ in loaded}
-    if len(hashes) != 1:
+    loaded = [_case_metrics(Path(r), protocols, Gating(gating)) for r in run_dirs]
+    if len({h for (h, _), _ in loaded}) != 1:
         raise TraceError("the runs are of different benchmarks (their cases.jsonl differ)")
+    scales = {scale or "binary" for (_, scale), _ in loaded}
+    if len(scales) != 1:
+        raise TraceError(f"the runs' judges answered on different scales ({', '.join(sorted(scales))}): their "
+                         "values do not compare (score each, or rejudge on one scale)")
     names = [str(r) for r in run_dirs]
     metrics = tuple([op.value for op in OPERATORS] + ["overall", *protocols])
+    tests = len(loaded) * (len(loaded) - 1) // 2 * len(metrics)
+    resamples = max(RESAMPLES, math.ceil(20 * tests / ALPHA))
     rng = np.random.default_rng(seed)
     rows: list[dict] = []
     for i in range(len(loaded)):
@@ -148,14 +159,14 @@ def compare_runs(run_dirs: Sequence[Path], *, protocols: Sequence[str] = (), see
                     continue
                 diffs = np.array([a[c][1][metric] - b[c][1][metric] for c in common])
                 clusters = np.array([a[c][0] for c in common])
-                diff, ci, p = _paired(diffs, clusters, rng)
+                diff, ci, p = _paired(diffs, clusters, rng, resamples)
                 rows.append({"a": names[i], "b": names[j], "metric": metric, "cases": len(common),
                              "templates": len(set(clusters.tolist())), "difference": round(diff, 4), "ci95": ci,
                              "p": None if p is None else round(p, 4)})
     adjusted = holm([r["p"] for r in rows])
     differences = tuple(Difference(**r, p_holm=None if q is None else round(q, 4),
                                    significant=q is not None and q < ALPHA) for r, q in zip(rows, adjusted))
-    return Comparison(runs=tuple(names), metrics=metrics, resamples=RESAMPLES, differences=differences)
+    return Comparison(runs=tuple(names), metrics=metrics, resamples=resamples, differences=differences)
 
 
 def format_comparison(result: Comparison) -> str:

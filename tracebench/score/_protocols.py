@@ -22,7 +22,8 @@ TRACE-Bench's operator table (``score/_score.py``).
   composition questions; the case's score is 10 x the geometric mean of the two (0-10).
 - ``savanna`` (Savanna): ``100 * (0.8 * s_id + 0.2 * s_ctx)``, with ``s_id`` the mean identity
   value of the case's anchors (their tier with ``--scale tiers``) and ``s_ctx`` the mean of its
-  other questions; cases without an anchor are not scored (Savanna scores identity tasks).
+  other questions; cases without an anchor are not scored (Savanna scores identity tasks), and a
+  case whose only questions are identity questions scores ``100 * s_id`` (the weights renormalized).
 """
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ class ProtocolScore(_Record):
                                                               "score is at least tau")
     pass_rate_ci95: tuple[float, float] | None = None
     weights: str | None = Field(default=None, description='longbanana: "uniform", or the weights file used')
+    weights_missing: int | None = Field(default=None, description="longbanana with a weights file: cases the file has "
+                                        "no weights for (their items weigh alike: a file of another shard?)")
 
 
 class DifficultyWeights(_Record):
@@ -163,12 +166,15 @@ class ProtocolTally:
         self.overall: dict[str, list[float]] = defaultdict(list)
         self.dims: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
         self.passed: list[float] = []
+        self.weights_missing = 0
 
     def add(self, case: Case, outcomes: Mapping[str, Outcome]) -> None:
         wanted = [p for p in self.protocols if p != "trace"]
         if not wanted:
             return
         weights = None if self.weights is None else self.weights.weights.get(case.id, {})
+        if self.weights is not None and case.id not in self.weights.weights:
+            self.weights_missing += 1
         for name, result in _case_scores(case, outcomes, weights, self.tau).items():
             if name not in wanted:
                 continue
@@ -192,7 +198,8 @@ class ProtocolTally:
             extra = {}
             if name == "longbanana":
                 extra = {"tau": self.tau, "pass_rate": _round(_mean(self.passed)), "pass_rate_ci95": ci(self.passed),
-                         "weights": self.weights_name or "uniform"}
+                         "weights": self.weights_name or "uniform",
+                         "weights_missing": None if self.weights is None else self.weights_missing}
             out[name] = ProtocolScore(
                 protocol=name, range="0-10" if name == "macro" else "0-100", overall=_round(_mean(values)),
                 ci95=ci(values), dimensions={d: _round(_mean(dims.get(d, []))) for d in DIMENSIONS[name]},

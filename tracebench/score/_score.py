@@ -488,6 +488,8 @@ def format_scores(scores: Scores) -> str:
         line = f"{name} ({p.range}): {shown} {list(p.ci95) if p.ci95 else ''} over {p.cases} cases; {dims}"
         if p.pass_rate is not None:
             line += f"; P@{p.tau:g} {p.pass_rate:.2f}% ({p.weights} weights)"
+            if p.weights_missing:
+                line += f"; {p.weights_missing} cases without weights in the file (weighed alike)"
         lines.append(line)
     if scores.by_inputs is not None:
         lines.append("by input images: " + ", ".join(

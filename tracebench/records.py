@@ -27,7 +27,7 @@ __all__ = ["Attribution", "CASES", "CASES_FILE", "Case", "Clutter", "Distractor"
            "LeftOut", "MANIFEST_FILE", "NODES", "NODES_FILE", "NodeOccurrence", "Question", "REFERENCES_DIR", "RUN_FILE",
            "RUN_MANIFEST", "Reference", "RunManifest", "SAMPLE_MANIFEST", "SUMMARY", "SUMMARY_FILE",
            "SampleManifest", "TREES", "TREES_FILE", "TermBinding", "VERDICTS", "VERDICTS_FILE", "Verdict", "Vote",
-           "case_problem", "checklist_problem", "checked_run_verdicts", "read_cases", "read_generation_info", "read_run_verdicts", "repeated_question", "read_sample_manifest", "read_verdicts"]
+           "case_problem", "checklist_problem", "clutter_problem", "checked_run_verdicts", "read_cases", "read_generation_info", "read_run_verdicts", "repeated_question", "read_sample_manifest", "read_verdicts"]
 
 
 class _Record(BaseModel):
@@ -482,8 +482,8 @@ NODES_FILE = "nodes.jsonl"
 
 def case_problem(case: Case) -> str | None:
     """What makes a case unusable, or None: two g_ip designs on one carrier (formula validation
-    refuses them; a case file written by other means may hold them), then
-    :func:`checklist_problem`."""
+    refuses them; a case file written by other means may hold them), clutter that names no
+    reference or term of the case (:func:`clutter_problem`), then :func:`checklist_problem`."""
     designed: set[str | None] = set()
     for term in case.terms:
         if term.role == Role.IP:
@@ -492,7 +492,34 @@ def case_problem(case: Case) -> str | None:
 
                 return f"terms: {design_conflict(term.carrier)}"
             designed.add(term.carrier)
-    return checklist_problem(case)
+    return clutter_problem(case) or checklist_problem(case)
+
+
+def clutter_problem(case: Case) -> str | None:
+    """A distractor or pooled term that names an image the case does not hold, a term it does
+    not have, or an id twice; None when its clutter (if any) is whole."""
+    if case.clutter is None:
+        return None
+    images = {r.image for r in case.references}
+    symbols = {t.symbol for t in case.terms}
+    seen: set[str] = set()
+    for k, d in enumerate(case.clutter.distractors):
+        where = f"clutter.distractors.{k}"
+        if d.id in seen:
+            return f"{where}.id: {d.id!r} twice"
+        seen.add(d.id)
+        if d.image not in images:
+            return f"{where}.image: {d.image!r} is not a reference of the case"
+        if d.confuses not in symbols:
+            return f"{where}.confuses: {d.confuses!r} is not a term of the case"
+    for k, p in enumerate(case.clutter.pooled):
+        where = f"clutter.pooled.{k}"
+        if p.term not in symbols:
+            return f"{where}.term: {p.term!r} is not a term of the case"
+        missing = [i for i in (p.image, *p.confusers) if i not in images]
+        if missing:
+            return f"{where}: {missing[0]!r} is not a reference of the case"
+    return None
 
 
 def checklist_problem(case: Case) -> str | None:

@@ -24,14 +24,14 @@ def register(sub) -> None:
     p.add_argument("--strict", action="store_true",
                    help="refuse a library that cannot supply every template and application (default: leave "
                         "those out, one line each on stderr, and record them in the manifest)")
-    p.add_argument("--jobs", type=_jobs, default=None, metavar="N",
+    p.add_argument("--jobs", type=_positive("a number of processes"), default=None, metavar="N",
                    help="processes making cases (default: the cores this process may use, at most 8; the "
                         "output is the same bytes for any number)")
     clutter = p.add_argument_group("reference clutter (docs/clutter.md)")
     clutter.add_argument("--distractors", type=_distractors, default=(0, 0), metavar="N",
                          help="hard-negative references per case, chosen by the taxonomy to be confused with a term: "
                               "N, or a range 0-4 drawn per case (default 0: none)")
-    clutter.add_argument("--max-references", type=_positive("--max-references"), default=None, metavar="M",
+    clutter.add_argument("--max-references", type=_positive("a number of references"), default=None, metavar="M",
                          help="at most M references a case (distractors are dropped to fit; the formula's own "
                               "images are always kept)")
     clutter.add_argument("--pool", action="store_true",
@@ -39,18 +39,6 @@ def register(sub) -> None:
                               "among their confusers (Savanna's setting)")
     p.add_argument("--out", type=Path, required=True, help="the benchmark folder to write (must not exist, or be empty)")
     p.set_defaults(run=run)
-
-
-def _jobs(text: str) -> int:
-    import argparse
-
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: a number of processes, at least 1")
-    return value
 
 
 def _distractors(text: str) -> tuple[int, int]:
@@ -65,7 +53,8 @@ def _distractors(text: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(str(err).removeprefix("--distractors: ")) from None
 
 
-def _positive(option: str):
+def _positive(what: str):
+    """An argument type: a whole number of at least 1, else an error saying what it counts."""
     def convert(text: str) -> int:
         import argparse
 
@@ -74,7 +63,7 @@ def _positive(option: str):
         except ValueError:
             value = 0
         if value < 1:
-            raise argparse.ArgumentTypeError(f"{text!r}: a whole number, at least 1")
+            raise argparse.ArgumentTypeError(f"{text!r}: {what}, at least 1")
         return value
 
     return convert

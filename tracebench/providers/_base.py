@@ -20,6 +20,7 @@ import inspect
 from abc import ABC, abstractmethod
 from contextvars import ContextVar
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Any, Sequence
 
 from ..cache import sha256
@@ -197,17 +198,14 @@ def generator_view(case: Case) -> Case:
         return case
     pooled = {p.term for p in case.clutter.pooled}
     hidden = {"image": None, "source_id": None, "entity": None, "entity_index": None, "source_entities": None}
-    neutral = tuple(r.model_copy(update={"source_id": f"ref-{k}", "path": f"references/ref-{k}{_suffix(r.path)}"})
+    neutral = tuple(r.model_copy(update={"source_id": f"ref-{k}",
+                                         "path": f"references/ref-{k}{PurePosixPath(r.path).suffix}"})
                     for k, r in enumerate(case.references, 1))
     return case.model_copy(update={
         "clutter": None, "checklist": (), "formula": case.template, "references": neutral,
         "terms": tuple(t.model_copy(update=hidden) if t.symbol in pooled else t.model_copy(update={"source_id": None})
                        for t in case.terms)})
 
-
-def _suffix(path: str) -> str:
-    name = path.rsplit("/", 1)[-1]
-    return name[name.rfind("."):] if "." in name else ""
 
 
 def used_references(case: Case, used: Any, spec: str) -> tuple[str, ...] | None:

@@ -47,7 +47,7 @@ from ..jsonfiles import numbered_jsonl
 from ..operators import OPERATORS
 from ..outcomes import Outcome
 from ..records import RUN_MANIFEST, TREES, VERDICTS, Case, read_cases
-from ..score import instance_scores
+from ..score import case_scores, instance_scores
 
 __all__ = ["CHECKLIST_METRICS", "Label", "SourceLabel", "agree", "examine", "format_agreement", "format_exam",
            "read_labels", "truth_labels"]
@@ -130,11 +130,9 @@ def _outcome(value: float) -> Outcome:
 
 def _operator_scores(case: Case, answers: dict[str, float]) -> dict[str, float]:
     """Per operator, the case's score from these answers (the rest unanswered), as trace score."""
-    instances = instance_scores(case, {qid: _outcome(v) for qid, v in answers.items()})
-    per_op: dict[str, list[float]] = {}
-    for (op, _), value in instances.items():
-        per_op.setdefault(op, []).append(value)
-    return {op: fmean(values) for op, values in per_op.items()}
+    scores = case_scores(instance_scores(case, {qid: _outcome(v) for qid, v in answers.items()}))
+    scores.pop("overall", None)
+    return scores
 
 
 @dataclass

@@ -123,14 +123,11 @@ class _Candidates:
         self.index = index
 
 
-_BUILT: dict[int, _Candidates] = {}
-
-
 def _candidates(index: LibraryIndex) -> _Candidates:
-    found = _BUILT.get(id(index))
-    if found is None or found.index is not index:
-        _BUILT.clear()  # one library at a time
-        found = _BUILT[id(index)] = _Candidates(index)
+    """The index's candidates, built on first use and kept with it (forked workers inherit them)."""
+    found = index.__dict__.get("_clutter_candidates")
+    if found is None:
+        found = index.__dict__["_clutter_candidates"] = _Candidates(index)
     return found
 
 

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import TraceError
 from ..operators import OPERATORS
 from ._protocols import PROTOCOLS, _case_scores
-from ._score import Gating, instance_scores
+from ._score import Gating, case_scores, instance_scores
 
 __all__ = ["Comparison", "Difference", "compare_runs", "format_comparison", "holm"]
 
@@ -68,21 +68,13 @@ def _case_metrics(run_dir: Path, protocols: Sequence[str], gating: Gating = Gati
     """A run's (cases hash, scale), and per case: its template and its score on every metric it has."""
     from ..run import stream_run
 
-    import numpy as np
-
     stream = stream_run(run_dir)
     out: dict[str, tuple[str, dict[str, float]]] = {}
     for item in stream:
         case, outcomes = item.case, item.outcomes
-        instances = instance_scores(case, outcomes, gating)
-        if not instances:
+        metrics = case_scores(instance_scores(case, outcomes, gating))
+        if not metrics:
             continue
-        metrics: dict[str, float] = {}
-        for op in OPERATORS:
-            values = [v for (o, _), v in instances.items() if o == op]
-            if values:
-                metrics[op.value] = float(np.mean(values))
-        metrics["overall"] = float(np.mean(list(instances.values())))
         if protocols:
             for name, result in _case_scores(case, outcomes, None, 70.0).items():
                 if name in protocols:

@@ -88,10 +88,10 @@ class DifficultyWeights(_Record):
     weights: dict[str, dict[str, float]] = Field(description="case id -> question id -> weight")
 
 
-def longbanana_dimension(case: Case, qid_target: str, op: Operator, aspect: str,
-                         terms: Mapping[str, object]) -> str:
-    """The LongBanana dimension of one question (by its operator, target and aspect)."""
-    head, g_symbol = split_target(qid_target)
+def longbanana_dimension(target: str, op: Operator, aspect: str, terms: Mapping[str, object]) -> str:
+    """The LongBanana dimension of one question, by its target, operator and aspect (``terms``:
+    the case's terms by symbol)."""
+    head, g_symbol = split_target(target)
     if op == Operator.COMPOSE:
         return "relational_binding" if aspect == "relation" else "global_constraints"
     term = terms.get(g_symbol or head)
@@ -120,7 +120,7 @@ def _case_scores(case: Case, outcomes: Mapping[str, Outcome], weights: Mapping[s
     # longbanana
     dims: dict[str, list[float]] = defaultdict(list)
     for q, v in answered:
-        dims[longbanana_dimension(case, q.target, q.op, q.aspect, terms)].append(v)
+        dims[longbanana_dimension(q.target, q.op, q.aspect, terms)].append(v)
     values = [v for _, v in answered]
     w = [(weights or {}).get(q.id, UNKNOWN_WEIGHT) if weights is not None else 1.0 for q, _ in answered]
     task = 100 * sum(wi * v for wi, v in zip(w, values)) / sum(w) if sum(w) > 0 else 0.0

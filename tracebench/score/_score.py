@@ -52,7 +52,7 @@ from ..run import IMAGES_DIR, RunFolder
 from ._protocols import DifficultyWeights, ProtocolScore, ProtocolTally, difficulty_weights, read_weights
 
 __all__ = ["Abstentions", "CaseWeighted", "EntityCountScore", "Gating", "GroupScores", "INPUT_BINS", "OPERATORS",
-           "RejectionScore", "SelectionScore", "input_bin", "weights_from_runs",
+           "RejectionScore", "SelectionScore", "case_scores", "input_bin", "weights_from_runs",
            "RunIdentity", "Scores", "SubtypeScore",
            "effective_outcomes", "format_scores", "instance_results", "instance_scores", "score_cases", "score_folder",
            "score_run"]
@@ -231,8 +231,25 @@ def instance_scores(case: Case, verdicts: Mapping[str, Outcome],
     return {key: fmean(values) for key, values in answered.items()}
 
 
+def case_scores(instances: Mapping[Instance, float]) -> dict[str, float]:
+    """A case's score per operator (the mean of its instances of that operator) and ``overall``
+    (the mean of all its instances), from :func:`instance_scores`; what it lacks is absent. The
+    one definition ``trace score``, ``trace compare`` and ``trace agree`` share."""
+    per_op: dict[str, list[float]] = defaultdict(list)
+    for (op, _), value in instances.items():
+        per_op[str(op)].append(value)
+    out = {op.value: fmean(per_op[op.value]) for op in OPERATORS if per_op.get(op.value)}
+    if instances:
+        out["overall"] = fmean(instances.values())
+    return out
+
+
 def _mean(values: list[float]) -> float | None:
     return round(fmean(values), 4) if values else None
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
 
 
 def _ci(values: list[float], seed: int) -> tuple[float, float] | None:
@@ -416,9 +433,9 @@ def score_cases(manifest: RunManifest, cases: Iterable[tuple[Case, Mapping[str, 
                 found += sum(p.image in used for p in case.clutter.pooled)
                 distractors += len(case.distractors)
                 taken += sum(d.image in used for d in case.distractors)
+        per_case = case_scores(instances)
         rows.append(_Row(case.slot, case.application, input_bin(len(case.references)), len(case.distractors),
-                         *(_mean([s for (o, _), s in instances.items() if o == op]) for op in OPERATORS),
-                         _mean(list(instances.values()))))
+                         *(_round(per_case.get(op.value)) for op in OPERATORS), _round(per_case.get("overall"))))
         for (op, target), value in instances.items():
             term = terms.get(target)
             if op == Operator.DISENTANGLE and term is not None and term.subtype:

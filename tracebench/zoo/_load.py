@@ -19,7 +19,7 @@ from ..errors import TraceError
 from ..resources import read_toml
 from ..taxonomy import taxonomy
 
-__all__ = ["LOADS", "Confusion", "LoadMode", "confusion", "draw", "load_modes", "partial", "probability", "subtype_difficulty"]
+__all__ = ["LOADS", "Chance", "LoadMode", "confusion", "draw", "load_modes", "partial", "probability", "subtype_difficulty"]
 
 ZOO_FILE = "zoo.toml"
 LOADS = ("global", "composition", "relation", "entities", "subtype")
@@ -65,8 +65,9 @@ def load_modes() -> Mapping[str, LoadMode]:
 
 
 @dataclass(frozen=True, slots=True)
-class Confusion:
-    """``distractor-confusion``: its default probability per distractor and what it breaks."""
+class Chance:
+    """A mode drawn per requirement or term at a rate (``[confusion]``, ``[partial]``): its default
+    probability and the requirements it breaks."""
 
     p1: float
     breaks: frozenset[tuple[str, str]]  # (checklist section, aspect)
@@ -89,21 +90,21 @@ def _breaks(where: str, items) -> frozenset[tuple[str, str]]:
 
 
 @cache
-def partial() -> Confusion:
+def _chance(table: str) -> Chance:
+    raw = read_toml("taxonomy", ZOO_FILE).get(table)
+    if raw is None:
+        raise _fail(f"no [{table}] table")
+    return Chance(_probability(f"{table}.p1", raw.get("p1")), _breaks(f"{table}.breaks", raw.get("breaks", [])))
+
+
+def partial() -> Chance:
     """The ``[partial]`` table: the requirements ``partial`` may leave partly met, and how often."""
-    raw = read_toml("taxonomy", ZOO_FILE).get("partial")
-    if raw is None:
-        raise _fail("no [partial] table")
-    return Confusion(_probability("partial.p1", raw.get("p1")), _breaks("partial.breaks", raw.get("breaks", [])))
+    return _chance("partial")
 
 
-@cache
-def confusion() -> Confusion:
+def confusion() -> Chance:
     """The ``[confusion]`` table: how ``distractor-confusion`` takes a distractor for a term."""
-    raw = read_toml("taxonomy", ZOO_FILE).get("confusion")
-    if raw is None:
-        raise _fail("no [confusion] table")
-    return Confusion(_probability("confusion.p1", raw.get("p1")), _breaks("confusion.breaks", raw.get("breaks", [])))
+    return _chance("confusion")
 
 
 @cache

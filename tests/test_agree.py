@@ -379,3 +379,15 @@ def test_the_exam_over_http_takes_a_judge_url(tmp_path, monkeypatch):
                            str(tmp_path / "r"), "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["accuracy"] == 1.0
+
+
+def test_an_exam_the_judge_abstains_on_exits_3_with_the_retry_line(tmp_path):
+    plugin = tmp_path / "garbled.py"
+    plugin.write_text("from tracebench.providers import Judge\n\n\nclass Garbled(Judge):\n"
+                      "    spec = 'python:garbled'\n\n    def ask(self, case, questions, image, references):\n"
+                      "        return 'Sure! {\"answers\": [oops'\n\n\njudge = Garbled\n")
+    result = run_trace("agree", "--exam", "--judge", f"python:{plugin}", "--out", str(tmp_path / "r"))
+    assert result.returncode == 3, result.stderr
+    line = result.stderr.strip()
+    assert len(line.splitlines()) == 1 and "questions abstained" in line and "the reply is not the expected JSON" in line
+    assert line.endswith("--retry-abstained") and "none answered" in result.stdout

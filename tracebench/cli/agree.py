@@ -35,6 +35,8 @@ def register(sub) -> None:
                         "trusting a new judge (docs/protocols.md)")
     p.add_argument("--scale", choices=("binary", "ternary", "tiers"), default="binary",
                    help="with --exam: the scale the judge answers on (default binary)")
+    p.add_argument("--retry-abstained", action="store_true",
+                   help="with --exam: ask the judge again where it gave no usable answer")
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and of the sample")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(run=run)
@@ -81,10 +83,20 @@ def _examine(args) -> int:
             raise TraceError("--exam takes one --judge SPEC (a judge spec, e.g. openai:MODEL@URL) and no --truth")
         from ..providers import ModelSettings
 
-        result = take_exam(str(args.judge[0]), settings=ModelSettings(scale=args.scale), out=args.out, seed=args.seed)
+        result = take_exam(str(args.judge[0]), settings=ModelSettings(scale=args.scale), out=args.out, seed=args.seed,
+                           retry_abstained=args.retry_abstained)
     else:
         if args.judge or args.human:
             raise TraceError("--truth RUN examines RUN's own judge: give no --judge or --human")
         result = examine(args.cases, args.truth, seed=args.seed)
     print(json.dumps(result, indent=2, allow_nan=False) if args.json else format_exam(result))
-    return 0
+    abstained = result["questions"] - result["answered"]
+    if not abstained:
+        return 0
+    from ..run import abstention_reasons
+    from ._args import report_incomplete
+
+    return report_incomplete("trace agree", f"{abstained} of {result['questions']} questions abstained (left out of "
+                                            "the examination, never scored as wrong)",
+                             abstention_reasons(Path(result["run"])).most_common(3),
+                             retry_flag="--retry-abstained" if args.exam else None)

@@ -496,8 +496,8 @@ def format_exam(result: dict[str, Any]) -> str:
              f"  false passes {show(result['false_pass'])} of broken requirements, false fails "
              f"{show(result['false_fail'])} of those that hold; yes-bias {show(result['yes_bias'])} (its top answer's "
              f"rate over the truth's), pass excess {show(result['pass_excess'])}",
-             "  accuracy by operator: " + ", ".join(f"{k} {show(v['accuracy'])} ({v['n']})"
-                                                    for k, v in result["by_operator"].items()),
-             "  accuracy by aspect: " + ", ".join(f"{k} {show(v['accuracy'])} ({v['n']})"
-                                                  for k, v in result["by_aspect"].items())]
+             "  accuracy by operator: " + (", ".join(f"{k} {show(v['accuracy'])} ({v['n']})"
+                                                     for k, v in result["by_operator"].items()) or "none answered"),
+             "  accuracy by aspect: " + (", ".join(f"{k} {show(v['accuracy'])} ({v['n']})"
+                                                   for k, v in result["by_aspect"].items()) or "none answered")]
     return "\n".join(lines)

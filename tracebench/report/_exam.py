@@ -58,9 +58,11 @@ def exam_benchmark() -> Path:
     return bench
 
 
-def take_exam(judge: str, *, settings=None, out: Path | None = None, concurrency: int = 8, seed: int = 0) -> dict:
+def take_exam(judge: str, *, settings=None, out: Path | None = None, concurrency: int = 8, seed: int = 0,
+              retry_abstained: bool = False) -> dict:
     """Judge the exam with ``judge`` (a judge spec) on ``settings.scale`` and examine it against the
-    truth; the run goes to ``out`` (default: beside the exam, by judge and scale)."""
+    truth; the run goes to ``out`` (default: beside the exam, by judge and scale) and is resumed
+    there (``retry_abstained``: asking again where the judge gave no answer)."""
     from ..providers import ModelSettings
     from ..run import run_benchmark
     from ._agree import examine
@@ -71,5 +73,5 @@ def take_exam(judge: str, *, settings=None, out: Path | None = None, concurrency
         key = hashlib.sha256(f"{judge}\n{settings.scale or 'binary'}".encode()).hexdigest()[:16]
         out = bench.parent / "runs" / key
     run_benchmark(bench, out, generator=f"synthetic:{EXAM_PROFILE}", judges=[judge], settings=settings,
-                  concurrency=concurrency)
+                  concurrency=concurrency, retry_abstained=retry_abstained)
     return examine(bench, out, seed=seed)

@@ -33,7 +33,7 @@ import statistics
 from statistics import fmean
 from collections import defaultdict
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Annotated, Iterable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -77,6 +77,9 @@ class ProtocolScore(_Record):
                                         "no weights for (their items weigh alike: a file of another shard?)")
 
 
+Weight = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
 class DifficultyWeights(_Record):
     """A frozen weights file of P@tau: per item, its difficulty from a set of reference runs."""
 
@@ -84,8 +87,8 @@ class DifficultyWeights(_Record):
     cases_hash: str = Field(description="SHA-256 of the benchmark's cases.jsonl the weights are for")
     runs: tuple[str, ...] = Field(description="the reference runs they were estimated from")
     formula: str = Field(description="how each weight was computed")
-    floor: float
-    weights: dict[str, dict[str, float]] = Field(description="case id -> question id -> weight")
+    floor: float = Field(ge=0, allow_inf_nan=False)
+    weights: dict[str, dict[str, Weight]] = Field(description="case id -> question id -> weight (finite, 0 or more)")
 
 
 def longbanana_dimension(target: str, op: Operator, aspect: str, terms: Mapping[str, object]) -> str:

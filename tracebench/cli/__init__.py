@@ -21,6 +21,8 @@ from ._args import EXIT_STATUSES
 from . import agree as agree_cmd
 from . import compare as compare_cmd
 from . import diagnose as diagnose_cmd
+from . import export as export_cmd
+from . import import_ as import_cmd
 from . import library as library_cmd
 from . import merge as merge_cmd
 from . import parse as parse_cmd
@@ -34,8 +36,8 @@ from . import templates as templates_cmd
 
 __all__ = ["main", "build_parser"]
 
-_SUBCOMMANDS = (sample_cmd, run_cmd, score_cmd, compare_cmd, diagnose_cmd, report_cmd, agree_cmd, merge_cmd, serve_cmd, parse_cmd, templates_cmd, library_cmd,
-               tag_cmd)
+_SUBCOMMANDS = (sample_cmd, run_cmd, score_cmd, compare_cmd, diagnose_cmd, report_cmd, agree_cmd, merge_cmd, export_cmd,
+               import_cmd, serve_cmd, parse_cmd, templates_cmd, library_cmd, tag_cmd)
 
 
 class _OneLineParser(argparse.ArgumentParser):

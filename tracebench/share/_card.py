@@ -1,0 +1,136 @@
+"""The dataset card of an export (``README.md``): the YAML header the Hub and
+``datasets.load_dataset`` read, with a ``tracebench`` section holding the folder's manifests
+(what :func:`~tracebench.share.import_dataset` rebuilds the folder from), and a body from
+``templates/share/card.md.j2``."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from ..errors import TraceError
+from ..records import SampleManifest
+from ..templating import render
+
+__all__ = ["CARD_FILE", "read_card", "write_card"]
+
+CARD_FILE = "README.md"
+SECTION = "tracebench"
+
+
+def _licenses(bench: Path, sample: SampleManifest | None, sources: Counter) -> Counter:
+    """License -> reference images of the export, read from the library the benchmark was
+    sampled from (the shipped synthetic one when its manifest names none); empty when that
+    library is not on this machine."""
+    from ..library import load_library
+    from ..library.synth import default_library
+
+    library = (sample.arguments.get("library") if sample else None) or None
+    try:
+        root = Path(library) if library else default_library()
+        _, images = load_library(root)
+    except (TraceError, OSError):
+        return Counter()
+    license_of = {image.id: image.license for image in images}
+    found: Counter = Counter()
+    for source, n in sources.items():
+        if source in license_of:
+            found[license_of[source]] += n
+    return found
+
+
+def _hub_license(licenses: Counter) -> str:
+    """The card's ``license``: the one license of every image (its Hub id is the SPDX id in lower
+    case), ``unknown`` when any is, else ``other`` (the body lists them)."""
+    if not licenses or "unknown" in licenses:
+        return "unknown"
+    return next(iter(licenses)).lower() if len(licenses) == 1 else "other"
+
+
+def _size_category(rows: int) -> str:
+    for bound, name in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M")):
+        if rows < bound:
+            return name
+    return "n>1M"
+
+
+def _size_text(size: int) -> str:
+    for unit in ("bytes", "KB", "MB", "GB"):
+        if size < 1000 or unit == "GB":
+            return f"{size} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
+        size /= 1000
+    return str(size)
+
+
+def write_card(folder: Path, *, kind: str, section: dict[str, Any], features, rows: int, num_bytes: int, size: int,
+               shards: int, sample: SampleManifest | None, bench: Path, sources: Counter, tool: str) -> None:
+    import yaml
+
+    from ._export import SPLIT
+
+    licenses = _licenses(bench, sample, sources)
+    title = f"tracebench {kind}" + (f": {section['run']['generator']}" if kind == "run" else "")
+    header = {
+        "pretty_name": title,
+        "license": _hub_license(licenses),
+        "tags": ["tracebench", "multi-reference-image-generation", "benchmark"],
+        "task_categories": ["image-to-image", "text-to-image"],
+        "size_categories": [_size_category(rows)],
+        "configs": [{"config_name": "default", "data_files": [{"split": SPLIT, "path": f"data/{SPLIT}-*"}]}],
+        "dataset_info": {"features": features._to_yaml_list(),
+                         "splits": [{"name": SPLIT, "num_bytes": num_bytes, "num_examples": rows}],
+                         "download_size": size, "dataset_size": num_bytes},
+        SECTION: section,
+    }
+    run = section.get("run")
+    contents = ["columns: every field of the case record (`id`, `slot`, `template`, `formula`, `prompt`, "
+                "`references`, `terms`, `checklist` as a list of questions ...), and `reference_images`: the "
+                "case's reference images in the order of `references` (Image 1 first)"]
+    if kind == "run":
+        contents.append("`generated_image`: the generator's image (null where it made none: a case left out, a "
+                        "call that failed); `generation`: the references it says it used; `verdicts`: one per "
+                        "checklist question, with every judge's answer and reason in `votes`")
+        if "diagnosis" in section:
+            contents.append("`diagnosis_tree`: the case's diagnostic tree (a line of trees.jsonl; null for a case "
+                            "not diagnosed); `node_images`: the images of its nodes, named as the tree names them")
+    sampled = counts = None
+    if sample is not None:
+        sampled = f"trace sample, seed {sample.seed}, arguments {json.dumps(sample.arguments, ensure_ascii=False)}"
+        counts = [("cases", sample.cases), ("cases per slot level", sample.counts_per_slot),
+                  ("cases per application", sample.counts_per_application or "none"),
+                  ("distinct templates", sample.distinct_templates),
+                  ("library", f"{sample.library.get('name')} (sha256 {str(sample.library.get('content_hash', ''))[:12]})")]
+    hashes = sorted((sample.hashes if sample else {}).items())
+    if run is not None:
+        hashes.append(("cases.jsonl", run["cases_hash"]))
+    body = render("share/card.md.j2", title=title, kind=kind, tool=tool, rows=rows, split=SPLIT, shards=shards,
+                  size_text=_size_text(size), contents=contents, sampled=sampled, counts=counts or [], run=run,
+                  hashes=hashes, licenses=sorted(licenses.items()), load_name="USER/NAME")
+    text = "---\n" + yaml.safe_dump(header, sort_keys=False, allow_unicode=True, width=100) + "---\n\n" + body
+    (folder / CARD_FILE).write_text(text, encoding="utf-8")
+
+
+def read_card(folder: Path) -> dict[str, Any]:
+    """The ``tracebench`` section of an export's card (a one-line error naming the card when it
+    has none or it does not parse)."""
+    import yaml
+
+    path = Path(folder) / CARD_FILE
+    if not path.is_file():
+        raise TraceError(f"{folder}: not a dataset folder of trace export (no {CARD_FILE})")
+    text = path.read_text(encoding="utf-8")
+    if not text.startswith("---\n") or "\n---\n" not in text[3:]:
+        raise TraceError(f"{path}: no YAML header (the --- block the Hub reads); not a dataset card of trace export")
+    try:
+        header = yaml.safe_load(text[4:text.index("\n---\n", 3)])
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f":{mark.line + 2}" if mark is not None else ""
+        raise TraceError(f"{path}{where}: the YAML header does not parse ({getattr(error, 'problem', error)})") from None
+    section = header.get(SECTION) if isinstance(header, dict) else None
+    if not isinstance(section, dict) or section.get("kind") not in ("benchmark", "run"):
+        raise TraceError(f"{path}: no {SECTION}: section of kind benchmark or run in its YAML header; not a dataset "
+                         f"of trace export")
+    return section

@@ -1,0 +1,263 @@
+"""``trace export``: a benchmark or a run folder as a Hugging Face dataset folder.
+
+What is written is what the Hub serves: ``data/test-NNNNN-of-NNNNN.parquet`` (one row per case,
+every field of the case record as a column, its reference images embedded with the ``datasets``
+Image feature, the checklist a list of structs; a run adds the generated image, what the
+generator said of it and every verdict with each judge's answer and reason; ``--diagnosis``
+adds each case's tree and its node images) and ``README.md``, the dataset card whose YAML
+header the Hub and ``datasets.load_dataset`` read (configs, features, license, citation) and
+whose ``tracebench`` section holds the folder's manifests, so :func:`import_dataset` rebuilds
+the folder byte for byte. Nothing here talks to the network.
+
+Rows are written a hundred at a time (one parquet row group), so memory does not grow with the
+benchmark; a shard is closed once it passes :data:`SHARD_BYTES` (the Hub's habit, 500 MB).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from .. import __version__
+from ..errors import TraceError
+from ..jsonfiles import record_line
+from ..records import (CASES, DIAGNOSIS_MANIFEST, RUN_MANIFEST, SAMPLE_MANIFEST, SUMMARY, TREES, Case, GenerationInfo,
+                       Verdict, read_cases, read_generation_info)
+from ..safepaths import inside
+from ._features import features_of, row_of
+
+__all__ = ["ExportSummary", "export_folder", "SPLIT", "SHARD_BYTES", "ROWS_PER_GROUP", "FORMAT"]
+
+SPLIT = "test"  # a benchmark is evaluated on, never trained on: its one split is the test split
+SHARD_BYTES = 500 * 1000 * 1000
+ROWS_PER_GROUP = 100
+FORMAT = 1  # the layout of the rows and of the card's tracebench section
+REFERENCE_IMAGES = "reference_images"
+GENERATED_IMAGE = "generated_image"
+GENERATION = "generation"
+VERDICTS_COLUMN = "verdicts"
+TREE = "diagnosis_tree"
+NODE_IMAGES = "node_images"
+
+
+class ExportSummary:
+    """What an export wrote: its kind, rows, shards and bytes."""
+
+    def __init__(self, kind: str, rows: int, shards: int, size: int, out: Path) -> None:
+        self.kind, self.rows, self.shards, self.size, self.out = kind, rows, shards, size, out
+
+
+def hf():
+    """The ``datasets`` module, or the one-line error naming the extra that brings it."""
+    try:
+        import datasets
+    except ImportError:
+        raise TraceError("trace export and trace import need the Hugging Face extra: pip install 'tracebench[hf]' "
+                         "(datasets and pyarrow)") from None
+    return datasets
+
+
+def case_features() -> dict[str, Any]:
+    datasets = hf()
+    return {**features_of(Case), REFERENCE_IMAGES: datasets.List(datasets.Image())}
+
+
+def run_features(with_trees: bool) -> dict[str, Any]:
+    datasets = hf()
+    features = {**case_features(), GENERATED_IMAGE: datasets.Image(),
+                GENERATION: features_of(GenerationInfo),
+                VERDICTS_COLUMN: datasets.List(features_of(Verdict))}
+    if with_trees:
+        features[TREE] = datasets.Value("string")
+        features[NODE_IMAGES] = datasets.List(datasets.Image())
+    return features
+
+
+class _Shards:
+    """Parquet shards written a row group at a time, named ``test-NNNNN-of-NNNNN`` when closed."""
+
+    def __init__(self, folder: Path, features: dict[str, Any]) -> None:
+        import pyarrow.parquet as pq
+
+        self._pq = pq
+        self.folder = folder / "data"
+        self.folder.mkdir()
+        self.features = hf().Features(features)
+        self.schema = self.features.arrow_schema
+        self.paths: list[Path] = []
+        self.rows = 0
+        self.num_bytes = 0  # the rows' size in Arrow, as the card's dataset_info counts it
+        self._writer = None
+        self._batch: list[dict] = []
+
+    def add(self, row: dict) -> None:
+        self._batch.append(row)
+        if len(self._batch) >= ROWS_PER_GROUP:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._batch:
+            return
+        import pyarrow as pa
+
+        table = pa.Table.from_pylist(self._batch, schema=self.schema)
+        self._batch = []
+        if self._writer is None:
+            self.paths.append(self.folder / f".shard-{len(self.paths):05d}.parquet")
+            self._writer = self._pq.ParquetWriter(self.paths[-1], self.schema)
+        self._writer.write_table(table, row_group_size=ROWS_PER_GROUP)
+        self.rows += table.num_rows
+        self.num_bytes += table.nbytes
+        if self.paths[-1].stat().st_size >= SHARD_BYTES:
+            self._writer.close()
+            self._writer = None
+
+    def close(self) -> list[Path]:
+        self._flush()
+        if self._writer is not None:
+            self._writer.close()
+        if not self.paths:  # no row: one empty shard, so the dataset still has its columns
+            self.paths.append(self.folder / ".shard-00000.parquet")
+            self._pq.write_table(self.schema.empty_table(), self.paths[-1])
+        named = []
+        for k, path in enumerate(self.paths):
+            target = self.folder / f"{SPLIT}-{k:05d}-of-{len(self.paths):05d}.parquet"
+            os.replace(path, target)
+            named.append(target)
+        return named
+
+
+def _image(folder: Path, relative: str, what: str) -> dict:
+    path = inside(folder, relative, what, "folder")
+    try:
+        return {"bytes": path.read_bytes(), "path": relative}
+    except OSError as error:
+        raise TraceError(f"{what}: {relative}: cannot be read ({error.strerror or error})") from None
+
+
+def _case_row(bench: Path, case: Case, sources: Counter) -> dict:
+    row = row_of(case)
+    sources.update(ref.source_id for ref in case.references)
+    row[REFERENCE_IMAGES] = [_image(bench, ref.path, f"{bench}: case {case.id}: reference") for ref in case.references]
+    return row
+
+
+def export_folder(folder: Path, out: Path, *, diagnosis: Path | None = None) -> ExportSummary:
+    """Export a benchmark folder (``cases.jsonl``) or a run folder (``run.json``; with
+    ``diagnosis``, its diagnosis's trees too) to ``out``, assembled beside it and renamed into
+    place when whole."""
+    from ..library import staged_output
+    from ._card import write_card
+
+    folder, out = Path(folder), Path(out)
+    hf()
+    if RUN_MANIFEST.path(folder).is_file():
+        kind = "run"
+    elif CASES.path(folder).is_file():
+        kind = "benchmark"
+        if diagnosis is not None:
+            raise TraceError(f"--diagnosis: {folder} is a benchmark folder; a diagnosis belongs to a run export")
+    else:
+        raise TraceError(f"{folder}: neither a benchmark folder (no {CASES.name}) nor a run folder (no "
+                         f"{RUN_MANIFEST.name})")
+    sources: Counter = Counter()  # library image id -> references made of it (the card's licenses)
+    with staged_output(out) as stage:
+        if kind == "benchmark":
+            sample = SAMPLE_MANIFEST.read(folder)
+            shards = _Shards(stage, case_features())
+            for case in read_cases(folder):
+                shards.add(_case_row(folder, case, sources))
+            section = {"kind": kind, "format": FORMAT, "manifest": sample.model_dump(mode="json")}
+            bench = folder
+        else:
+            section, shards, bench, sample = _export_run(folder, stage, diagnosis, sources)
+        paths = shards.close()
+        size = sum(p.stat().st_size for p in paths)
+        write_card(stage, kind=kind, section=section, features=shards.features, rows=shards.rows,
+                   num_bytes=shards.num_bytes, size=size, shards=len(paths), sample=sample, bench=bench,
+                   sources=sources, tool=f"tracebench {__version__}")
+    return ExportSummary(kind, shards.rows, len(paths), size, out)
+
+
+def _export_run(run_dir: Path, stage: Path, diagnosis: Path | None, sources: Counter):
+    from ..run import IMAGES_DIR, generated_image, stream_run
+
+    stream = stream_run(run_dir)
+    manifest, bench = stream.manifest, stream.cases_dir
+    sample = SAMPLE_MANIFEST.read(bench) if SAMPLE_MANIFEST.path(bench).is_file() else None
+    section: dict[str, Any] = {"kind": "run", "format": FORMAT, "run": manifest.model_dump(mode="json"),
+                               "manifest": None if sample is None else sample.model_dump(mode="json")}
+    trees = None
+    if diagnosis is not None:
+        from ..run import RecordIndex
+
+        identity = DIAGNOSIS_MANIFEST.read(diagnosis)
+        if identity.cases_hash != manifest.cases_hash or identity.generator != manifest.generator:
+            raise TraceError(f"--diagnosis {diagnosis}: a diagnosis of run {identity.run_dir}, not of {run_dir}")
+        trees = RecordIndex(TREES, diagnosis, lambda tree: tree.case_id)
+        section["diagnosis"] = identity.model_dump(mode="json")
+        section["summary"] = SUMMARY.read(diagnosis).model_dump(mode="json")
+        section["rounds"] = {str(p.parent.relative_to(diagnosis)): RUN_MANIFEST.read(p.parent).model_dump(mode="json")
+                             for p in sorted(Path(diagnosis).glob(f"rounds/*/*/{RUN_MANIFEST.name}"))}
+    shards = _Shards(stage, run_features(trees is not None))
+    verdicts = _by_case(iter(stream), run_dir)
+    for case in read_cases(bench):
+        row = _case_row(bench, case, sources)
+        image = generated_image(run_dir, case.id)
+        row[GENERATED_IMAGE] = None if image is None else _image(run_dir, f"{IMAGES_DIR}/{image.name}",
+                                                                 f"{run_dir}: case {case.id}: generated image")
+        info = read_generation_info(run_dir / IMAGES_DIR, case.id)
+        row[GENERATION] = None if info is None else row_of(info)
+        row[VERDICTS_COLUMN] = [row_of(v) for v in verdicts.take(case.id)]
+        if trees is not None:
+            tree = trees.get(case.id)
+            row[TREE] = None if tree is None else record_line(tree).rstrip("\n")
+            row[NODE_IMAGES] = [] if tree is None else list(_node_images(Path(diagnosis), run_dir, tree))
+        shards.add(row)
+    verdicts.finish()
+    return section, shards, bench, sample
+
+
+RUN_IMAGE = "run:"  # a node image that is the diagnosed run's own image of the root (its verdicts reused)
+
+
+def _node_images(diagnosis: Path, run_dir: Path, tree) -> Iterator[dict]:
+    """Each node image of a tree, once, named by where it lies: relative to the diagnosis folder,
+    or ``run:images/<id>.png`` for the run's own image of the root."""
+    seen: set[str] = set()
+    for node in tree.nodes:
+        for image in (node.image, *node.sample_images):
+            if not image or image in seen:
+                continue
+            seen.add(image)
+            path = Path(image) if Path(image).is_absolute() else diagnosis / image
+            if not path.is_file():
+                continue  # gone since: the tree still names it, the export holds no copy
+            try:
+                name = RUN_IMAGE + str(path.resolve().relative_to(Path(run_dir).resolve()))
+            except ValueError:
+                name = image
+            yield {"bytes": path.read_bytes(), "path": name}
+
+
+class _by_case:
+    """A run's stream of verdicts taken case by case in the benchmark's order (the order every
+    finished run writes); a case without verdicts (left out, another shard) takes none."""
+
+    def __init__(self, stream: Iterator, run_dir: Path) -> None:
+        self.stream, self.run_dir = stream, run_dir
+        self.next = next(self.stream, None)
+
+    def take(self, case_id: str) -> Iterable[Verdict]:
+        if self.next is None or self.next.case.id != case_id:
+            return ()
+        verdicts, self.next = self.next.verdicts, next(self.stream, None)
+        return verdicts
+
+    def finish(self) -> None:
+        if self.next is not None:
+            raise TraceError(f"{self.run_dir}: {self.next.case.id}'s verdicts are out of the benchmark's order (an "
+                             f"unfinished run: finish it with the same trace run command, then export)")
+

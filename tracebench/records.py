@@ -273,7 +273,8 @@ class GenerationInfo(_Record):
 class RunManifest(_Sparse):
     """``run.json`` of a run folder."""
 
-    _omitted_when_none: ClassVar[tuple[str, ...]] = ("max_images", "collage", "not_applicable", "collaged", "scale")
+    _omitted_when_none: ClassVar[tuple[str, ...]] = ("max_images", "collage", "not_applicable", "collaged", "scale",
+                                                     "rejudged_from")
 
     tool: str
     cases_dir: str = Field(description="the benchmark folder the run read")
@@ -314,6 +315,9 @@ class RunManifest(_Sparse):
     collaged: int | None = Field(default=None, description="with --collage: cases sent as one grid image")
     scale: Literal["ternary", "tiers"] | None = Field(default=None, description="the judges' answer scale when not "
                                                       "binary (trace run --scale; tracebench.scales)")
+    rejudged_from: str | None = Field(default=None, description="trace rejudge: the run folder whose images these "
+                                      "verdicts judge (its generator, seed and sample are this run's); absent when "
+                                      "the run generated its images")
 
 
 # ---------------------------------------------------------------------------------- diagnosis

@@ -23,9 +23,11 @@ from . import compare as compare_cmd
 from . import diagnose as diagnose_cmd
 from . import export as export_cmd
 from . import import_ as import_cmd
+from . import leaderboard as leaderboard_cmd
 from . import library as library_cmd
 from . import merge as merge_cmd
 from . import parse as parse_cmd
+from . import rejudge as rejudge_cmd
 from . import report as report_cmd
 from . import run as run_cmd
 from . import sample as sample_cmd
@@ -36,7 +38,7 @@ from . import templates as templates_cmd
 
 __all__ = ["main", "build_parser"]
 
-_SUBCOMMANDS = (sample_cmd, run_cmd, score_cmd, compare_cmd, diagnose_cmd, report_cmd, agree_cmd, merge_cmd, export_cmd,
+_SUBCOMMANDS = (sample_cmd, run_cmd, rejudge_cmd, score_cmd, compare_cmd, leaderboard_cmd, diagnose_cmd, report_cmd, agree_cmd, merge_cmd, export_cmd,
                import_cmd, serve_cmd, parse_cmd, templates_cmd, library_cmd, tag_cmd)
 
 

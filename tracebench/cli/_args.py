@@ -95,6 +95,24 @@ def slot_levels(spec: str) -> tuple[int, ...]:
     return tuple(sorted(levels))
 
 
+def run_incomplete(command: str, out: Path, manifest) -> int:
+    """The exit status of a finished run (``trace run``, ``trace rejudge``): 3 with the count,
+    the main reasons and the retry command when questions abstained, or when ensemble members
+    were silent where the others answered; else 0."""
+    from ..run import abstention_reasons, vote_abstention_reasons
+
+    if manifest.abstentions:
+        return report_incomplete(command, f"{manifest.abstentions} of {manifest.verdicts} questions abstained "
+                                          "(no usable answer; never scored as fails)",
+                                 abstention_reasons(out).most_common(3), retry_flag="--retry-abstained")
+    if manifest.votes_abstained:  # every verdict answered, but an ensemble member was silent on some
+        silent = ", ".join(f"{spec} {n} of {manifest.verdicts}" for spec, n in manifest.votes_abstained.items())
+        return report_incomplete(command, f"judges abstained on some questions the other judges answered "
+                                          f"({silent}); the verdicts stand on the answers given",
+                                 vote_abstention_reasons(out).most_common(3), retry_flag="--retry-abstained")
+    return 0
+
+
 def report_incomplete(command: str, what: str, reasons: Iterable[tuple[str, int]], *, retry_flag: str | None) -> int:
     """One line on stderr for a finished command some of whose calls abstained: ``what``
     (the count, said in the command's words), the three most frequent reasons and the

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ._args import EXIT_STATUSES, add_model_options, model_settings, report_incomplete
+from ._args import EXIT_STATUSES, add_model_options, model_settings, run_incomplete
 
 
 def register(sub) -> None:
@@ -34,7 +34,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..run import abstention_reasons, run_benchmark, vote_abstention_reasons
+    from ..run import run_benchmark
 
     settings = model_settings(args)
     manifest = run_benchmark(args.cases_dir, args.out, generator=args.generator, judges=args.judge,
@@ -50,13 +50,4 @@ def run(args) -> int:
               f"the generator accepts (left out, never a fail; --collage sends them as one grid image)")
     if manifest.collaged:
         print(f"{manifest.collaged} cases sent as one grid image (more than {manifest.max_images} references)")
-    if manifest.abstentions:
-        return report_incomplete("trace run", f"{manifest.abstentions} of {manifest.verdicts} questions abstained "
-                                              "(no usable answer; never scored as fails)",
-                                 abstention_reasons(args.out).most_common(3), retry_flag="--retry-abstained")
-    if manifest.votes_abstained:  # every verdict answered, but an ensemble member was silent on some
-        silent = ", ".join(f"{spec} {n} of {manifest.verdicts}" for spec, n in manifest.votes_abstained.items())
-        return report_incomplete("trace run", f"judges abstained on some questions the other judges answered "
-                                              f"({silent}); the verdicts stand on the answers given",
-                                 vote_abstention_reasons(args.out).most_common(3), retry_flag="--retry-abstained")
-    return 0
+    return run_incomplete("trace run", args.out, manifest)

@@ -82,6 +82,26 @@ class FolderGenerator(Generator):
         raise CallFailed(f"no image for {case.id} in {self.folder}")
 
 
+class RunImages(FolderGenerator):
+    """The images of an earlier run folder, given again so that other judges (or another scale)
+    judge the same pixels (``trace rejudge``). It reads ``images/<case id>.png`` (and the
+    ``.json`` beside it) as ``folder:`` does, and speaks for the run's generator: its spec,
+    its limit on images and its endpoint, so the new run's scores, reports and diagnoses name
+    the generator that made the images. A case the run has no image for abstains again."""
+
+    def __init__(self, run_dir: Path, images: Path, manifest) -> None:
+        super().__init__(images)
+        self.run_dir, self.manifest = Path(run_dir), manifest
+        self.spec = manifest.generator
+        self.max_images = manifest.max_images
+
+    def endpoint(self):
+        return self.manifest.endpoints.get(self.spec)
+
+    def check(self) -> None:
+        return None  # a run whose every generation failed holds no image: its cases abstain here as there
+
+
 class CommandGenerator(Generator):
     """``command:'...'``: a shell command that reads the case as JSON on stdin and writes the image
     to the path given as ``{output}`` in the command (also in $TRACEBENCH_OUTPUT); $TRACEBENCH_SAMPLE

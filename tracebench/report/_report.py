@@ -41,7 +41,7 @@ from ..safepaths import inside
 from ..cache import write_atomic
 from ..operators import OPERATORS
 from ..outcomes import Outcome, Status
-from ..score import PROTOCOLS, compare_runs, instance_results, score_cases
+from ..score import PROTOCOLS, board_rows, compare_runs, instance_results, run_names, score_cases
 from ..templating import html_environment
 from . import _plots
 
@@ -223,10 +223,6 @@ class _RunView:
     scores: dict[str, Any]  # a Scores record, as JSON data (what the page shows)
 
 
-def _run_name(manifest) -> str:
-    return manifest.generator.removeprefix("openai:")
-
-
 def _case_view(case: Case, outcomes: dict[str, Outcome], shown: dict[str, tuple[Status, tuple[str, ...]]],
                run_root: Path, cases_dir: Path, images: _Images, tree: DiagnosticTree | None,
                diag_dir: Path | None, gating: str) -> dict[str, Any]:
@@ -355,15 +351,11 @@ def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, com
         if (other.manifest.scale or "binary") != (run.manifest.scale or "binary"):
             raise TraceError(f"--compare {other.root}: judged on the {other.manifest.scale or 'binary'} scale, not the "
                              f"{run.manifest.scale or 'binary'} one of {run_dir}: their values do not compare")
-    runs = [_RunView(_run_name(r.manifest) + (f" (shard {r.manifest.shard})" if r.manifest.shard else ""),
-                     r.root, r.manifest, score_cases(r.manifest, ((item.case, item.outcomes) for item in r),
-                                                     root=r.root, seed=seed, gating=gating,
-                                                     protocols=PROTOCOLS).model_dump(mode="json"))
-            for r in (run, *others)]
-    names = [r.name for r in runs]
-    if len(set(names)) < len(names):  # the same model twice (another seed, another judge): number the rows
-        for k, r in enumerate(runs, 1):
-            r.name = f"{r.name} #{k}"
+    scored = [(r.root, r.manifest, score_cases(r.manifest, ((item.case, item.outcomes) for item in r), root=r.root,
+                                               seed=seed, gating=gating, protocols=PROTOCOLS))
+              for r in (run, *others)]
+    runs = [_RunView(name, root, manifest, scores.model_dump(mode="json"))
+            for name, (root, manifest, scores) in zip(run_names([m for _, m, _ in scored]), scored)]
     trees: RecordIndex[DiagnosticTree] | None = None  # read one at a time, by case
     summary = None
     if diagnosis is not None:
@@ -377,12 +369,16 @@ def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, com
         if not same_run:
             raise TraceError(f"--diagnosis {diagnosis}: a diagnosis of run {identity.run_dir}, not of {run_dir}")
 
+    # the headline table is trace leaderboard's board (best first; runs of other judges marked), the
+    # overall lines above it keep the order the runs were given in (the reported run first)
+    overall = [{"name": r.name, "cases": r.scores["cases"], "avg": r.scores["avg"], "ci": r.scores["ci95"]}
+               for r in runs]
     headline = []
-    for r in runs:
-        row = {"name": r.name, "root": str(r.root), "cases": r.scores["cases"], "avg": r.scores["avg"],
-               "ci": r.scores["ci95"], "abstentions": r.scores["abstentions"]}
-        row.update({op: r.scores["operators"].get(op) for op in OPERATORS})
-        headline.append(row)
+    for row in board_rows(scored, mixed=True):
+        line = {"name": row.name, "root": row.run, "cases": row.cases, "avg": row.avg, "ci": row.ci95,
+                "abstentions": row.abstentions, "differs": row.differs}
+        line.update({op: row.operators.get(op) for op in OPERATORS})
+        headline.append(line)
     comparison = compare_runs([r.root for r in runs], seed=seed, gating=gating) if len(runs) > 1 else None
     best = {key: _best(headline, key, comparison) for key in (*OPERATORS, "avg")}
     protocol_rows = [{"name": r.name, **{name: p for name, p in (r.scores.get("protocols") or {}).items()}}
@@ -463,7 +459,7 @@ def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, com
                    "images": images.take()}
 
     page = html_environment().get_template(TEMPLATE).generate(
-        tool=f"tracebench {__version__}", runs=headline, best=best, protocols=protocol_rows, operators=OPERATORS, plots=plots, cases=cases(),
+        tool=f"tracebench {__version__}", runs=overall, board=headline, best=best, protocols=protocol_rows, operators=OPERATORS, plots=plots, cases=cases(),
         summary=summary.model_dump(mode="json") if summary else None, sources=sources,
         manifests=[r.manifest.model_dump(mode="json") for r in runs],
         slots=sorted(int(slot) for slot in runs[0].scores["by_slot"]), run_dir=str(run_dir))

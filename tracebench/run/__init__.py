@@ -1,5 +1,5 @@
 """Running generators and judges over a benchmark: the harness (resume, shards, verdicts) and
-shard merging. Model access itself (providers, cache, retry, concurrency) is ``tracebench.providers``."""
+shard merging, re-judging a run's images (``rejudge_run``). Model access itself (providers, cache, retry, concurrency) is ``tracebench.providers``."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from ..records import RUN_FILE, VERDICTS_FILE, read_verdicts
 from ._harness import (IMAGES_DIR, RunFolder, abstention_reason, abstention_reasons, generated_image, library_of, load_run, make_providers, parse_reply,
                        run_benchmark, shard_of, vote_abstention_reasons)
 from ._merge import merge_runs
+from ._rejudge import rejudge_run
 from ._stream import CaseIndex, RecordIndex, RunCase, RunStream, stream_run
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "merge_runs",
     "parse_reply",
     "read_verdicts",
+    "rejudge_run",
     "run_benchmark",
     "shard_of",
     "vote_abstention_reasons",

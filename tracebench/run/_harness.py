@@ -42,7 +42,7 @@ from ..scales import GRADED_ENSEMBLE, KINDS, Scale, kind_of, normalize
 from ..scales import outcome as scaled_outcome
 from ..templating import template_hash
 from ..outcomes import ABSTAINED, ENSEMBLES, Outcome, Status, combine
-from ..providers import (JUDGE_TEMPLATES, CallFailed, Generator, ImageBytes, Judge, ModelAccess, ModelSettings,
+from ..providers import (JUDGE_TEMPLATES, CallFailed, Generator, ImageBytes, Judge, ModelAccess, ModelSettings, RunImages,
                          ReferenceFiles, clip, collage_case, image_suffix, make_generator, make_judge)
 from ..sample import read_cases, read_sample_manifest
 from ..cache import TEMPORARY_PREFIX, Cache, file_sha256, write_atomic
@@ -399,19 +399,20 @@ def library_of(cases_dir: Path) -> Path | None:
     return Path(sample.arguments["library"]) if sample and sample.arguments.get("library") else None
 
 
-def make_providers(generator: str, judges: Sequence[str], settings: ModelSettings) -> tuple[Generator, list[Judge]]:
-    """The run's generator and judges, checked (a bad spec or a missing key is a TraceError
-    before anything is written)."""
+def make_providers(generator: str | Generator, judges: Sequence[str],
+                   settings: ModelSettings) -> tuple[Generator, list[Judge]]:
+    """The run's generator (made from its spec, unless given made) and judges, checked (a bad
+    spec or a missing key is a TraceError before anything is written)."""
     if not judges:
         raise TraceError("--judge: give at least one judge (openai:MODEL, oracle or python:FILE.py)")
-    gen = make_generator(generator, settings)
+    gen = generator if isinstance(generator, Generator) else make_generator(generator, settings)
     judge_list = [make_judge(spec, settings) for spec in judges]
     for provider in (gen, *judge_list):
         provider.check()
     return gen, judge_list
 
 
-def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequence[str],
+def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, judges: Sequence[str],
                   settings: ModelSettings | None = None,
                   concurrency: int = 8, shard: tuple[int, int] | None = None, judge_batch: str = "case",
                   retry_abstained: bool = False, cache_dir: Path | None = None,
@@ -425,7 +426,11 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
     declaration or the models file's ``max_images``). A case holding more is left out as not
     applicable (no verdict, never a fail; counted in ``run.json``), or with ``collage`` sent
     its references as one labelled grid image; ``collage_cases`` are sent one whatever their
-    number of references (a diagnosis's sub-cases of a root that was collaged)."""
+    number of references (a diagnosis's sub-cases of a root that was collaged).
+
+    ``generator`` may be a generator already made: :func:`rejudge_run` gives a
+    :class:`~tracebench.providers.RunImages`, the images of an earlier run, whose generator
+    identity (spec, seed, sample, endpoint, plugin source) the new run keeps."""
     cases_dir, out = Path(cases_dir), Path(out)
     if concurrency < 1:
         raise TraceError(f"--concurrency: {concurrency} must be at least 1")
@@ -466,6 +471,7 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
         settings = replace(settings, library=library_of(cases_dir))
     gen, judge_list = make_providers(generator, judges, settings)
     scale = Scale(settings.scale or "binary")
+    source = gen.manifest if isinstance(gen, RunImages) else None  # trace rejudge: the run whose images these are
     if ensemble is None and len(judge_list) > 1:  # the rule for the scale: mean (the paper's), median when graded
         ensemble = "mean" if scale is Scale.BINARY else GRADED_ENSEMBLE
     ensemble = ensemble if len(judge_list) > 1 else None  # one judge: nothing to combine
@@ -478,19 +484,22 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str, judges: Sequenc
     cases_hash = file_sha256(CASES.path(cases_dir))
     identity = RunManifest(
         tool=f"tracebench {__version__}", cases_dir=str(cases_dir), cases_hash=cases_hash, generator=gen.spec,
-        seed=settings.seed if gen.spec.startswith("synthetic:") else None, sample=settings.sample,
+        seed=source.seed if source else settings.seed if gen.spec.startswith("synthetic:") else None,
+        sample=source.sample if source else settings.sample,
         judges=tuple(j.spec for j in judge_list), judge_batch=judge_batch, ensemble=ensemble,
         endpoints={p.spec: e for p in (gen, *judge_list) if (e := p.endpoint()) is not None},
-        loaded_from={p.spec: given for given, p in zip((generator, *judges), (gen, *judge_list))
-                     if given.startswith("python:") and given != p.spec},
+        loaded_from={**({gen.spec: source.loaded_from[gen.spec]} if source and gen.spec in source.loaded_from else {}),
+                     **{p.spec: given for given, p in zip((generator, *judges), (gen, *judge_list))
+                        if isinstance(given, str) and given.startswith("python:") and given != p.spec}},
         hashes={"judge_templates": template_hash(*JUDGE_TEMPLATES)},
         shard=f"{shard[0]}/{shard[1]}" if shard else None, cases=0, verdicts=0, calls={}, cache_hits=0,
         abstentions=0, tokens=0, max_images=limit, collage=None if limit is None else collage,
-        scale=None if scale is Scale.BINARY else scale.value)
+        scale=None if scale is Scale.BINARY else scale.value,
+        rejudged_from=str(gen.run_dir.resolve()) if source else None)
     if RUN_MANIFEST.path(out).is_file():
         old = RUN_MANIFEST.read(out)
         fields = ("cases_hash", "generator", "seed", "sample", "judges", "judge_batch", "ensemble", "shard",
-                  "max_images", "collage", "scale")
+                  "max_images", "collage", "scale", "rejudged_from")
         changed = [f for f in fields if getattr(old, f) != getattr(identity, f)]
         if changed:
             raise TraceError(f"{out}: holds a run with another {', '.join(changed)}; choose another --out")

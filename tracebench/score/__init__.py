@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ._leaderboard import Leaderboard, LeaderboardRow, board_rows, format_leaderboard, leaderboard, run_names, write_leaderboard
 from ._compare import Comparison, Difference, compare_runs, format_comparison, holm
 from ._protocols import PROTOCOLS, DifficultyWeights, ProtocolScore, difficulty_weights, read_weights, write_weights
 from ._score import (INPUT_BINS, OPERATORS, Abstentions, CaseWeighted, EntityCountScore, Gating, GroupScores, RejectionScore,
@@ -14,4 +15,6 @@ __all__ = ["Abstentions", "CaseWeighted", "EntityCountScore", "Gating", "GroupSc
            "RejectionScore", "RunIdentity", "SelectionScore", "Scores", "SubtypeScore", "case_scores", "input_bin",
            "effective_outcomes", "format_scores", "instance_results", "instance_scores", "score_cases", "score_folder",
            "score_run", "PROTOCOLS", "DifficultyWeights", "ProtocolScore", "difficulty_weights", "read_weights",
-           "write_weights", "weights_from_runs", "Comparison", "Difference", "compare_runs", "format_comparison", "holm"]
+           "write_weights", "weights_from_runs", "Comparison", "Difference", "compare_runs", "format_comparison", "holm",
+           "Leaderboard", "LeaderboardRow", "board_rows", "format_leaderboard", "leaderboard", "run_names",
+           "write_leaderboard"]

@@ -1,0 +1,203 @@
+"""``trace leaderboard``: one row per run (a generator), ordered by its overall score.
+
+Each row holds the operator scores with their 95% intervals (the paper's Table 2, as ``trace
+score`` computes them), the neighbours' protocols asked for, the cases, the abstentions and the
+judges' identity. Rows are comparable only over one benchmark and one judge setup (the judges,
+their scale, ensemble rule, batching and prompt templates); runs that differ are refused
+unless ``mixed``, and then every row says what differs from the first run given. The report's
+headline table is these rows (:func:`board_rows`)."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from typing import Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .. import __version__
+from ..errors import TraceError
+from ..operators import Operator
+from ..records import RunManifest
+from ._protocols import ProtocolScore
+from ._score import OPERATORS, Scores
+
+__all__ = ["Leaderboard", "LeaderboardRow", "board_rows", "format_leaderboard", "leaderboard", "run_names",
+           "write_leaderboard"]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LeaderboardRow(_Record):
+    """One run on the board."""
+
+    rank: int = Field(description="1 the best overall score; runs without one come last")
+    name: str = Field(description="the generator, numbered when two rows share it")
+    generator: str
+    run: str = Field(description="the run folder")
+    avg: float | None = Field(description="the mean of the operator columns (trace score's avg)")
+    operators: dict[Operator, float | None]
+    ci95: dict[str, tuple[float, float] | None] = Field(description="operator (and avg) -> 95% bootstrap interval")
+    protocols: dict[str, ProtocolScore] = Field(default_factory=dict, description="trace score --protocol's scores")
+    cases: int
+    abstentions: int = Field(description="questions whose verdict is an abstention (never scored as fails)")
+    judges: tuple[str, ...]
+    scale: str
+    ensemble: str | None
+    judge_batch: str
+    judge_templates: str = Field(description="SHA-256 of the judge prompt templates")
+    benchmark: str = Field(description="SHA-256 of the benchmark's cases.jsonl")
+    rejudged_from: str | None = Field(default=None, description="trace rejudge: the run whose images were judged")
+    differs: tuple[str, ...] = Field(default=(), description="with --mixed: what differs from the first run given "
+                                     "(benchmark, judges, scale, ensemble, judge_batch, judge_templates)")
+
+
+class Leaderboard(_Record):
+    tool: str
+    protocols: tuple[str, ...]
+    mixed: bool = Field(description="whether some rows were made over another benchmark or judge setup")
+    rows: tuple[LeaderboardRow, ...]
+
+
+def run_names(manifests: Sequence[RunManifest]) -> list[str]:
+    """How each run is named on a board or a report: its generator (without ``openai:``),
+    numbered ``#k`` (its place among the runs) when two runs share one."""
+    names = [m.generator.removeprefix("openai:") + (f" (shard {m.shard})" if m.shard else "") for m in manifests]
+    if len(set(names)) < len(names):
+        names = [f"{name} #{k}" for k, name in enumerate(names, 1)]
+    return names
+
+
+def _setup(manifest: RunManifest) -> dict[str, object]:
+    return {"benchmark": manifest.cases_hash, "judges": manifest.judges, "scale": manifest.scale or "binary",
+            "ensemble": manifest.ensemble, "judge_batch": manifest.judge_batch,
+            "judge_templates": manifest.hashes.get("judge_templates")}
+
+
+def board_rows(entries: Sequence[tuple[Path, RunManifest, Scores]], *, mixed: bool = False) -> list[LeaderboardRow]:
+    """The rows of ``entries`` (run folder, manifest, scores), best overall score first (ties in
+    the order given). Runs over another benchmark or judge setup than the first are a
+    TraceError naming the run and what differs, unless ``mixed``."""
+    if not entries:
+        raise TraceError("give at least one run folder")
+    first = _setup(entries[0][1])
+    names = run_names([manifest for _, manifest, _ in entries])
+    rows = []
+    for (root, manifest, scores), name in zip(entries, names):
+        setup = _setup(manifest)
+        differs = tuple(key for key, value in setup.items() if value != first[key])
+        if differs and not mixed:
+            shown = {"benchmark": "benchmark (its cases.jsonl differs)", "judge_templates": "judge prompt templates"}
+            raise TraceError(f"{root}: another {', '.join(shown.get(d, d) for d in differs)} than {entries[0][0]}; "
+                             f"its scores do not compare (give --mixed to list them anyway, marked)")
+        rows.append(dict(name=name, generator=manifest.generator, run=str(root), avg=scores.avg,
+                         operators=scores.operators, ci95=scores.ci95, protocols=scores.protocols or {},
+                         cases=scores.cases, abstentions=scores.abstentions.count, judges=manifest.judges,
+                         scale=setup["scale"], ensemble=manifest.ensemble, judge_batch=manifest.judge_batch,
+                         judge_templates=setup["judge_templates"] or "", benchmark=manifest.cases_hash,
+                         rejudged_from=manifest.rejudged_from, differs=differs))
+    order = sorted(range(len(rows)), key=lambda k: (rows[k]["avg"] is None, -(rows[k]["avg"] or 0.0), k))
+    return [LeaderboardRow(rank=rank, **rows[k]) for rank, k in enumerate(order, 1)]
+
+
+def leaderboard(run_dirs: Sequence[Path], *, protocols: Sequence[str] = (), mixed: bool = False, seed: int = 0,
+                gating: str = "within") -> Leaderboard:
+    """Score every run (as ``trace score``, each read as a stream) and rank them."""
+    from ..run import stream_run
+    from ._score import score_cases
+
+    entries = []
+    for run_dir in run_dirs:
+        stream = stream_run(run_dir)
+        scores = score_cases(stream.manifest, ((item.case, item.outcomes) for item in stream), root=stream.root,
+                             seed=seed, gating=gating, protocols=protocols)
+        entries.append((Path(run_dir), stream.manifest, scores))
+    rows = board_rows(entries, mixed=mixed)
+    return Leaderboard(tool=f"tracebench {__version__}", protocols=tuple(protocols),
+                       mixed=any(row.differs for row in rows), rows=tuple(rows))
+
+
+_PROTOCOL_COLUMNS = {"trace": (), "longbanana": ("overall", "pass_rate"), "macro": ("overall",),
+                     "savanna": ("overall",)}
+
+
+def _columns(board: Leaderboard) -> list[tuple[str, str]]:
+    """(header, key) of the table's score columns: the operators, avg, then each protocol's."""
+    columns = [(op.value if isinstance(op, Operator) else op, op) for op in OPERATORS] + [("avg", "avg")]
+    for name in board.protocols:
+        for field in _PROTOCOL_COLUMNS.get(name, ("overall",)):
+            columns.append((f"{name} {'P@tau' if field == 'pass_rate' else ''}".strip(), f"{name}.{field}"))
+    return columns
+
+
+def _value(row: LeaderboardRow, key: str) -> tuple[float | None, tuple[float, float] | None]:
+    if "." in key:
+        name, field = key.split(".")
+        score = row.protocols.get(name)
+        if score is None:
+            return None, None
+        return getattr(score, field), getattr(score, "ci95" if field == "overall" else f"{field}_ci95")
+    if key == "avg":
+        return row.avg, row.ci95.get("avg")
+    return row.operators.get(key), row.ci95.get(str(key))
+
+
+def format_leaderboard(board: Leaderboard, kind: str) -> str:
+    """The board as ``md`` (a Markdown table), ``csv`` (one column per score and per interval
+    bound) or ``json`` (the record)."""
+    if kind == "json":
+        return board.model_dump_json(indent=2) + "\n"
+    columns = _columns(board)
+    if kind == "csv":
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        header = ["rank", "name", "generator"]
+        for title, _ in columns:
+            header += [title, f"{title} ci_low", f"{title} ci_high"]
+        writer.writerow(header + ["cases", "abstentions", "judges", "scale", "benchmark", "run", "differs"])
+        for row in board.rows:
+            cells: list[object] = [row.rank, row.name, row.generator]
+            for _, key in columns:
+                value, ci = _value(row, key)
+                cells += ["" if value is None else f"{value:.6g}", *(("", "") if ci is None else (f"{ci[0]:.6g}",
+                                                                                                   f"{ci[1]:.6g}"))]
+            writer.writerow(cells + [row.cases, row.abstentions, "+".join(row.judges), row.scale, row.benchmark[:12],
+                                     row.run, " ".join(row.differs)])
+        return out.getvalue()
+    if kind != "md":
+        raise TraceError(f"--out: {kind!r} is not a leaderboard format (md, csv or json)")
+
+    def cell(key: str, row: LeaderboardRow) -> str:
+        value, ci = _value(row, key)
+        if value is None:
+            return "n/a"
+        form = "{:.1f}%" if key.endswith("pass_rate") else "{:.2f}" if "." in key else "{:.4f}"
+        return form.format(value) + ("" if ci is None else f" [{form.format(ci[0])}, {form.format(ci[1])}]")
+
+    lines = ["| rank | generator | " + " | ".join(title for title, _ in columns) + " | cases | abstentions | judges |",
+             "|---:|---|" + "---:|" * len(columns) + "---:|---:|---|"]
+    for row in board.rows:
+        mark = f" (other {', '.join(row.differs)})" if row.differs else ""
+        judges = ", ".join(f"`{j}`" for j in row.judges) + (f" ({row.scale})" if row.scale != "binary" else "")
+        lines.append(f"| {row.rank} | {row.name}{mark} | " + " | ".join(cell(key, row) for _, key in columns)
+                     + f" | {row.cases} | {row.abstentions} | {judges} |")
+    notes = ["", "Operator columns and avg as the paper's Table 2 (`trace score`), with 95% bootstrap intervals; "
+             "ordered by avg. Abstentions are never scored as fails."]
+    if board.mixed:
+        notes.append("**Mixed board**: rows marked *other ...* were made over another benchmark or judge setup than "
+                     "the first row's; their scores do not compare.")
+    return "\n".join(lines + notes) + "\n"
+
+
+def write_leaderboard(board: Leaderboard, out: Path) -> None:
+    """Write the board to ``out`` in the format its suffix names (.md, .csv or .json), atomically."""
+    from ..cache import write_atomic
+
+    kind = Path(out).suffix.lower().lstrip(".")
+    if kind not in ("md", "csv", "json"):
+        raise TraceError(f"--out {out}: name a .md, .csv or .json file (the format follows the suffix)")
+    write_atomic(Path(out), format_leaderboard(board, kind).encode("utf-8"))
+

@@ -1,0 +1,260 @@
+"""Sharing: trace export / import (Hugging Face datasets), trace rejudge, trace leaderboard.
+
+Everything is real: the exports are read back by ``datasets.load_dataset`` (offline, with its
+own cache in the test's folder), runs are the zoo's judged by the oracle, the served judge is
+an OpenAI-compatible server on loopback."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import datasets  # the hf extra: installed with the tests (README), never skipped
+import pytest
+
+from openai_server import OpenAIStub
+from test_cli import run_trace
+from test_run import _oracle_handler
+from tracebench.errors import TraceError
+from tracebench.providers import ModelSettings
+from tracebench.records import RUN_MANIFEST, read_cases
+from tracebench.run import rejudge_run, run_benchmark
+from tracebench.score import leaderboard, score_run
+from tracebench.share import export_folder, import_dataset
+from tracebench.share._features import row_of
+
+
+GENERATOR = "synthetic:global-interference"
+
+
+def _files(folder: Path) -> dict[str, str]:
+    """Relative path -> sha256 of every file below ``folder``."""
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def world(run_bench, shared_runs, shared_folder):
+    """The run benchmark, a zoo run of it and an adaptive diagnosis of that run (shared, read only)."""
+    from tracebench.diagnose import diagnose_run
+
+    run = shared_runs(run_bench, GENERATOR)
+
+    def make(out: Path) -> None:
+        diagnose_run(run, out, strategy="adaptive", settings=ModelSettings(max_retries=0, timeout=30.0),
+                     progress=False)
+
+    return {"bench": run_bench, "run": run, "diagnosis": shared_folder("share-diagnosis", make)}
+
+
+def _load(folder: Path, tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    return datasets.load_dataset(str(folder), split="test", cache_dir=str(tmp_path / "hf-cache"))
+
+
+def test_a_benchmark_export_loads_with_datasets_and_holds_the_folder(world, tmp_path, monkeypatch):
+    bench = world["bench"]
+    done = export_folder(bench, tmp_path / "export")
+    assert sorted(p.name for p in (tmp_path / "export").iterdir()) == ["README.md", "data"]
+    rows = _load(tmp_path / "export", tmp_path, monkeypatch)
+    rows = rows.cast_column("reference_images", datasets.List(datasets.Image(decode=False)))
+    cases = list(read_cases(bench))
+    assert done.rows == len(rows) == len(cases)
+    for case, row in zip(cases, rows):
+        expected = row_of(case)
+        assert {name: row[name] for name in expected} == json.loads(json.dumps(expected))
+        assert [image["bytes"] for image in row["reference_images"]] == [(bench / ref.path).read_bytes()
+                                                                         for ref in case.references]
+    card = (tmp_path / "export" / "README.md").read_text()
+    assert card.startswith("---\n") and "license: cc0-1.0" in card and "2608.16765" in card
+    manifest = json.loads((bench / "manifest.json").read_text())
+    assert all(value in card for value in manifest["hashes"].values())  # the manifest's hashes, on the card
+
+
+def test_export_then_import_gives_the_benchmark_back_byte_for_byte(world, tmp_path):
+    bench = world["bench"]
+    export_folder(bench, tmp_path / "export")
+    result = run_trace("import", str(tmp_path / "export"), "--out", str(tmp_path / "back"))
+    assert result.returncode == 0, result.stderr
+    assert _files(tmp_path / "back") == _files(bench)
+
+
+def test_a_run_export_imports_to_a_run_that_scores_reports_and_diagnoses_alike(world, tmp_path, monkeypatch):
+    from tracebench.diagnose import diagnose_run
+    from tracebench.report import build_report
+
+    run, diagnosis = world["run"], world["diagnosis"]
+    result = run_trace("export", str(run), "--diagnosis", str(diagnosis), "--out", str(tmp_path / "export"))
+    assert result.returncode == 0, result.stderr
+    rows = _load(tmp_path / "export", tmp_path, monkeypatch)
+    assert {"generated_image", "verdicts", "diagnosis_tree", "node_images"} <= set(rows.column_names)
+    first = rows[0]
+    assert first["verdicts"][0]["votes"][0]["judge"] == "oracle" and first["verdicts"][0]["votes"][0]["reason"]
+
+    back = tmp_path / "back"
+    result = run_trace("import", str(tmp_path / "export"), "--out", str(back))
+    assert result.returncode == 0, result.stderr
+    assert (back / "verdicts.jsonl").read_bytes() == (run / "verdicts.jsonl").read_bytes()
+    assert (back / "benchmark" / "cases.jsonl").read_bytes() == (world["bench"] / "cases.jsonl").read_bytes()
+    assert {k: v for k, v in _files(back / "images").items()} == _files(run / "images")
+    assert RUN_MANIFEST.read(back).cases_dir == str((back / "benchmark").absolute())
+    ours, theirs = (run_trace("score", str(folder), "--json") for folder in (back, run))
+    assert ours.returncode == 0 and ours.stdout == theirs.stdout
+
+    # its diagnosis: the same trees (a reused root's image now names the imported run's) and a report
+    trees = [json.loads(line) for line in (back / "diagnosis" / "trees.jsonl").read_text().splitlines()]
+    original = [json.loads(line) for line in (diagnosis / "trees.jsonl").read_text().splitlines()]
+    assert len(trees) == len(original) > 0
+    for tree, old in zip(trees, original):
+        for node, was in zip(tree["nodes"], old["nodes"]):
+            assert {k: v for k, v in node.items() if k != "image"} == {k: v for k, v in was.items() if k != "image"}
+            if was.get("image"):
+                moved = Path(node["image"]) if Path(node["image"]).is_absolute() else back / "diagnosis" / node["image"]
+                source = Path(was["image"]) if Path(was["image"]).is_absolute() else diagnosis / was["image"]
+                assert moved.read_bytes() == source.read_bytes()
+    page = build_report(back, tmp_path / "page.html", diagnosis=back / "diagnosis")
+    assert page.stat().st_size > 0
+    # and trace diagnose takes the imported run (the zoo generates its nodes again): the same attributions
+    again = diagnose_run(back, tmp_path / "diag", strategy="adaptive", progress=False,
+                         settings=ModelSettings(max_retries=0, timeout=30.0))
+    assert again.counts == json.loads((diagnosis / "summary.json").read_text())["counts"]
+
+
+def test_rejudging_with_the_runs_own_judge_gives_its_verdicts(world, tmp_path):
+    run = world["run"]
+    manifest = rejudge_run(run, tmp_path / "again", judges=["oracle"])
+    assert (tmp_path / "again" / "verdicts.jsonl").read_bytes() == (run / "verdicts.jsonl").read_bytes()
+    source = RUN_MANIFEST.read(run)
+    assert manifest.rejudged_from == str(run.resolve())
+    assert (manifest.generator, manifest.seed, manifest.judges) == (source.generator, source.seed, source.judges)
+    assert manifest.calls == {"oracle": manifest.cases}  # the generator was never called: its images were read
+    # resuming calls nothing; another scale is another run
+    assert rejudge_run(run, tmp_path / "again", judges=["oracle"]).calls == {}
+    graded = rejudge_run(run, tmp_path / "ternary", judges=["oracle"], settings=ModelSettings(scale="ternary"))
+    assert graded.scale == "ternary" and graded.verdicts == manifest.verdicts
+    with pytest.raises(TraceError, match="another scale"):
+        rejudge_run(run, tmp_path / "again", judges=["oracle"], settings=ModelSettings(scale="ternary"))
+
+
+def test_rejudging_with_a_served_judge_and_the_sources_cache_calls_nothing(world, tmp_path):
+    bench = world["bench"]
+    cases = {c.id: c for c in read_cases(bench)}
+    with OpenAIStub(_oracle_handler(cases, flaky=False)) as stub:
+        settings = ModelSettings(base_url=stub.base_url, max_retries=0, timeout=30.0)
+        source = tmp_path / "served"
+        run_benchmark(bench, source, generator=GENERATOR, judges=["openai:oracle"], settings=settings,
+                      progress=False)
+        asked = len(stub.requests)
+        again = rejudge_run(source, tmp_path / "again", judges=["openai:oracle"], settings=settings,
+                            cache_dir=source / "cache")
+        assert len(stub.requests) == asked and again.calls == {} and again.cache_hits > 0
+    assert (tmp_path / "again" / "verdicts.jsonl").read_bytes() == (source / "verdicts.jsonl").read_bytes()
+
+
+def test_a_case_the_source_run_has_no_image_for_abstains_again(world, tmp_path):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(world["run"], run, ignore=shutil.ignore_patterns("cache"))
+    gone = sorted((run / "images").glob("*.png"))[0]
+    gone.unlink()
+    result = run_trace("rejudge", str(run), "--judge", "oracle", "--out", str(tmp_path / "again"))
+    assert result.returncode == 3, result.stderr
+    assert f"no image for {gone.stem}" in result.stderr and "--retry-abstained" in result.stderr
+    lines = [json.loads(line) for line in (tmp_path / "again" / "verdicts.jsonl").read_text().splitlines()]
+    assert {v["verdict"] for v in lines if v["case_id"] == gone.stem} == {"abstain"}
+
+
+def test_the_leaderboard_ranks_runs_and_refuses_other_setups(world, shared_runs, tmp_path):
+    from tracebench.report import build_report
+
+    bench, worse = world["bench"], world["run"]
+    better = shared_runs(bench, "synthetic:perfect")
+    out = tmp_path / "board.json"
+    result = run_trace("leaderboard", str(worse), str(better), "--protocol", "macro", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    board = json.loads(out.read_text())
+    assert [row["generator"] for row in board["rows"]] == ["synthetic:perfect", GENERATOR]
+    assert [row["rank"] for row in board["rows"]] == [1, 2]
+    scores = score_run(worse)
+    assert board["rows"][1]["avg"] == scores.avg and board["rows"][1]["cases"] == scores.cases
+    assert board["rows"][0]["protocols"]["macro"]["overall"] is not None
+    for suffix in ("md", "csv"):
+        result = run_trace("leaderboard", str(worse), str(better), "--out", str(tmp_path / f"board.{suffix}"))
+        assert result.returncode == 0, result.stderr
+    assert (tmp_path / "board.md").read_text().index("synthetic:perfect") < \
+        (tmp_path / "board.md").read_text().index(GENERATOR)
+    assert (tmp_path / "board.csv").read_text().splitlines()[1].startswith("1,synthetic:perfect")
+
+    # the report's headline table is the board: the same rows in the same order
+    page = build_report(worse, tmp_path / "page.html", compare=[better])
+    text = page.read_text()
+    rows = [text.index(f'<tr data-run="{row["name"]}">') for row in board["rows"]]
+    assert rows == sorted(rows)
+
+    other = rejudge_run(worse, tmp_path / "ternary", judges=["oracle"], settings=ModelSettings(scale="ternary"))
+    assert other.scale == "ternary"
+    refused = run_trace("leaderboard", str(worse), str(tmp_path / "ternary"), "--out", str(tmp_path / "x.md"))
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert "another scale" in refused.stderr and not (tmp_path / "x.md").exists()
+    mixed = leaderboard([worse, tmp_path / "ternary"], mixed=True)
+    assert mixed.mixed and [row.differs for row in mixed.rows if row.run == str(tmp_path / "ternary")] == [("scale",)]
+
+
+def test_a_leaderboard_of_two_benchmarks_is_one_line_exit_2(diagnosis_bench, run_bench, shared_runs, tmp_path):
+    one = shared_runs(run_bench, "synthetic:perfect")
+    two = shared_runs(diagnosis_bench, "synthetic:perfect")
+    result = run_trace("leaderboard", str(one), str(two), "--out", str(tmp_path / "board.md"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "another benchmark" in result.stderr
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("card", "no tracebench: section"),
+    ("parquet", "not a readable parquet file"),
+    ("path", "references[0].path"),
+    ("bytes", "other bytes than an earlier row's"),
+])
+def test_a_damaged_export_is_one_line_and_writes_nothing(world, tmp_path, damage, message):
+    import pyarrow.parquet as pq
+
+    export = tmp_path / "export"
+    export_folder(world["bench"], export)
+    shard = next((export / "data").glob("*.parquet"))
+    if damage == "card":
+        card = export / "README.md"
+        card.write_text(card.read_text().replace("tracebench:\n", "somethingelse:\n", 1))
+    elif damage == "parquet":
+        shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    else:
+        table = pq.read_table(shard)
+        rows = table.to_pylist()
+        if damage == "path":
+            rows[0]["references"][0]["path"] = "../../outside.png"
+        else:  # a reference path two rows share, with other bytes in the second
+            seen = {}
+            for row in rows:
+                for k, ref in enumerate(row["references"]):
+                    if ref["path"] in seen and seen[ref["path"]] is not row:
+                        row["reference_images"][k]["bytes"] += b"tampered"
+                        break
+                    seen[ref["path"]] = row
+                else:
+                    continue
+                break
+        pq.write_table(type(table).from_pylist(rows, schema=table.schema), shard)
+    result = run_trace("import", str(export), "--out", str(tmp_path / "back"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and message in result.stderr
+    assert not (tmp_path / "back").exists() and not list(tmp_path.glob(".back.*"))
+
+
+def test_without_the_hf_extra_export_is_one_line_naming_it(world, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "datasets", None)  # what an install without the extra gives: ImportError
+    with pytest.raises(TraceError, match=r"pip install 'tracebench\[hf\]'"):
+        export_folder(world["bench"], tmp_path / "export")
+    assert not (tmp_path / "export").exists()

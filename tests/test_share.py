@@ -183,11 +183,11 @@ def test_the_leaderboard_ranks_runs_and_refuses_other_setups(world, shared_runs,
     scores = score_run(worse)
     assert board["rows"][1]["avg"] == scores.avg and board["rows"][1]["cases"] == scores.cases
     assert board["rows"][0]["protocols"]["macro"]["overall"] is not None
-    for suffix in ("md", "csv"):
-        result = run_trace("leaderboard", str(worse), str(better), "--out", str(tmp_path / f"board.{suffix}"))
+    markdown = (tmp_path / "board").with_suffix(".md")
+    for path in (markdown, tmp_path / "board.csv"):
+        result = run_trace("leaderboard", str(worse), str(better), "--out", str(path))
         assert result.returncode == 0, result.stderr
-    assert (tmp_path / "board.md").read_text().index("synthetic:perfect") < \
-        (tmp_path / "board.md").read_text().index(GENERATOR)
+    assert markdown.read_text().index("synthetic:perfect") < markdown.read_text().index(GENERATOR)
     assert (tmp_path / "board.csv").read_text().splitlines()[1].startswith("1,synthetic:perfect")
 
     # the report's headline table is the board: the same rows in the same order
@@ -198,9 +198,9 @@ def test_the_leaderboard_ranks_runs_and_refuses_other_setups(world, shared_runs,
 
     other = rejudge_run(worse, tmp_path / "ternary", judges=["oracle"], settings=ModelSettings(scale="ternary"))
     assert other.scale == "ternary"
-    refused = run_trace("leaderboard", str(worse), str(tmp_path / "ternary"), "--out", str(tmp_path / "x.md"))
+    refused = run_trace("leaderboard", str(worse), str(tmp_path / "ternary"), "--out", str(tmp_path / "x.csv"))
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
-    assert "another scale" in refused.stderr and not (tmp_path / "x.md").exists()
+    assert "another scale" in refused.stderr and not (tmp_path / "x.csv").exists()
     mixed = leaderboard([worse, tmp_path / "ternary"], mixed=True)
     assert mixed.mixed and [row.differs for row in mixed.rows if row.run == str(tmp_path / "ternary")] == [("scale",)]
 
@@ -208,7 +208,7 @@ def test_the_leaderboard_ranks_runs_and_refuses_other_setups(world, shared_runs,
 def test_a_leaderboard_of_two_benchmarks_is_one_line_exit_2(diagnosis_bench, run_bench, shared_runs, tmp_path):
     one = shared_runs(run_bench, "synthetic:perfect")
     two = shared_runs(diagnosis_bench, "synthetic:perfect")
-    result = run_trace("leaderboard", str(one), str(two), "--out", str(tmp_path / "board.md"))
+    result = run_trace("leaderboard", str(one), str(two), "--out", str(tmp_path / "board.json"))
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "another benchmark" in result.stderr
 

@@ -18,7 +18,7 @@ def register(sub) -> None:
     b.add_argument("--gating", choices=("within", "cross"), default="within", help="as trace score --gating")
     b.add_argument("--mixed", action="store_true", help="list runs of other benchmarks or judge setups too, marked")
     b.add_argument("--out", type=Path, required=True, metavar="FILE",
-                   help="FILE.md (a Markdown table), FILE.csv or FILE.json (the format follows the suffix)")
+                   help="the file to write, in the format its suffix names: .md (a Markdown table), .csv or .json")
     b.set_defaults(run=run)
 
 

@@ -1,7 +1,7 @@
 """The dataset card of an export (``README.md``): the YAML header the Hub and
 ``datasets.load_dataset`` read, with a ``tracebench`` section holding the folder's manifests
 (what :func:`~tracebench.share.import_dataset` rebuilds the folder from), and a body from
-``templates/share/card.md.j2``."""
+``templates/share/dataset_card.j2``."""
 
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ def write_card(folder: Path, *, kind: str, section: dict[str, Any], features, ro
     hashes = sorted((sample.hashes if sample else {}).items())
     if run is not None:
         hashes.append(("cases.jsonl", run["cases_hash"]))
-    body = render("share/card.md.j2", title=title, kind=kind, tool=tool, rows=rows, split=SPLIT, shards=shards,
+    body = render("share/dataset_card.j2", title=title, kind=kind, tool=tool, rows=rows, split=SPLIT, shards=shards,
                   size_text=_size_text(size), contents=contents, sampled=sampled, counts=counts or [], run=run,
                   hashes=hashes, licenses=sorted(licenses.items()), load_name="USER/NAME")
     text = "---\n" + yaml.safe_dump(header, sort_keys=False, allow_unicode=True, width=100) + "---\n\n" + body

@@ -101,6 +101,12 @@ def run_incomplete(command: str, out: Path, manifest) -> int:
     were silent where the others answered; else 0."""
     from ..run import abstention_reasons, vote_abstention_reasons
 
+    if manifest.unfinished:  # the budget ran out: what is done is kept, the same command goes on
+        argv = ["trace", *sys.argv[1:]]
+        print(f"{command}: the budget of calls (--max-calls) was spent: {manifest.cases} cases done, "
+              f"{manifest.unfinished} left; go on with: {shlex.join(argv)} (a larger or no --max-calls; cached "
+              f"calls are free)", file=sys.stderr)
+        return INCOMPLETE
     if manifest.abstentions:
         return report_incomplete(command, f"{manifest.abstentions} of {manifest.verdicts} questions abstained "
                                           "(no usable answer; never scored as fails)",

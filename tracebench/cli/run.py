@@ -28,6 +28,13 @@ def register(sub) -> None:
     p.add_argument("--collage", action="store_true",
                    help="send a case holding more than --max-images references as one labelled grid image, with a "
                         "line in the prompt saying which cell is which Image k (MacroBench's proxy)")
+    p.add_argument("--max-calls", type=int, default=None, metavar="N",
+                   help="a budget: at most N model calls in this invocation (cache hits are free); when it is spent "
+                        "the run stops cleanly, keeps what is done and exits 3 saying what is left; the same command "
+                        "goes on")
+    p.add_argument("--allow-model-change", action="store_true",
+                   help="resume even when a judge's server now reports another model or system_fingerprint than "
+                        "the run's verdicts so far (recorded in run.json); without it the run stops, one line")
     add_model_options(p, cache_default="RUN_DIR/cache")
     p.add_argument("--out", type=Path, required=True, help="the run folder (resumed if it holds the same run)")
     p.set_defaults(run=run)
@@ -41,7 +48,8 @@ def run(args) -> int:
                              settings=settings, concurrency=args.concurrency, shard=args.shard,
                              judge_batch=args.judge_batch, retry_abstained=args.retry_abstained,
                              cache_dir=args.cache, ensemble=args.ensemble, max_images=args.max_images,
-                             collage=args.collage)
+                             collage=args.collage, max_calls=args.max_calls,
+                             allow_model_change=args.allow_model_change)
     calls = ", ".join(f"{spec}: {n}" for spec, n in manifest.calls.items()) or "none"
     print(f"{args.out}: {manifest.cases} cases, {manifest.verdicts} verdicts, {manifest.abstentions} abstentions; "
           f"calls {calls}; cache hits {manifest.cache_hits}")

@@ -79,6 +79,7 @@ class AccessStats:
     cache_hits: int = 0
     tokens: int = 0
     failures: int = 0
+    identities: dict = field(default_factory=dict)  # judge spec -> the models of its replies, called or cached
 
 
 MIN_SECRET = 8  # characters: a shorter key is scrubbed only where it stands as a word of its own
@@ -154,8 +155,10 @@ class ModelAccess:
     """Calls of one command (a run, a diagnosis round, a tagging run) through its providers."""
 
     def __init__(self, cache: Cache | None = None, *, concurrency: int = 8, max_retries: int = 4,
-                 backoff: tuple[float, float] = (0.5, 30.0)) -> None:
+                 backoff: tuple[float, float] = (0.5, 30.0), max_calls: int | None = None) -> None:
         self.cache = cache
+        self.max_calls = max_calls  # a budget of calls (cache hits are free): past it nothing more is sent
+        self.spent = False  # whether a call was refused for the budget
         self.concurrency = concurrency
         self.max_retries = max_retries
         self.backoff = backoff
@@ -176,6 +179,9 @@ class ModelAccess:
         breaker = self._breakers.setdefault(id(provider), _Breaker())
         self._refuse_if_stopped(breaker)
         if count:
+            if self.max_calls is not None and sum(self.stats.calls.values()) >= self.max_calls:
+                self.spent = True  # checked and counted with no await between: concurrent calls cannot overshoot
+                raise NotSent(f"not sent: the budget of {self.max_calls} calls is spent (--max-calls)")
             self.stats.calls[provider.spec] += 1
         retries = getattr(provider, "max_retries", None)
         retries = self.max_retries if retries is None else retries
@@ -292,6 +298,11 @@ class ModelAccess:
             self.cache.put(key, meta, made.image)
         return made
 
+    def _answered(self, judge: Judge, reply: Reply) -> None:
+        """Remember the model that gave a reply (from a call or the cache): ``stats.identities``."""
+        if reply.identity is not None:
+            self.stats.identities.setdefault(judge.spec, set()).add(reply.identity)
+
     async def ask(self, judge: Judge, case: Case, questions: Sequence[Question], image: bytes,
                   references: Sequence[bytes], *, keep: Callable[[str], bool]) -> tuple[Reply, str]:
         """A judge's reply and its cache key, from the cache or a call; a reply is cached only
@@ -302,14 +313,20 @@ class ModelAccess:
             hit = self.cache.get(key)
             if hit is not None:
                 self.stats.cache_hits += 1
-                return Reply(hit[0]["raw"]), key
+                cached = Reply(hit[0]["raw"], model=hit[0].get("model"), fingerprint=hit[0].get("fingerprint"))
+                self._answered(judge, cached)
+                return cached, key
         try:
             reply = await self.call(judge, lambda: judge.call(case, questions, image, references))
         except CallFailed as err:
             err.cache_key = key  # type: ignore[attr-defined]
             raise
-        reply = Reply(scrub(reply.text, judge.secrets()), reply.tokens)  # before it is parsed, cached or stored
+        reply = Reply(scrub(reply.text, judge.secrets()), reply.tokens,  # before it is parsed, cached or stored
+                      *(None if v is None else scrub(v, judge.secrets()) for v in (reply.model, reply.fingerprint)))
         self.stats.tokens += reply.tokens
+        self._answered(judge, reply)
         if self.cache is not None and keep(reply.text):
-            self.cache.put(key, {"judge": judge.spec, "raw": reply.text})
+            meta = {"judge": judge.spec, "raw": reply.text}
+            meta |= {k: v for k, v in (("model", reply.model), ("fingerprint", reply.fingerprint)) if v is not None}
+            self.cache.put(key, meta)
         return reply, key

@@ -74,10 +74,21 @@ class Generation:
 
 @dataclass(frozen=True)
 class Reply:
-    """A judge's raw reply and the tokens it cost (0 when the server does not say)."""
+    """A judge's raw reply, the tokens it cost (0 when the server does not say), and the model
+    that answered as the server reported it: its name and ``system_fingerprint`` (None when the
+    server does not say, and for judges that are no served model)."""
 
     text: str
     tokens: int = 0
+    model: str | None = None
+    fingerprint: str | None = None
+
+    @property
+    def identity(self) -> str | None:
+        """``model`` or ``model (fingerprint)``: what a run pins its judge to (None: unknown)."""
+        if self.model is None:
+            return None
+        return self.model + (f" ({self.fingerprint})" if self.fingerprint else "")
 
 
 class Provider(ABC):

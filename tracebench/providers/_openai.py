@@ -85,6 +85,8 @@ class ChatReply:
     content: str | None
     refusal: str | None = None
     tokens: int = 0
+    model: str | None = None  # the model the server says answered, and its system_fingerprint
+    fingerprint: str | None = None
 
 
 class OpenAIClients(Provider):
@@ -151,7 +153,8 @@ class OpenAIClients(Provider):
         usage = body.get("usage")
         tokens = usage.get("total_tokens") if isinstance(usage, dict) else None
         return ChatReply(content, refusal if isinstance(refusal, str) and refusal else None,
-                         tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > 0 else 0)
+                         tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > 0 else 0,
+                         _said(body.get("model")), _said(body.get("system_fingerprint")))
 
     async def image(self, *, edit: bool, **request) -> bytes:
         """One image from ``images.edit`` or ``images.generate``, decoded from the body the server
@@ -299,7 +302,14 @@ class OpenAIJudge(OpenAIClients, Judge):
             response_format={"type": "json_schema", "json_schema": {"name": "verdicts", "schema": schema}})
         if reply.refusal:
             raise CallFailed(f"refusal: {reply.refusal}")
-        return Reply(reply.content or "", reply.tokens)
+        return Reply(reply.content or "", reply.tokens, reply.model, reply.fingerprint)
+
+
+def _said(value: object) -> str | None:
+    """A model name or fingerprint a reply gave: one line of at most 200 characters, or None."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    return " ".join(value.split())[:200]
 
 
 def _question_texts(questions: Sequence[Question], scale: str = "binary") -> tuple[tuple[str, str, str], ...]:

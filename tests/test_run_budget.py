@@ -1,0 +1,125 @@
+"""Runs at scale: a budget of calls (trace run --max-calls) and judges pinned to the model their
+server reports (run.json's judge_models, --allow-model-change). Against a real OpenAI-compatible
+server on loopback answering as the oracle."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from openai_server import OpenAIStub, completion
+from test_cli import run_trace
+from test_run import _oracle_handler
+from tracebench.providers import ModelSettings
+from tracebench.records import RUN_MANIFEST, read_cases
+from tracebench.run import run_benchmark
+
+GENERATOR = "synthetic:global-interference"
+
+
+class Judge:
+    """The oracle behind a chat endpoint, answering as ``model`` with ``fingerprint`` (changeable)."""
+
+    def __init__(self, bench: Path) -> None:
+        self.inner = _oracle_handler({c.id: c for c in read_cases(bench)}, flaky=False)
+        self.fingerprint = "fp_1"
+        self.calls = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, request):
+        with self.lock:
+            self.calls += 1
+        return 200, completion(self.inner(request), model="judge-v1") | {"system_fingerprint": self.fingerprint}
+
+
+def _whole(run: Path, bench: Path) -> dict[str, int]:
+    """Case id -> verdicts in the run; every case present holds all its questions."""
+    asked = {c.id: len(c.checklist) for c in read_cases(bench)}
+    held: dict[str, int] = {}
+    for line in (run / "verdicts.jsonl").read_text().splitlines():
+        case = json.loads(line)["case_id"]
+        held[case] = held.get(case, 0) + 1
+    assert all(held[case] == asked[case] for case in held)
+    return held
+
+
+def test_a_budget_of_calls_stops_cleanly_and_the_same_command_goes_on(run_bench, tmp_path):
+    judge = Judge(run_bench)
+    with OpenAIStub(judge) as stub:
+        base = ["run", str(run_bench), "--generator", GENERATOR, "--judge", "openai:oracle", "--base-url",
+                stub.base_url, "--max-retries", "0", "--out", str(tmp_path / "run")]
+        first = run_trace(*base, "--max-calls", "9")
+        assert first.returncode == 3, first.stderr
+        assert len(first.stderr.strip().splitlines()) == 1 and "left" in first.stderr and "--max-calls" in first.stderr
+        manifest = RUN_MANIFEST.read(tmp_path / "run")
+        assert sum(manifest.calls.values()) <= 9 and judge.calls <= 9
+        assert manifest.unfinished == len(list(read_cases(run_bench))) - manifest.cases > 0
+        done = _whole(tmp_path / "run", run_bench)  # each case whole or absent, never cut midway
+        assert len(done) == manifest.cases > 0
+
+        second = run_trace(*base, "--max-calls", "9")  # the same command: nine more calls, cached ones free
+        assert second.returncode == 3 and len(_whole(tmp_path / "run", run_bench)) > len(done)
+
+        last = run_trace(*base)
+        assert last.returncode == 0, last.stderr
+        assert RUN_MANIFEST.read(tmp_path / "run").unfinished is None
+        whole = run_trace("run", str(run_bench), "--generator", GENERATOR, "--judge", "openai:oracle", "--base-url",
+                          stub.base_url, "--out", str(tmp_path / "whole"))
+        assert whole.returncode == 0, whole.stderr
+    assert (tmp_path / "run" / "verdicts.jsonl").read_bytes() == (tmp_path / "whole" / "verdicts.jsonl").read_bytes()
+    assert run_trace("run", str(run_bench), "--generator", GENERATOR, "--judge", "oracle", "--max-calls", "0",
+                     "--out", str(tmp_path / "zero")).returncode == 2
+
+
+def test_a_judge_answering_as_another_model_on_resume_stops_the_run(run_bench, tmp_path):
+    judge = Judge(run_bench)
+    out = tmp_path / "run"
+    with OpenAIStub(judge) as stub:
+        base = ["run", str(run_bench), "--generator", GENERATOR, "--judge", "openai:oracle", "--base-url",
+                stub.base_url, "--out", str(out)]
+        assert run_trace(*base, "--max-calls", "12").returncode == 3
+        pinned = RUN_MANIFEST.read(out)
+        assert pinned.judge_models == {"openai:oracle": ("judge-v1 (fp_1)",)}
+        vote = json.loads((out / "verdicts.jsonl").read_text().splitlines()[0])["votes"][0]
+        assert (vote["model"], vote["fingerprint"]) == ("judge-v1", "fp_1")
+        kept = (out / "verdicts.jsonl").read_bytes()
+
+        judge.fingerprint = "fp_2"  # the server was redeployed
+        stopped = run_trace(*base)
+        assert stopped.returncode == 2 and "Traceback" not in stopped.stderr
+        assert len(stopped.stderr.strip().splitlines()) == 1
+        assert "judge-v1 (fp_2)" in stopped.stderr and "judge-v1 (fp_1)" in stopped.stderr
+        assert "--allow-model-change" in stopped.stderr
+        assert RUN_MANIFEST.read(out).judge_models == pinned.judge_models
+        assert (out / "verdicts.jsonl").read_bytes().startswith(kept[: kept.index(b"\n") + 1])
+
+        allowed = run_trace(*base, "--allow-model-change")
+        assert allowed.returncode == 0, allowed.stderr
+    manifest = RUN_MANIFEST.read(out)
+    assert manifest.judge_models == {"openai:oracle": ("judge-v1 (fp_1)", "judge-v1 (fp_2)")}
+    assert manifest.judge_model_changes == ("openai:oracle: judge-v1 (fp_1) -> judge-v1 (fp_2)",)
+    scores = run_trace("score", str(out))
+    assert "judge openai:oracle answered as judge-v1 (fp_1), judge-v1 (fp_2)" in scores.stdout
+    scored = json.loads(run_trace("score", str(out), "--json").stdout)
+    assert scored["run"]["judge_models"] == {"openai:oracle": ["judge-v1 (fp_1)", "judge-v1 (fp_2)"]}
+
+
+def test_judges_that_report_no_model_keep_the_records_they_had(run_bench, shared_runs, tmp_path):
+    """The oracle in process names no model: votes, run.json and scores hold no new field."""
+    run = shared_runs(run_bench, GENERATOR)
+    assert b'"model"' not in (run / "verdicts.jsonl").read_bytes()
+    assert "judge_models" not in json.loads((run / "run.json").read_text())
+    assert "judge_models" not in json.loads(run_trace("score", str(run), "--json").stdout)["run"]
+    again = run_benchmark(run_bench, tmp_path / "again", generator=GENERATOR, judges=["oracle"],
+                          settings=ModelSettings(max_retries=0), max_calls=10_000, progress=False)
+    assert again.unfinished is None and again.judge_models is None
+
+
+@pytest.mark.parametrize("budget", [1, 2])
+def test_a_budget_smaller_than_one_case_starts_nothing(run_bench, tmp_path, budget):
+    manifest = run_benchmark(run_bench, tmp_path / "run", generator=GENERATOR, judges=["oracle", "oracle:flip=0.1"],
+                             max_calls=budget, progress=False)
+    assert manifest.cases == 0 and manifest.calls == {} and manifest.unfinished > 0

@@ -123,3 +123,60 @@ def test_a_budget_smaller_than_one_case_starts_nothing(run_bench, tmp_path, budg
     manifest = run_benchmark(run_bench, tmp_path / "run", generator=GENERATOR, judges=["oracle", "oracle:flip=0.1"],
                              max_calls=budget, progress=False)
     assert manifest.cases == 0 and manifest.calls == {} and manifest.unfinished > 0
+
+
+def test_image_tokens_follow_openais_worked_examples():
+    from tracebench.run._cost import image_tokens, text_tokens
+
+    assert image_tokens((1024, 1024)) == 765  # OpenAI's vision pricing examples
+    assert image_tokens((2048, 4096)) == 1105
+    assert image_tokens((256, 256)) == 255
+    assert text_tokens("abcde") == 2
+
+
+def test_a_dry_run_counts_what_a_run_would_cost_and_calls_nothing(run_bench, tmp_path):
+    from tracebench.run._cost import OUTPUT_TOKENS_PER_QUESTION, image_tokens
+
+    cases = list(read_cases(run_bench))
+    judge = Judge(run_bench)
+    prices = tmp_path / "prices.toml"
+    prices.write_text('["openai:oracle"]\ninput_per_million = 2.0\noutput_per_million = 8.0\nper_call = 0.001\n')
+    out = tmp_path / "run"
+    with OpenAIStub(judge) as stub:
+        base = ["run", str(run_bench), "--generator", GENERATOR, "--judge", "openai:oracle", "--base-url",
+                stub.base_url, "--out", str(out)]
+        dry = run_trace(*base, "--dry-run", "--price-file", str(prices))
+        assert dry.returncode == 0, dry.stderr
+        assert judge.calls == 0 and not out.exists()  # no call, nothing written
+        lines = dry.stdout.splitlines()
+        assert f"cases to make: {len(cases)} (0 done already, 0 not applicable)" in lines
+        assert f"judge openai:oracle: {len(cases)} calls (0 cached)" in dry.stdout
+        sent = sum(len(c.references) + 1 for c in cases)
+        assert f"images sent to judges: {sent}" in lines
+        # the estimate, recomputed here by the documented rules
+        from tracebench.providers import ModelSettings as Settings, make_judge
+        served = make_judge("openai:oracle", Settings(base_url=stub.base_url))
+        from PIL import Image
+        tokens = sum(-(-len(served.prompt_text(c, c.checklist)) // 4) + image_tokens((1024, 1024))
+                     + sum(image_tokens(Image.open(run_bench / r.path).size) for r in c.references) for c in cases)
+        output = OUTPUT_TOKENS_PER_QUESTION * sum(len(c.checklist) for c in cases)
+        assert f"about {tokens:,} input and {output:,} output tokens" in dry.stdout
+        cost = len(cases) * 0.001 + tokens * 2.0 / 1e6 + output * 8.0 / 1e6
+        assert f"estimated cost: {cost:.2f}" in dry.stdout
+
+        assert run_trace(*base, "--max-calls", "15").returncode == 3
+        done = RUN_MANIFEST.read(out).cases
+        again = run_trace(*base, "--dry-run")
+        assert f"cases to make: {len(cases) - done} ({done} done already" in again.stdout
+        calls = judge.calls
+        assert run_trace(*base).returncode == 0
+        # a new folder over the same cache: every call is cached
+        fresh = run_trace("run", str(run_bench), "--generator", GENERATOR, "--judge", "openai:oracle", "--base-url",
+                          stub.base_url, "--cache", str(out / "cache"), "--out", str(tmp_path / "fresh"), "--dry-run")
+        assert f"judge openai:oracle: 0 calls ({len(cases)} cached)" in fresh.stdout
+        assert judge.calls > calls
+    bad = tmp_path / "bad.toml"
+    bad.write_text('["openai:oracle"]\ninput_per_milion = 2.0\n')
+    refused = run_trace(*base, "--dry-run", "--price-file", str(bad))
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert "bad.toml" in refused.stderr and "input_per_milion" in refused.stderr

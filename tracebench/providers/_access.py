@@ -40,7 +40,8 @@ from ..cache import Cache, cache_key
 from ..records import Case, Question
 from ._base import CallFailed, EndpointRefused, Generation, Generator, Judge, NotSent, Provider, Reply, Transient, current_replica
 
-__all__ = ["STOP_AFTER", "AccessStats", "ModelAccess", "Stopped", "clip", "one_line", "scrub"]
+__all__ = ["STOP_AFTER", "AccessStats", "ModelAccess", "Stopped", "clip", "generation_key", "generation_parts",
+           "one_line", "scrub"]
 
 T = TypeVar("T")
 _REASON_LIMIT = 240
@@ -149,6 +150,21 @@ class _Replicas:
         start = self.turn
         self.turn = (self.turn + 1) % count
         return min(range(count), key=lambda k: (self.in_flight[k], (k - start) % count))
+
+
+def generation_parts(generator: Generator, case: Case, references: Sequence[bytes]) -> dict | None:
+    """What a generation depends on (its cache key's parts), or None for a generator whose
+    images are no model call (a folder, the zoo)."""
+    parts = generator.key(generator.view(case), references)  # what the generator may know of the case
+    if parts is not None and generator.sample:  # a later generation of the case: its own call
+        parts = {**parts, "sample": generator.sample}
+    return parts
+
+
+def generation_key(generator: Generator, case: Case, references: Sequence[bytes]) -> str | None:
+    """The cache key of a case's generation, or None when it is no model call."""
+    parts = generation_parts(generator, case, references)
+    return None if parts is None else cache_key(**parts)
 
 
 class ModelAccess:
@@ -280,9 +296,7 @@ class ModelAccess:
     async def generate(self, generator: Generator, case: Case, references: Sequence[bytes]) -> Generation:
         """The image for a case (and the references the generator says it used), from the cache or
         a call; raises CallFailed."""
-        parts = generator.key(generator.view(case), references)  # what the generator may know of the case
-        if parts is not None and generator.sample:  # a later generation of the case: its own call
-            parts = {**parts, "sample": generator.sample}
+        parts = generation_parts(generator, case, references)
         key = cache_key(**parts) if parts is not None and self.cache is not None else None
         if key is not None:
             hit = self.cache.get(key)

@@ -176,6 +176,11 @@ class Judge(Provider):
                "images": [sha256(r) for r in references], "image": sha256(image)}
         return key if self.scale == "binary" else key | {"scale": self.scale}
 
+    def prompt_text(self, case: Case, questions: Sequence[Question]) -> str | None:
+        """The text a served judge is sent for these questions (what ``trace run --dry-run``
+        counts tokens of); None for a judge that is no served model."""
+        return None
+
     @abstractmethod
     def ask(self, case: Case, questions: Sequence[Question], image: bytes, references: Sequence[bytes]) -> Any:
         """The reply: a :class:`Reply`, its text (``{"answers": [{"id", "answer", "reason"}]}``,

@@ -286,6 +286,10 @@ class OpenAIJudge(OpenAIClients, Judge):
             key |= {"scale": self.scale, "graded_templates": _templates_hash(GRADED_TEMPLATES)}
         return key
 
+    def prompt_text(self, case, questions):
+        system, user = _judge_text(case.prompt, _question_texts(questions, self.scale), self.scale)
+        return system + "\n" + user
+
     async def ask(self, case, questions, image, references):
         system, user = _judge_text(case.prompt, _question_texts(questions, self.scale), self.scale)
         content: list[dict] = []

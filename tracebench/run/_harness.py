@@ -449,7 +449,8 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
                   retry_abstained: bool = False, cache_dir: Path | None = None,
                   progress: bool | None = None, ensemble: str | None = None, max_images: int | None = None,
                   collage: bool = False, collage_cases: frozenset[str] = frozenset(),
-                  max_calls: int | None = None, allow_model_change: bool = False) -> RunManifest:
+                  max_calls: int | None = None, allow_model_change: bool = False, dry_run: bool = False,
+                  prices: dict | None = None):
     """Generate and judge every case of ``cases_dir`` (or one shard of them) into ``out``;
     several judges combine by ``ensemble`` (:data:`~tracebench.outcomes.ENSEMBLES`; default: mean,
     median on a graded scale). The judges answer on ``settings.scale`` (:mod:`tracebench.scales`).
@@ -471,7 +472,10 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
     Judges are pinned: every vote records the model the server reported and its
     ``system_fingerprint``, ``run.json`` the set seen (``judge_models``). A resumed run whose
     judge now reports another stops with a TraceError before that case is kept, unless
-    ``allow_model_change`` (then recorded in ``judge_model_changes``)."""
+    ``allow_model_change`` (then recorded in ``judge_model_changes``).
+
+    ``dry_run``: nothing is called or written; the :class:`~tracebench.run.CostEstimate` of
+    what the run would still make is returned instead (``prices``: a price file's, for a cost)."""
     cases_dir, out = Path(cases_dir), Path(out)
     if concurrency < 1:
         raise TraceError(f"--concurrency: {concurrency} must be at least 1")
@@ -554,6 +558,15 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
     elif out.is_dir() and any(not p.name.startswith(TEMPORARY_PREFIX) for p in out.iterdir()):
         raise TraceError(f"--out {out}: is not empty and not a run folder (no {RUN_FILE}); choose another --out")
     previous = _existing(out, checklists, retry_abstained)
+    if dry_run:
+        from ._cost import estimate_cost
+
+        todo = (case for case in read_cases(cases_dir)
+                if case.id in checklists and case.id not in previous and (collage or case.id not in beyond))
+        return estimate_cost(todo, references=ReferenceFiles(cases_dir), generator=gen, judges=judge_list,
+                             judge_batch=judge_batch, cache=Cache(cache_dir or out / CACHE_DIR), done=len(previous),
+                             not_applicable=0 if collage else len(beyond), prices=prices,
+                             collaged=frozenset(beyond) if collage else frozenset())
     out.mkdir(parents=True, exist_ok=True)
     # the identity first: a run killed before its end can only be resumed by the same run
     RUN_MANIFEST.write(out, identity)

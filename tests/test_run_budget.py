@@ -1,10 +1,12 @@
-"""Runs at scale: a budget of calls (trace run --max-calls) and judges pinned to the model their
-server reports (run.json's judge_models, --allow-model-change). Against a real OpenAI-compatible
-server on loopback answering as the oracle."""
+"""Runs at scale: a budget of calls (trace run --max-calls), the cost of a run before it (--dry-run),
+judges pinned to the model their server reports (run.json's judge_models, --allow-model-change)
+and generation options (--generator-option). Against a real OpenAI-compatible server on loopback."""
 
 from __future__ import annotations
 
 import json
+import shlex
+import sys
 import threading
 from pathlib import Path
 
@@ -180,3 +182,50 @@ def test_a_dry_run_counts_what_a_run_would_cost_and_calls_nothing(run_bench, tmp
     refused = run_trace(*base, "--dry-run", "--price-file", str(bad))
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
     assert "bad.toml" in refused.stderr and "input_per_milion" in refused.stderr
+
+
+@pytest.fixture(scope="module")
+def tiny_bench(shared_folder):
+    from tracebench.sample import sample_benchmark
+
+    return shared_folder("tiny-1-2", lambda out: sample_benchmark(out, slots=(1,), per_slot=2, seed=3,
+                                                                   applications=False))
+
+
+def test_generator_options_reach_the_images_endpoint_and_are_part_of_the_run(tiny_bench, tmp_path):
+    with OpenAIStub(lambda request: "unused") as stub:
+        base = ["run", str(tiny_bench), "--generator", "openai:image-model", "--judge", "oracle", "--base-url",
+                stub.base_url, "--max-retries", "0"]
+        options = ["--generator-option", "size=512x512", "--generator-option", "num_inference_steps=30",
+                   "--generator-option", "seed=7"]
+        first = run_trace(*base, *options, "--out", str(tmp_path / "a"))
+        assert first.returncode == 3, first.stderr  # the stub's image holds no truth: the oracle abstains
+        edits = [r for r in stub.received if r.path == "/v1/images/edits"]
+        assert len(edits) == 2
+        for request in edits:  # the images API's own field as a field, the others as extra fields
+            for name, value in (("size", b"512x512"), ("num_inference_steps", b"30"), ("seed", b"7")):
+                assert f'name="{name}"'.encode() in request.raw and value in request.raw
+        assert RUN_MANIFEST.read(tmp_path / "a").generator_options == {"num_inference_steps": 30, "seed": 7,
+                                                                       "size": "512x512"}
+        # another option is another run (refused in the folder) and other cache keys (called again)
+        other = run_trace(*base, "--generator-option", "seed=8", "--out", str(tmp_path / "a"))
+        assert other.returncode == 2 and "generator_options" in other.stderr
+        again = run_trace(*base, "--generator-option", "seed=8", "--cache", str(tmp_path / "a" / "cache"),
+                          "--out", str(tmp_path / "b"))
+        assert again.returncode == 3 and len([r for r in stub.received if r.path == "/v1/images/edits"]) == 4
+        same = run_trace(*base, *options, "--cache", str(tmp_path / "a" / "cache"), "--out", str(tmp_path / "c"))
+        assert same.returncode == 3 and len([r for r in stub.received if r.path == "/v1/images/edits"]) == 4
+    refused = run_trace(*base, "--generator-option", "prompt=hello", "--out", str(tmp_path / "d"))
+    assert refused.returncode == 2 and "prompt" in refused.stderr and not (tmp_path / "d").exists()
+
+
+def test_a_command_generator_reads_the_options(tiny_bench, tmp_path):
+    seen = tmp_path / "seen.jsonl"
+    script = ("import json, os, shutil, sys; case = json.load(sys.stdin); "
+              f"open({str(seen)!r}, 'a').write(os.environ['TRACEBENCH_GENERATOR_OPTIONS'] + '\\n'); "
+              "shutil.copy(case['references'][0]['path'], os.environ['TRACEBENCH_OUTPUT'])")
+    command = f"{sys.executable} -c {shlex.quote(script)}"
+    result = run_trace("run", str(tiny_bench), "--generator", f"command:{command}", "--judge", "oracle",
+                       "--generator-option", "guidance_scale=3.5", "--out", str(tmp_path / "run"))
+    assert result.returncode in (0, 3), result.stderr
+    assert [json.loads(line) for line in seen.read_text().splitlines()] == [{"guidance_scale": 3.5}] * 2

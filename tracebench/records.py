@@ -281,7 +281,7 @@ class RunManifest(_Sparse):
 
     _omitted_when_none: ClassVar[tuple[str, ...]] = ("max_images", "collage", "not_applicable", "collaged", "scale",
                                                      "rejudged_from", "unfinished", "judge_models",
-                                                     "judge_model_changes")
+                                                     "judge_model_changes", "generator_options")
 
     tool: str
     cases_dir: str = Field(description="the benchmark folder the run read")
@@ -325,6 +325,9 @@ class RunManifest(_Sparse):
     rejudged_from: str | None = Field(default=None, description="trace rejudge: the run folder whose images these "
                                       "verdicts judge (its generator, seed and sample are this run's); absent when "
                                       "the run generated its images")
+    generator_options: dict[str, str | int | float | bool] | None = Field(
+        default=None, description="the generation options sent with every request (trace run --generator-option, "
+                                  "the models file's options): part of the run's identity; absent when none")
     judge_models: dict[str, tuple[str, ...]] | None = Field(default=None, description="judge spec -> every model "
                                                            "its server reported answering, 'model (fingerprint)', "
                                                            "over every invocation: a resumed run whose judge reports "

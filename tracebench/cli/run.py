@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ._args import EXIT_STATUSES, add_model_options, model_settings, run_incomplete
+from ._args import EXIT_STATUSES, add_generator_options, add_model_options, model_settings, run_incomplete
 
 
 def register(sub) -> None:
@@ -42,6 +42,7 @@ def register(sub) -> None:
     p.add_argument("--allow-model-change", action="store_true",
                    help="resume even when a judge's server now reports another model or system_fingerprint than "
                         "the run's verdicts so far (recorded in run.json); without it the run stops, one line")
+    add_generator_options(p)
     add_model_options(p, cache_default="RUN_DIR/cache")
     p.add_argument("--out", type=Path, required=True, help="the run folder (resumed if it holds the same run)")
     p.set_defaults(run=run)

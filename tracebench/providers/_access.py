@@ -158,6 +158,8 @@ def generation_parts(generator: Generator, case: Case, references: Sequence[byte
     parts = generator.key(generator.view(case), references)  # what the generator may know of the case
     if parts is not None and generator.sample:  # a later generation of the case: its own call
         parts = {**parts, "sample": generator.sample}
+    if parts is not None and generator.options:  # other options, another image (none: the keys it always had)
+        parts = {**parts, "options": dict(generator.options)}
     return parts
 
 

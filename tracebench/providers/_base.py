@@ -21,7 +21,8 @@ from abc import ABC, abstractmethod
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Any, Sequence
+from types import MappingProxyType
+from typing import Any, Mapping, Sequence
 
 from ..cache import sha256
 from ..records import Case, Endpoint, Question
@@ -130,6 +131,8 @@ class Generator(Provider):
 
     sample: int = 0
     max_images: int | None = None  # the most reference images it accepts (None: no limit); the models file may say
+    options: Mapping[str, Any] = MappingProxyType({})  # generation options (trace run --generator-option, the
+    # models file's options): size, quality, seed, steps ...; part of every generation's cache key
     sees_truth: bool = False  # whether generate() is given the case's clutter truth (the zoo, which draws it)
 
     def key(self, case: Case, references: Sequence[bytes]) -> dict[str, Any] | None:
@@ -143,6 +146,10 @@ class Generator(Provider):
         references used); raise :class:`CallFailed` when there is none. May be ``async def``; a
         plain function runs in a worker thread. The case is :func:`generator_view`'s: what a
         generator may know of it."""
+
+    def check_options(self) -> None:
+        """Refuse, as a TraceError naming the option, a generation option this generator cannot
+        take. The default takes any: a plugin reads ``self.options`` as it likes."""
 
     def view(self, case: Case) -> Case:
         """The case as this generator is given it (to ``key`` and ``generate``)."""

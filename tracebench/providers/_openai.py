@@ -24,6 +24,7 @@ from functools import lru_cache
 from typing import Any, Sequence
 
 from ..apikeys import api_key, public_url
+from ..errors import TraceError
 from ..records import Endpoint, Question
 from ..resources import read_toml
 from ..scales import KINDS, kind_of
@@ -262,12 +263,41 @@ class OpenAIImages(OpenAIClients, Generator):
         return {"adapter": "openai-images", "model": self.model, "base_url": self.base_url, "prompt": case.prompt,
                 "images": [digest(r) for r in references]}
 
+    def check_options(self) -> None:
+        for name in self.options:
+            if name in _SET_BY_US:
+                raise TraceError(f"--generator-option {name}: set by tracebench for every request ({_SET_BY_US[name]}); "
+                                 f"not an option")
+
+    def _request(self, edit: bool) -> dict:
+        """The options as the client takes them: the images API's own fields as arguments, any other
+        (seed, steps, guidance_scale: vLLM-Omni's and SGLang's) in ``extra_body``."""
+        known = _image_fields(edit)
+        request = {k: v for k, v in self.options.items() if k in known}
+        extra = {k: v for k, v in self.options.items() if k not in known}
+        return request | ({"extra_body": extra} if extra else {})
+
     async def generate(self, case, references):
         if references:
             files = [(f"image_{k + 1}{image_suffix(data)}", bytes(data), mime_type(data))  # JPEG sent as JPEG
                      for k, data in enumerate(references)]
-            return await self.image(edit=True, image=files, prompt=case.prompt)
-        return await self.image(edit=False, prompt=case.prompt)
+            return await self.image(edit=True, image=files, prompt=case.prompt, **self._request(True))
+        return await self.image(edit=False, prompt=case.prompt, **self._request(False))
+
+
+_SET_BY_US = {"image": "the references", "prompt": "the case's prompt", "model": "the spec's model",
+              "n": "one image a call", "stream": "one reply", "mask": "no mask", "extra_body": "the unknown options",
+              "extra_headers": "none", "extra_query": "none", "timeout": "--timeout"}
+
+
+@lru_cache(maxsize=2)
+def _image_fields(edit: bool) -> frozenset[str]:
+    """The request fields the openai client's images.edit (or generate) takes as arguments."""
+    import inspect
+
+    from openai.resources.images import AsyncImages
+
+    return frozenset(inspect.signature(AsyncImages.edit if edit else AsyncImages.generate).parameters) - {"self"}
 
 
 class OpenAIJudge(OpenAIClients, Judge):

@@ -542,11 +542,12 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
         shard=f"{shard[0]}/{shard[1]}" if shard else None, cases=0, verdicts=0, calls={}, cache_hits=0,
         abstentions=0, tokens=0, max_images=limit, collage=None if limit is None else collage,
         scale=None if scale is Scale.BINARY else scale.value,
-        rejudged_from=str(gen.run_dir.resolve()) if source else None)
+        rejudged_from=str(gen.run_dir.resolve()) if source else None,
+        generator_options=dict(gen.options) or None)
     if RUN_MANIFEST.path(out).is_file():
         old = RUN_MANIFEST.read(out)
         fields = ("cases_hash", "generator", "seed", "sample", "judges", "judge_batch", "ensemble", "shard",
-                  "max_images", "collage", "scale", "rejudged_from")
+                  "max_images", "collage", "scale", "rejudged_from", "generator_options")
         changed = [f for f in fields if getattr(old, f) != getattr(identity, f)]
         if changed:
             raise TraceError(f"{out}: holds a run with another {', '.join(changed)}; choose another --out")

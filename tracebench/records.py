@@ -215,8 +215,10 @@ class GenerationRecord(_Sparse):
     _omitted_when_none: ClassVar[tuple[str, ...]] = ("partial",)
 
 
-class Vote(_Record):
+class Vote(_Sparse):
     """One judge's answer to one question."""
+
+    _omitted_when_none: ClassVar[tuple[str, ...]] = ("model", "fingerprint")
 
     judge: str = Field(description="the judge spec")
     verdict: Status = Field(description="after polarity; abstain when no usable answer")
@@ -228,6 +230,10 @@ class Vote(_Record):
     reason: str = Field(default="", description="the judge's reason, or why it abstained")
     raw: str = Field(default="", description="this question's part of the raw reply (the whole reply is in the cache)")
     cache_key: str | None = Field(default=None, description="cache key of the call that produced the reply")
+    model: str | None = Field(default=None, description="the model the server reported answering (a served judge); "
+                              "absent when it did not say")
+    fingerprint: str | None = Field(default=None, description="the server's system_fingerprint of that reply; absent "
+                                    "when it did not say")
 
     @property
     def outcome(self) -> Outcome:
@@ -274,7 +280,8 @@ class RunManifest(_Sparse):
     """``run.json`` of a run folder."""
 
     _omitted_when_none: ClassVar[tuple[str, ...]] = ("max_images", "collage", "not_applicable", "collaged", "scale",
-                                                     "rejudged_from")
+                                                     "rejudged_from", "unfinished", "judge_models",
+                                                     "judge_model_changes", "generator_options")
 
     tool: str
     cases_dir: str = Field(description="the benchmark folder the run read")
@@ -318,6 +325,19 @@ class RunManifest(_Sparse):
     rejudged_from: str | None = Field(default=None, description="trace rejudge: the run folder whose images these "
                                       "verdicts judge (its generator, seed and sample are this run's); absent when "
                                       "the run generated its images")
+    generator_options: dict[str, str | int | float | bool] | None = Field(
+        default=None, description="the generation options sent with every request (trace run --generator-option, "
+                                  "the models file's options): part of the run's identity; absent when none")
+    judge_models: dict[str, tuple[str, ...]] | None = Field(default=None, description="judge spec -> every model "
+                                                           "its server reported answering, 'model (fingerprint)', "
+                                                           "over every invocation: a resumed run whose judge reports "
+                                                           "another stops (trace run --allow-model-change goes on); "
+                                                           "absent when no judge reported one")
+    judge_model_changes: tuple[str, ...] | None = Field(default=None, description="changes accepted with "
+                                                        "--allow-model-change: 'spec: before -> after'")
+    unfinished: int | None = Field(default=None, description="cases the last invocation left undone because its "
+                                   "budget of calls was spent (trace run --max-calls); the same command resumes "
+                                   "them. Absent when every case is done")
 
 
 # ---------------------------------------------------------------------------------- diagnosis

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import re
 import shlex
 import sys
@@ -60,6 +62,31 @@ def add_model_options(p: argparse.ArgumentParser, *, cache_default: str, default
     p.add_argument("--cache", type=Path, help=f"cache folder (default {cache_default})")
 
 
+def generator_option(text: str) -> tuple[str, object]:
+    """``KEY=VALUE`` -> (key, value): a number, true/false or null as JSON reads it, else the text
+    (``size=1024x1024``, ``steps=30``, ``guidance_scale=3.5``, ``seed=7``)."""
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or not re.fullmatch(r"[A-Za-z_][\w.-]*", key):
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE (size=1024x1024, steps=30, seed=7)")
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        parsed = value
+    if not isinstance(parsed, (int, float, bool, str)) or isinstance(parsed, float) and not math.isfinite(parsed):
+        parsed = value  # a list, an object or null stays the text it was
+    return key, parsed
+
+
+def add_generator_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--generator-option", type=generator_option, action="append", default=[], metavar="KEY=VALUE",
+                   help="a generation option sent with every request (repeat for several; over the models file's "
+                        "options): size, quality, seed, steps, guidance_scale or any field the server takes; the "
+                        "images API's own fields as fields, others in extra_body (vLLM-Omni, SGLang); python: "
+                        "generators read self.options, command: ones $TRACEBENCH_GENERATOR_OPTIONS; part of the "
+                        "run's identity and cache keys")
+
+
 def model_settings(args, *, seed: int = 0, scale: str | None = None):
     """ModelSettings from the options above (the models file read and checked); ``seed`` and
     ``scale`` where the command left them out (a diagnosis: the run's)."""
@@ -70,7 +97,8 @@ def model_settings(args, *, seed: int = 0, scale: str | None = None):
                          judge_api_key_env=args.judge_api_key_env, max_retries=args.max_retries,
                          timeout=args.timeout, max_reply_bytes=args.max_reply_bytes,
                          seed=seed if args.seed is None else args.seed, models=models,
-                         scale=getattr(args, "scale", None) or scale)
+                         scale=getattr(args, "scale", None) or scale,
+                         generator_options=dict(getattr(args, "generator_option", None) or ()))
 
 
 def slot_levels(spec: str) -> tuple[int, ...]:
@@ -101,6 +129,12 @@ def run_incomplete(command: str, out: Path, manifest) -> int:
     were silent where the others answered; else 0."""
     from ..run import abstention_reasons, vote_abstention_reasons
 
+    if manifest.unfinished:  # the budget ran out: what is done is kept, the same command goes on
+        argv = ["trace", *sys.argv[1:]]
+        print(f"{command}: the budget of calls (--max-calls) was spent: {manifest.cases} cases done, "
+              f"{manifest.unfinished} left; go on with: {shlex.join(argv)} (a larger or no --max-calls; cached "
+              f"calls are free)", file=sys.stderr)
+        return INCOMPLETE
     if manifest.abstentions:
         return report_incomplete(command, f"{manifest.abstentions} of {manifest.verdicts} questions abstained "
                                           "(no usable answer; never scored as fails)",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ._args import EXIT_STATUSES, add_model_options, model_settings, run_incomplete
+from ._args import EXIT_STATUSES, add_generator_options, add_model_options, model_settings, run_incomplete
 
 
 def register(sub) -> None:
@@ -28,20 +28,49 @@ def register(sub) -> None:
     p.add_argument("--collage", action="store_true",
                    help="send a case holding more than --max-images references as one labelled grid image, with a "
                         "line in the prompt saying which cell is which Image k (MacroBench's proxy)")
+    p.add_argument("--max-calls", type=int, default=None, metavar="N",
+                   help="a budget: at most N model calls in this invocation (cache hits are free); when it is spent "
+                        "the run stops cleanly, keeps what is done and exits 3 saying what is left; the same command "
+                        "goes on")
+    p.add_argument("--dry-run", action="store_true",
+                   help="make no call and write nothing: print the cases, images to generate, judge calls, images "
+                        "sent and estimated tokens the run would still take (cached calls are free); with "
+                        "--price-file, an estimated cost (docs/evaluate.md, cost)")
+    p.add_argument("--price-file", type=Path, metavar="FILE",
+                   help="prices per model spec (TOML: [\"openai:MODEL\"] input_per_million, output_per_million, "
+                        "per_call, per_image) for --dry-run's cost")
+    p.add_argument("--allow-model-change", action="store_true",
+                   help="resume even when a judge's server now reports another model or system_fingerprint than "
+                        "the run's verdicts so far (recorded in run.json); without it the run stops, one line")
+    add_generator_options(p)
     add_model_options(p, cache_default="RUN_DIR/cache")
     p.add_argument("--out", type=Path, required=True, help="the run folder (resumed if it holds the same run)")
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
+    from ..errors import TraceError
     from ..run import run_benchmark
 
     settings = model_settings(args)
+    if args.price_file is not None and not args.dry_run:
+        raise TraceError("--price-file: it prices a --dry-run; give --dry-run too")
+    if args.dry_run:
+        from ..run import format_estimate, read_prices
+
+        estimate = run_benchmark(args.cases_dir, args.out, generator=args.generator, judges=args.judge,
+                                 settings=settings, shard=args.shard, judge_batch=args.judge_batch,
+                                 retry_abstained=args.retry_abstained, cache_dir=args.cache, ensemble=args.ensemble,
+                                 max_images=args.max_images, collage=args.collage, dry_run=True,
+                                 prices=None if args.price_file is None else read_prices(args.price_file))
+        print(format_estimate(estimate, args.out))
+        return 0
     manifest = run_benchmark(args.cases_dir, args.out, generator=args.generator, judges=args.judge,
                              settings=settings, concurrency=args.concurrency, shard=args.shard,
                              judge_batch=args.judge_batch, retry_abstained=args.retry_abstained,
                              cache_dir=args.cache, ensemble=args.ensemble, max_images=args.max_images,
-                             collage=args.collage)
+                             collage=args.collage, max_calls=args.max_calls,
+                             allow_model_change=args.allow_model_change)
     calls = ", ".join(f"{spec}: {n}" for spec, n in manifest.calls.items()) or "none"
     print(f"{args.out}: {manifest.cases} cases, {manifest.verdicts} verdicts, {manifest.abstentions} abstentions; "
           f"calls {calls}; cache hits {manifest.cache_hits}")

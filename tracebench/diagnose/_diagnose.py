@@ -588,6 +588,8 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
         settings = replace(settings, scale=manifest.scale or "binary")
     if settings.library is None:
         settings = replace(settings, library=library_of(run.cases_dir))
+    if not settings.generator_options and manifest.generator_options and generator is None:
+        settings = replace(settings, generator_options=manifest.generator_options)  # the nodes made as the run's images
     # a python: plugin is loaded from where the run loaded it (its spec names the plugin, not its file)
     generator = generator or manifest.loaded_from.get(manifest.generator, manifest.generator)
     judges = tuple(judges or (manifest.loaded_from.get(j, j) for j in manifest.judges))

@@ -40,7 +40,8 @@ from ..cache import Cache, cache_key
 from ..records import Case, Question
 from ._base import CallFailed, EndpointRefused, Generation, Generator, Judge, NotSent, Provider, Reply, Transient, current_replica
 
-__all__ = ["STOP_AFTER", "AccessStats", "ModelAccess", "Stopped", "clip", "one_line", "scrub"]
+__all__ = ["STOP_AFTER", "AccessStats", "ModelAccess", "Stopped", "clip", "generation_key", "generation_parts",
+           "one_line", "scrub"]
 
 T = TypeVar("T")
 _REASON_LIMIT = 240
@@ -79,6 +80,7 @@ class AccessStats:
     cache_hits: int = 0
     tokens: int = 0
     failures: int = 0
+    identities: dict = field(default_factory=dict)  # judge spec -> the models of its replies, called or cached
 
 
 MIN_SECRET = 8  # characters: a shorter key is scrubbed only where it stands as a word of its own
@@ -150,12 +152,31 @@ class _Replicas:
         return min(range(count), key=lambda k: (self.in_flight[k], (k - start) % count))
 
 
+def generation_parts(generator: Generator, case: Case, references: Sequence[bytes]) -> dict | None:
+    """What a generation depends on (its cache key's parts), or None for a generator whose
+    images are no model call (a folder, the zoo)."""
+    parts = generator.key(generator.view(case), references)  # what the generator may know of the case
+    if parts is not None and generator.sample:  # a later generation of the case: its own call
+        parts = {**parts, "sample": generator.sample}
+    if parts is not None and generator.options:  # other options, another image (none: the keys it always had)
+        parts = {**parts, "options": dict(generator.options)}
+    return parts
+
+
+def generation_key(generator: Generator, case: Case, references: Sequence[bytes]) -> str | None:
+    """The cache key of a case's generation, or None when it is no model call."""
+    parts = generation_parts(generator, case, references)
+    return None if parts is None else cache_key(**parts)
+
+
 class ModelAccess:
     """Calls of one command (a run, a diagnosis round, a tagging run) through its providers."""
 
     def __init__(self, cache: Cache | None = None, *, concurrency: int = 8, max_retries: int = 4,
-                 backoff: tuple[float, float] = (0.5, 30.0)) -> None:
+                 backoff: tuple[float, float] = (0.5, 30.0), max_calls: int | None = None) -> None:
         self.cache = cache
+        self.max_calls = max_calls  # a budget of calls (cache hits are free): past it nothing more is sent
+        self.spent = False  # whether a call was refused for the budget
         self.concurrency = concurrency
         self.max_retries = max_retries
         self.backoff = backoff
@@ -176,6 +197,9 @@ class ModelAccess:
         breaker = self._breakers.setdefault(id(provider), _Breaker())
         self._refuse_if_stopped(breaker)
         if count:
+            if self.max_calls is not None and sum(self.stats.calls.values()) >= self.max_calls:
+                self.spent = True  # checked and counted with no await between: concurrent calls cannot overshoot
+                raise NotSent(f"not sent: the budget of {self.max_calls} calls is spent (--max-calls)")
             self.stats.calls[provider.spec] += 1
         retries = getattr(provider, "max_retries", None)
         retries = self.max_retries if retries is None else retries
@@ -274,9 +298,7 @@ class ModelAccess:
     async def generate(self, generator: Generator, case: Case, references: Sequence[bytes]) -> Generation:
         """The image for a case (and the references the generator says it used), from the cache or
         a call; raises CallFailed."""
-        parts = generator.key(generator.view(case), references)  # what the generator may know of the case
-        if parts is not None and generator.sample:  # a later generation of the case: its own call
-            parts = {**parts, "sample": generator.sample}
+        parts = generation_parts(generator, case, references)
         key = cache_key(**parts) if parts is not None and self.cache is not None else None
         if key is not None:
             hit = self.cache.get(key)
@@ -292,6 +314,11 @@ class ModelAccess:
             self.cache.put(key, meta, made.image)
         return made
 
+    def _answered(self, judge: Judge, reply: Reply) -> None:
+        """Remember the model that gave a reply (from a call or the cache): ``stats.identities``."""
+        if reply.identity is not None:
+            self.stats.identities.setdefault(judge.spec, set()).add(reply.identity)
+
     async def ask(self, judge: Judge, case: Case, questions: Sequence[Question], image: bytes,
                   references: Sequence[bytes], *, keep: Callable[[str], bool]) -> tuple[Reply, str]:
         """A judge's reply and its cache key, from the cache or a call; a reply is cached only
@@ -302,14 +329,20 @@ class ModelAccess:
             hit = self.cache.get(key)
             if hit is not None:
                 self.stats.cache_hits += 1
-                return Reply(hit[0]["raw"]), key
+                cached = Reply(hit[0]["raw"], model=hit[0].get("model"), fingerprint=hit[0].get("fingerprint"))
+                self._answered(judge, cached)
+                return cached, key
         try:
             reply = await self.call(judge, lambda: judge.call(case, questions, image, references))
         except CallFailed as err:
             err.cache_key = key  # type: ignore[attr-defined]
             raise
-        reply = Reply(scrub(reply.text, judge.secrets()), reply.tokens)  # before it is parsed, cached or stored
+        reply = Reply(scrub(reply.text, judge.secrets()), reply.tokens,  # before it is parsed, cached or stored
+                      *(None if v is None else scrub(v, judge.secrets()) for v in (reply.model, reply.fingerprint)))
         self.stats.tokens += reply.tokens
+        self._answered(judge, reply)
         if self.cache is not None and keep(reply.text):
-            self.cache.put(key, {"judge": judge.spec, "raw": reply.text})
+            meta = {"judge": judge.spec, "raw": reply.text}
+            meta |= {k: v for k, v in (("model", reply.model), ("fingerprint", reply.fingerprint)) if v is not None}
+            self.cache.put(key, meta)
         return reply, key

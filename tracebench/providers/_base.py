@@ -21,7 +21,8 @@ from abc import ABC, abstractmethod
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Any, Sequence
+from types import MappingProxyType
+from typing import Any, Mapping, Sequence
 
 from ..cache import sha256
 from ..records import Case, Endpoint, Question
@@ -74,10 +75,21 @@ class Generation:
 
 @dataclass(frozen=True)
 class Reply:
-    """A judge's raw reply and the tokens it cost (0 when the server does not say)."""
+    """A judge's raw reply, the tokens it cost (0 when the server does not say), and the model
+    that answered as the server reported it: its name and ``system_fingerprint`` (None when the
+    server does not say, and for judges that are no served model)."""
 
     text: str
     tokens: int = 0
+    model: str | None = None
+    fingerprint: str | None = None
+
+    @property
+    def identity(self) -> str | None:
+        """``model`` or ``model (fingerprint)``: what a run pins its judge to (None: unknown)."""
+        if self.model is None:
+            return None
+        return self.model + (f" ({self.fingerprint})" if self.fingerprint else "")
 
 
 class Provider(ABC):
@@ -119,6 +131,8 @@ class Generator(Provider):
 
     sample: int = 0
     max_images: int | None = None  # the most reference images it accepts (None: no limit); the models file may say
+    options: Mapping[str, Any] = MappingProxyType({})  # generation options (trace run --generator-option, the
+    # models file's options): size, quality, seed, steps ...; part of every generation's cache key
     sees_truth: bool = False  # whether generate() is given the case's clutter truth (the zoo, which draws it)
 
     def key(self, case: Case, references: Sequence[bytes]) -> dict[str, Any] | None:
@@ -132,6 +146,10 @@ class Generator(Provider):
         references used); raise :class:`CallFailed` when there is none. May be ``async def``; a
         plain function runs in a worker thread. The case is :func:`generator_view`'s: what a
         generator may know of it."""
+
+    def check_options(self) -> None:
+        """Refuse, as a TraceError naming the option, a generation option this generator cannot
+        take. The default takes any: a plugin reads ``self.options`` as it likes."""
 
     def view(self, case: Case) -> Case:
         """The case as this generator is given it (to ``key`` and ``generate``)."""
@@ -164,6 +182,11 @@ class Judge(Provider):
                "questions": [[q.id, q.question] for q in questions],
                "images": [sha256(r) for r in references], "image": sha256(image)}
         return key if self.scale == "binary" else key | {"scale": self.scale}
+
+    def prompt_text(self, case: Case, questions: Sequence[Question]) -> str | None:
+        """The text a served judge is sent for these questions (what ``trace run --dry-run``
+        counts tokens of); None for a judge that is no served model."""
+        return None
 
     @abstractmethod
     def ask(self, case: Case, questions: Sequence[Question], image: bytes, references: Sequence[bytes]) -> Any:

@@ -33,7 +33,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -63,6 +63,10 @@ class ModelEntry(BaseModel):
     max_reply_bytes: int | None = Field(default=None, ge=1, description="the largest reply body read, in bytes")
     max_images: int | None = Field(default=None, ge=1, description="a generator: the most reference images it accepts "
                                    "(a case holding more is left out, or sent as a collage with trace run --collage)")
+    options: dict[str, str | int | float | bool] = Field(default_factory=dict, description="a generator: options "
+                                                         "sent with every request (size, quality, seed, steps, "
+                                                         "guidance_scale, any field the server takes); trace run "
+                                                         "--generator-option overrides one")
 
     @model_validator(mode="after")
     def _one_way_to_say_urls(self) -> ModelEntry:
@@ -114,6 +118,7 @@ class ModelSettings:
     # for a run, the run's own for a diagnosis
     models: Mapping[str, ModelEntry] = field(default_factory=dict)
     max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES
+    generator_options: Mapping[str, Any] = field(default_factory=dict)  # --generator-option: over the models file's
 
     def __post_init__(self) -> None:
         check_call_limits(timeout=self.timeout, max_retries=self.max_retries, max_reply_bytes=self.max_reply_bytes)
@@ -144,6 +149,7 @@ class ModelConfig:
     timeout: float  # seconds a call may take in all
     max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES
     max_images: int | None = None  # a generator's limit on reference images (the models file's)
+    options: Mapping[str, Any] = field(default_factory=dict)  # a generator's options (the models file's)
 
 
 def resolve_spec(spec: str, settings: ModelSettings, *, judge: bool) -> tuple[str, ModelConfig]:
@@ -167,7 +173,7 @@ def resolve_spec(spec: str, settings: ModelSettings, *, judge: bool) -> tuple[st
         concurrency=entry.concurrency,
         max_retries=settings.max_retries if entry.max_retries is None else entry.max_retries,
         timeout=entry.timeout or settings.timeout, max_reply_bytes=entry.max_reply_bytes or settings.max_reply_bytes,
-        max_images=entry.max_images)
+        max_images=entry.max_images, options=dict(entry.options))
 
 
 def with_endpoints(settings: ModelSettings, endpoints: Mapping[str, Endpoint], *, generator: str,

@@ -106,7 +106,8 @@ class CommandGenerator(Generator):
     """``command:'...'``: a shell command that reads the case as JSON on stdin and writes the image
     to the path given as ``{output}`` in the command (also in $TRACEBENCH_OUTPUT); $TRACEBENCH_SAMPLE
     says which generation of the case it is (0 the first). It may say which references it used in
-    ``{output}.json``: ``{"used_references": ["Image 2", ...]}``.
+    ``{output}.json``: ``{"used_references": ["Image 2", ...]}``. The generation options
+    (``--generator-option``) are in $TRACEBENCH_GENERATOR_OPTIONS, a JSON object (``{}`` without).
 
     The JSON is the case record (``cases.jsonl``'s line) with each reference's ``path`` made
     absolute: a copy of the reference image in a temporary folder that lives while the command
@@ -133,7 +134,8 @@ class CommandGenerator(Generator):
                 given.append(ref.model_copy(update={"path": str(copy)}))
             stdin = case.model_copy(update={"references": tuple(given)}).model_dump_json().encode()
             command = self.command.replace("{output}", shlex.quote(str(output)))
-            env = {**os.environ, "TRACEBENCH_OUTPUT": str(output), "TRACEBENCH_SAMPLE": str(self.sample)}
+            env = {**os.environ, "TRACEBENCH_OUTPUT": str(output), "TRACEBENCH_SAMPLE": str(self.sample),
+                   "TRACEBENCH_GENERATOR_OPTIONS": json.dumps(dict(self.options), sort_keys=True)}
             proc = await asyncio.create_subprocess_shell(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                                          stderr=subprocess.PIPE, env=env)
             try:

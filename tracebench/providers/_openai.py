@@ -24,6 +24,7 @@ from functools import lru_cache
 from typing import Any, Sequence
 
 from ..apikeys import api_key, public_url
+from ..errors import TraceError
 from ..records import Endpoint, Question
 from ..resources import read_toml
 from ..scales import KINDS, kind_of
@@ -85,6 +86,8 @@ class ChatReply:
     content: str | None
     refusal: str | None = None
     tokens: int = 0
+    model: str | None = None  # the model the server says answered, and its system_fingerprint
+    fingerprint: str | None = None
 
 
 class OpenAIClients(Provider):
@@ -151,7 +154,8 @@ class OpenAIClients(Provider):
         usage = body.get("usage")
         tokens = usage.get("total_tokens") if isinstance(usage, dict) else None
         return ChatReply(content, refusal if isinstance(refusal, str) and refusal else None,
-                         tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > 0 else 0)
+                         tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > 0 else 0,
+                         _said(body.get("model")), _said(body.get("system_fingerprint")))
 
     async def image(self, *, edit: bool, **request) -> bytes:
         """One image from ``images.edit`` or ``images.generate``, decoded from the body the server
@@ -259,12 +263,41 @@ class OpenAIImages(OpenAIClients, Generator):
         return {"adapter": "openai-images", "model": self.model, "base_url": self.base_url, "prompt": case.prompt,
                 "images": [digest(r) for r in references]}
 
+    def check_options(self) -> None:
+        for name in self.options:
+            if name in _SET_BY_US:
+                raise TraceError(f"--generator-option {name}: set by tracebench for every request ({_SET_BY_US[name]}); "
+                                 f"not an option")
+
+    def _request(self, edit: bool) -> dict:
+        """The options as the client takes them: the images API's own fields as arguments, any other
+        (seed, steps, guidance_scale: vLLM-Omni's and SGLang's) in ``extra_body``."""
+        known = _image_fields(edit)
+        request = {k: v for k, v in self.options.items() if k in known}
+        extra = {k: v for k, v in self.options.items() if k not in known}
+        return request | ({"extra_body": extra} if extra else {})
+
     async def generate(self, case, references):
         if references:
             files = [(f"image_{k + 1}{image_suffix(data)}", bytes(data), mime_type(data))  # JPEG sent as JPEG
                      for k, data in enumerate(references)]
-            return await self.image(edit=True, image=files, prompt=case.prompt)
-        return await self.image(edit=False, prompt=case.prompt)
+            return await self.image(edit=True, image=files, prompt=case.prompt, **self._request(True))
+        return await self.image(edit=False, prompt=case.prompt, **self._request(False))
+
+
+_SET_BY_US = {"image": "the references", "prompt": "the case's prompt", "model": "the spec's model",
+              "n": "one image a call", "stream": "one reply", "mask": "no mask", "extra_body": "the unknown options",
+              "extra_headers": "none", "extra_query": "none", "timeout": "--timeout"}
+
+
+@lru_cache(maxsize=2)
+def _image_fields(edit: bool) -> frozenset[str]:
+    """The request fields the openai client's images.edit (or generate) takes as arguments."""
+    import inspect
+
+    from openai.resources.images import AsyncImages
+
+    return frozenset(inspect.signature(AsyncImages.edit if edit else AsyncImages.generate).parameters) - {"self"}
 
 
 class OpenAIJudge(OpenAIClients, Judge):
@@ -283,6 +316,10 @@ class OpenAIJudge(OpenAIClients, Judge):
             key |= {"scale": self.scale, "graded_templates": _templates_hash(GRADED_TEMPLATES)}
         return key
 
+    def prompt_text(self, case, questions):
+        system, user = _judge_text(case.prompt, _question_texts(questions, self.scale), self.scale)
+        return system + "\n" + user
+
     async def ask(self, case, questions, image, references):
         system, user = _judge_text(case.prompt, _question_texts(questions, self.scale), self.scale)
         content: list[dict] = []
@@ -299,7 +336,14 @@ class OpenAIJudge(OpenAIClients, Judge):
             response_format={"type": "json_schema", "json_schema": {"name": "verdicts", "schema": schema}})
         if reply.refusal:
             raise CallFailed(f"refusal: {reply.refusal}")
-        return Reply(reply.content or "", reply.tokens)
+        return Reply(reply.content or "", reply.tokens, reply.model, reply.fingerprint)
+
+
+def _said(value: object) -> str | None:
+    """A model name or fingerprint a reply gave: one line of at most 200 characters, or None."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    return " ".join(value.split())[:200]
 
 
 def _question_texts(questions: Sequence[Question], scale: str = "binary") -> tuple[tuple[str, str, str], ...]:

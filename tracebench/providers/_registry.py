@@ -99,6 +99,10 @@ def _make(spec: str, settings: ModelSettings, role: str, builtins: dict[str, Fac
         provider.sample = settings.sample
         if config.max_images is not None:  # the models file's word over the class's declaration
             provider.max_images = config.max_images
+        options = {**config.options, **settings.generator_options}  # the command line's over the models file's
+        if options:
+            provider.options = dict(sorted(options.items()))
+            provider.check_options()
     return provider
 
 

@@ -6,12 +6,16 @@ from __future__ import annotations
 from ..records import RUN_FILE, VERDICTS_FILE, read_verdicts
 from ._harness import (IMAGES_DIR, RunFolder, abstention_reason, abstention_reasons, generated_image, library_of, load_run, make_providers, parse_reply,
                        run_benchmark, shard_of, vote_abstention_reasons)
+from ._cost import CostEstimate, format_estimate, read_prices
 from ._merge import merge_runs
 from ._rejudge import rejudge_run
 from ._stream import CaseIndex, RecordIndex, RunCase, RunStream, stream_run
 
 __all__ = [
     "CaseIndex",
+    "CostEstimate",
+    "format_estimate",
+    "read_prices",
     "IMAGES_DIR",
     "RUN_FILE",
     "RecordIndex",

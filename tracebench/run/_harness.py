@@ -42,7 +42,7 @@ from ..scales import GRADED_ENSEMBLE, KINDS, Scale, kind_of, normalize
 from ..scales import outcome as scaled_outcome
 from ..templating import template_hash
 from ..outcomes import ABSTAINED, ENSEMBLES, Outcome, Status, combine
-from ..providers import (JUDGE_TEMPLATES, CallFailed, Generator, ImageBytes, Judge, ModelAccess, ModelSettings, RunImages,
+from ..providers import (JUDGE_TEMPLATES, CallFailed, Generator, ImageBytes, Judge, ModelAccess, ModelSettings, Reply, RunImages,
                          ReferenceFiles, clip, collage_case, image_suffix, make_generator, make_judge)
 from ..sample import read_cases, read_sample_manifest
 from ..cache import TEMPORARY_PREFIX, Cache, file_sha256, write_atomic
@@ -164,7 +164,7 @@ class _Runner:
         return data, ""
 
     async def ask(self, judge: Judge, case: Case, questions: list[Question], image: bytes,
-                  references: list[bytes]) -> tuple[dict[str, tuple[str | None, str, str]], str | None]:
+                  references: list[bytes]) -> tuple[dict[str, tuple[str | None, str, str]], str | None, Reply | None]:
         parsed: dict[str, dict] = {}
 
         def complete(text: str) -> bool:  # only complete replies are cached: abstentions are asked again
@@ -174,8 +174,9 @@ class _Runner:
         try:
             reply, key = await self.access.ask(judge, case, questions, image, references, keep=complete)
         except CallFailed as err:
-            return {q.id: (None, f"judge call failed: {err}", "") for q in questions}, getattr(err, "cache_key", None)
-        return parsed.get(reply.text) or parse_reply(reply.text, questions, self.scale), key
+            return ({q.id: (None, f"judge call failed: {err}", "") for q in questions}, getattr(err, "cache_key", None),
+                    None)
+        return parsed.get(reply.text) or parse_reply(reply.text, questions, self.scale), key, reply
 
     async def case(self, case: Case) -> list[Verdict]:
         references = [self.references.get(ref.path) for ref in case.references]
@@ -188,12 +189,13 @@ class _Runner:
                 continue
             batches = [list(case.checklist)] if self.judge_batch == "case" else _by_op(case.checklist)
             results = await asyncio.gather(*(self.ask(judge, case, batch, image, references) for batch in batches))
-            for batch, (parsed, key) in zip(batches, results):
+            for batch, (parsed, key, reply) in zip(batches, results):
                 for q in batch:
                     answer, reason, raw = parsed[q.id]
                     outcome = ABSTAINED if answer is None else scaled_outcome(kind_of(self.scale, q), answer, q)
                     votes[q.id].append(Vote(judge=judge.spec, verdict=outcome.status, value=outcome.value,
-                                            answer=answer, reason=reason, raw=raw, cache_key=key))
+                                            answer=answer, reason=reason, raw=raw, cache_key=key,
+                                            model=reply and reply.model, fingerprint=reply and reply.fingerprint))
         spec = "+".join(j.spec for j in self.judges)
         verdicts = []
         for q in case.checklist:
@@ -203,6 +205,35 @@ class _Runner:
         self.abstentions += sum(not v.outcome.answered for v in verdicts)
         self.votes_abstained.update(_abstained_votes(verdicts))
         return verdicts
+
+
+def _model_changes(seen: dict[str, set[str]], pinned: dict[str, tuple[str, ...]],
+                   accepted: list[str]) -> list[tuple[str, str, str]]:
+    """(judge spec, the models before, a model now) for each model a judge answered with in this
+    invocation that its earlier invocations did not (and that was not accepted already)."""
+    changes = []
+    for spec, models in seen.items():
+        before = pinned.get(spec)
+        if not before:
+            continue
+        for model in sorted(models - set(before)):
+            if not any(change.startswith(f"{spec}: ") and change.endswith(f" -> {model}") for change in accepted):
+                changes.append((spec, " / ".join(before), model))
+    return changes
+
+
+def _seen_models(pinned: dict[str, tuple[str, ...]], seen: dict[str, set[str]]) -> dict[str, tuple[str, ...]] | None:
+    """judge spec -> every model seen over the invocations, sorted; None when none was."""
+    merged = {spec: tuple(sorted(set(pinned.get(spec, ())) | seen.get(spec, set())))
+              for spec in sorted(set(pinned) | set(seen))}
+    return merged or None
+
+
+def _most_calls(case: Case, generator: Generator, judges: Sequence[Judge], judge_batch: str) -> int:
+    """The most model calls a case can take: its generation, then each judge's batches (cache
+    hits make it fewer; a retried call counts once, as ``run.json`` counts calls)."""
+    batches = 1 if judge_batch == "case" else len({q.op for q in case.checklist})
+    return 1 + len(judges) * batches
 
 
 def _abstained_votes(verdicts: Iterable[Verdict]) -> Counter:
@@ -417,7 +448,9 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
                   concurrency: int = 8, shard: tuple[int, int] | None = None, judge_batch: str = "case",
                   retry_abstained: bool = False, cache_dir: Path | None = None,
                   progress: bool | None = None, ensemble: str | None = None, max_images: int | None = None,
-                  collage: bool = False, collage_cases: frozenset[str] = frozenset()) -> RunManifest:
+                  collage: bool = False, collage_cases: frozenset[str] = frozenset(),
+                  max_calls: int | None = None, allow_model_change: bool = False, dry_run: bool = False,
+                  prices: dict | None = None):
     """Generate and judge every case of ``cases_dir`` (or one shard of them) into ``out``;
     several judges combine by ``ensemble`` (:data:`~tracebench.outcomes.ENSEMBLES`; default: mean,
     median on a graded scale). The judges answer on ``settings.scale`` (:mod:`tracebench.scales`).
@@ -430,7 +463,19 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
 
     ``generator`` may be a generator already made: :func:`rejudge_run` gives a
     :class:`~tracebench.providers.RunImages`, the images of an earlier run, whose generator
-    identity (spec, seed, sample, endpoint, plugin source) the new run keeps."""
+    identity (spec, seed, sample, endpoint, plugin source) the new run keeps.
+
+    ``max_calls``: a budget of model calls for this invocation (cache hits are free). When it is
+    spent no case is started, the cases a refused call touched are not kept, and ``run.json``
+    says how many are left (``unfinished``): the same command resumes them.
+
+    Judges are pinned: every vote records the model the server reported and its
+    ``system_fingerprint``, ``run.json`` the set seen (``judge_models``). A resumed run whose
+    judge now reports another stops with a TraceError before that case is kept, unless
+    ``allow_model_change`` (then recorded in ``judge_model_changes``).
+
+    ``dry_run``: nothing is called or written; the :class:`~tracebench.run.CostEstimate` of
+    what the run would still make is returned instead (``prices``: a price file's, for a cost)."""
     cases_dir, out = Path(cases_dir), Path(out)
     if concurrency < 1:
         raise TraceError(f"--concurrency: {concurrency} must be at least 1")
@@ -447,6 +492,8 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
     # (checked before anything is written or any call is made), then one at a time as they run
     if max_images is not None and max_images < 1:
         raise TraceError(f"--max-images: {max_images} must be at least 1")
+    if max_calls is not None and max_calls < 1:
+        raise TraceError(f"--max-calls: {max_calls} must be at least 1")
     order: list[str] = []
     inputs: dict[str, int] = {}  # case id -> its references
     checklists: dict[str, tuple[int, int]] = {}
@@ -495,24 +542,38 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
         shard=f"{shard[0]}/{shard[1]}" if shard else None, cases=0, verdicts=0, calls={}, cache_hits=0,
         abstentions=0, tokens=0, max_images=limit, collage=None if limit is None else collage,
         scale=None if scale is Scale.BINARY else scale.value,
-        rejudged_from=str(gen.run_dir.resolve()) if source else None)
+        rejudged_from=str(gen.run_dir.resolve()) if source else None,
+        generator_options=dict(gen.options) or None)
     if RUN_MANIFEST.path(out).is_file():
         old = RUN_MANIFEST.read(out)
         fields = ("cases_hash", "generator", "seed", "sample", "judges", "judge_batch", "ensemble", "shard",
-                  "max_images", "collage", "scale", "rejudged_from")
+                  "max_images", "collage", "scale", "rejudged_from", "generator_options")
         changed = [f for f in fields if getattr(old, f) != getattr(identity, f)]
         if changed:
             raise TraceError(f"{out}: holds a run with another {', '.join(changed)}; choose another --out")
+        # the models its judges answered with so far: pinned, and kept should this invocation die
+        identity = identity.model_copy(update={"judge_models": old.judge_models,
+                                               "judge_model_changes": old.judge_model_changes})
     elif VERDICTS.path(out).exists():
         raise TraceError(f"{out}: holds verdicts but no {RUN_FILE}; choose another --out")
     elif out.is_dir() and any(not p.name.startswith(TEMPORARY_PREFIX) for p in out.iterdir()):
         raise TraceError(f"--out {out}: is not empty and not a run folder (no {RUN_FILE}); choose another --out")
     previous = _existing(out, checklists, retry_abstained)
+    if dry_run:
+        from ._cost import estimate_cost
+
+        todo = (case for case in read_cases(cases_dir)
+                if case.id in checklists and case.id not in previous and (collage or case.id not in beyond))
+        return estimate_cost(todo, references=ReferenceFiles(cases_dir), generator=gen, judges=judge_list,
+                             judge_batch=judge_batch, cache=Cache(cache_dir or out / CACHE_DIR), done=len(previous),
+                             not_applicable=0 if collage else len(beyond), prices=prices,
+                             collaged=frozenset(beyond) if collage else frozenset())
     out.mkdir(parents=True, exist_ok=True)
     # the identity first: a run killed before its end can only be resumed by the same run
     RUN_MANIFEST.write(out, identity)
     (out / IMAGES_DIR).mkdir(exist_ok=True)
-    access = ModelAccess(Cache(cache_dir or out / CACHE_DIR), concurrency=concurrency, max_retries=settings.max_retries)
+    access = ModelAccess(Cache(cache_dir or out / CACHE_DIR), concurrency=concurrency, max_retries=settings.max_retries,
+                         max_calls=max_calls)
     runner = _Runner(out, cases_dir, gen, judge_list, access, judge_batch, ensemble,
                      frozenset(beyond) if collage else frozenset(), scale)
     if progress is None:
@@ -534,6 +595,13 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
         with open(verdict_path, "ab", buffering=0) as handle:
             async def one(case: Case) -> None:
                 verdicts = await runner.case(case)
+                for spec, before, after in _model_changes(access.stats.identities, pinned, accepted):
+                    if not allow_model_change:
+                        raise TraceError(
+                            f"{out}: judge {spec} now answers as {after}, the run so far as {before}: its verdicts "
+                            f"would mix two judges; go on with --allow-model-change (recorded in {RUN_FILE}) or "
+                            f"choose another --out")
+                    accepted.append(f"{spec}: {before} -> {after}")
                 unanswered = sum(not v.outcome.answered for v in verdicts)
                 silent = _abstained_votes(verdicts)
                 if unanswered or silent:
@@ -546,14 +614,39 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
                 bar.set_postfix(calls=sum(access.stats.calls.values()), errors=access.stats.failures,
                                 abstained=runner.abstentions)
 
+            reserved: dict[str, int] = {}  # --max-calls: the most calls each case in flight may still make
+
+            async def admitted(case: Case) -> bool:
+                """Whether the budget leaves room for every call of the case (cases in flight waited
+                for when it is close): a case is done whole or not started, never cut midway."""
+                nonlocal pending
+                need = _most_calls(case, gen, judge_list, judge_batch)
+                while True:
+                    if sum(access.stats.calls.values()) + sum(reserved.values()) + need <= max_calls:
+                        reserved[case.id] = need
+                        return True
+                    if not pending:
+                        access.spent = True
+                        return False
+                    finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                    _settle(finished)
+
+            async def counted(case: Case) -> None:
+                try:
+                    await one(case)
+                finally:
+                    reserved.pop(case.id, None)
+
             try:
                 for case in todo():  # at most 2 x concurrency cases in flight: memory stays flat
-                    if access.stopped is not None:
+                    if access.stopped is not None or access.spent:
                         break
                     if len(pending) >= 2 * concurrency:
                         finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                         _settle(finished)
-                    pending.add(asyncio.ensure_future(one(case)))
+                    if max_calls is not None and not await admitted(case):
+                        break
+                    pending.add(asyncio.ensure_future(counted(case) if max_calls is not None else one(case)))
                 if pending:
                     finished, pending = await asyncio.wait(pending)
                     _settle(finished)
@@ -566,6 +659,8 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
                     await provider.aclose()
 
     abstained_new: dict[str, int] = {}  # cases of this invocation with abstentions: how many
+    pinned = dict(identity.judge_models or {})  # judge spec -> the models of earlier invocations
+    accepted: list[str] = list(identity.judge_model_changes or ())
     gc.freeze()  # what is loaded by now is long-lived: the run's garbage collections need not walk it
     try:
         asyncio.run(main())
@@ -577,10 +672,11 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
         raise problem from None
     finally:
         gc.unfreeze()
-    if access.stopped is not None:  # what failed is not kept: the same command asks again once the endpoint is fixed
+    if access.stopped is not None or access.spent:  # what failed is not kept: the same command asks again
         for case_id in abstained_new:
             del done[case_id]
         runner.abstentions -= sum(abstained_new.values())
+    todo_count = len(order) - (0 if collage else len(beyond))
     votes_abstained: Counter = Counter()
     for lines in done.values():
         votes_abstained.update(lines.votes_abstained or {})
@@ -595,7 +691,9 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
         "abstentions": sum(lines.abstained for lines in previous.values()) + runner.abstentions,
         "votes_abstained": dict(votes_abstained),
         "not_applicable": None if limit is None or collage else len(beyond),
-        "collaged": sum(1 for case_id in beyond if case_id in done) if limit is not None and collage else None})
+        "collaged": sum(1 for case_id in beyond if case_id in done) if limit is not None and collage else None,
+        "unfinished": todo_count - len(done) if access.spent and todo_count > len(done) else None,
+        "judge_models": _seen_models(pinned, access.stats.identities), "judge_model_changes": tuple(accepted) or None})
     RUN_MANIFEST.write(out, manifest)
     if access.stopped is not None:
         raise TraceError(f"stopped early, {access.stopped}; {len(done)} of {len(order)} cases done, none kept "

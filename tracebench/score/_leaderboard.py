@@ -45,6 +45,8 @@ class LeaderboardRow(_Record):
     cases: int
     abstentions: int = Field(description="questions whose verdict is an abstention (never scored as fails)")
     judges: tuple[str, ...]
+    judge_models: dict[str, tuple[str, ...]] = Field(default_factory=dict, description="judge spec -> the models "
+                                                     "its server reported answering (run.json)")
     scale: str
     ensemble: str | None
     judge_batch: str
@@ -96,6 +98,7 @@ def board_rows(entries: Sequence[tuple[Path, RunManifest, Scores]], *, mixed: bo
         rows.append(dict(name=name, generator=manifest.generator, run=str(root), avg=scores.avg,
                          operators=scores.operators, ci95=scores.ci95, protocols=scores.protocols or {},
                          cases=scores.cases, abstentions=scores.abstentions.count, judges=manifest.judges,
+                         judge_models=manifest.judge_models or {},
                          scale=setup["scale"], ensemble=manifest.ensemble, judge_batch=manifest.judge_batch,
                          judge_templates=setup["judge_templates"] or "", benchmark=manifest.cases_hash,
                          rejudged_from=manifest.rejudged_from, differs=differs))
@@ -181,7 +184,8 @@ def format_leaderboard(board: Leaderboard, kind: str) -> str:
              "|---:|---|" + "---:|" * len(columns) + "---:|---:|---|"]
     for row in board.rows:
         mark = f" (other {', '.join(row.differs)})" if row.differs else ""
-        judges = ", ".join(f"`{j}`" for j in row.judges) + (f" ({row.scale})" if row.scale != "binary" else "")
+        judges = ", ".join(f"`{j}`" + (f" as {' / '.join(row.judge_models[j])}" if row.judge_models.get(j) else "")
+                           for j in row.judges) + (f" ({row.scale})" if row.scale != "binary" else "")
         lines.append(f"| {row.rank} | {row.name}{mark} | " + " | ".join(cell(key, row) for _, key in columns)
                      + f" | {row.cases} | {row.abstentions} | {judges} |")
     notes = ["", "Operator columns and avg as the paper's Table 2 (`trace score`), with 95% bootstrap intervals; "

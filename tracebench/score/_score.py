@@ -119,6 +119,16 @@ class Abstentions(_Record):
 class RunIdentity(_Record):
     generator: str
     judges: tuple[str, ...]
+    judge_models: dict[str, tuple[str, ...]] | None = Field(default=None, description="judge spec -> the models its "
+                                                           "server reported answering (run.json's judge_models); "
+                                                           "absent when none did")
+
+    @model_serializer(mode="wrap")
+    def _omit_unknown_models(self, handler):  # scores of runs whose judges report no model read as before
+        data = handler(self)
+        if isinstance(data, dict) and data.get("judge_models") is None:
+            data.pop("judge_models", None)
+        return data
 
 
 class CaseWeighted(_Record):
@@ -467,7 +477,7 @@ def score_cases(manifest: RunManifest, cases: Iterable[tuple[Case, Mapping[str, 
                          for k, v in sorted(entity_scores.items())},
         abstentions=Abstentions(count=abstained, share=round(abstained / total, 4) if total else 0.0),
         cases=len(rows),
-        run=RunIdentity(generator=manifest.generator, judges=manifest.judges),
+        run=RunIdentity(generator=manifest.generator, judges=manifest.judges, judge_models=manifest.judge_models),
         by_inputs=_group(rows, "inputs") if cluttered else None,
         by_distractors=_group(rows, "distractors") if cluttered else None,
         rejection={op: RejectionScore(rate=_mean(rejections[op]), questions=len(rejections[op]))
@@ -497,6 +507,8 @@ def format_scores(scores: Scores) -> str:
         lines.append(f"{op:12s} {shown}  {str(list(ci)) if ci else '':18s}  "
                      f"{'n/a' if other is None else f'{other:.4f}'}{' (overall)' if op == 'avg' else ''}")
     lines.append(f"cases {scores.cases}, abstentions {scores.abstentions.count} ({scores.abstentions.share:.1%})")
+    for spec, models in (scores.run.judge_models or {}).items():
+        lines.append(f"judge {spec} answered as {', '.join(models)}")
     for name, p in (scores.protocols or {}).items():
         if name == "trace":
             continue

@@ -1,0 +1,231 @@
+"""Runs at scale: a budget of calls (trace run --max-calls), the cost of a run before it (--dry-run),
+judges pinned to the model their server reports (run.json's judge_models, --allow-model-change)
+and generation options (--generator-option). Against a real OpenAI-compatible server on loopback."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from openai_server import OpenAIStub, completion
+from test_cli import run_trace
+from test_run import _oracle_handler
+from tracebench.providers import ModelSettings
+from tracebench.records import RUN_MANIFEST, read_cases
+from tracebench.run import run_benchmark
+
+GENERATOR = "synthetic:global-interference"
+
+
+class Judge:
+    """The oracle behind a chat endpoint, answering as ``model`` with ``fingerprint`` (changeable)."""
+
+    def __init__(self, bench: Path) -> None:
+        self.inner = _oracle_handler({c.id: c for c in read_cases(bench)}, flaky=False)
+        self.fingerprint = "fp_1"
+        self.calls = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, request):
+        with self.lock:
+            self.calls += 1
+        return 200, completion(self.inner(request), model="judge-v1") | {"system_fingerprint": self.fingerprint}
+
+
+def _whole(run: Path, bench: Path) -> dict[str, int]:
+    """Case id -> verdicts in the run; every case present holds all its questions."""
+    asked = {c.id: len(c.checklist) for c in read_cases(bench)}
+    held: dict[str, int] = {}
+    for line in (run / "verdicts.jsonl").read_text().splitlines():
+        case = json.loads(line)["case_id"]
+        held[case] = held.get(case, 0) + 1
+    assert all(held[case] == asked[case] for case in held)
+    return held
+
+
+def test_a_budget_of_calls_stops_cleanly_and_the_same_command_goes_on(run_bench, tmp_path):
+    judge = Judge(run_bench)
+    with OpenAIStub(judge) as stub:
+        base = ["run", str(run_bench), "--generator", GENERATOR, "--judge", "openai:oracle", "--base-url",
+                stub.base_url, "--max-retries", "0", "--out", str(tmp_path / "run")]
+        first = run_trace(*base, "--max-calls", "9")
+        assert first.returncode == 3, first.stderr
+        assert len(first.stderr.strip().splitlines()) == 1 and "left" in first.stderr and "--max-calls" in first.stderr
+        manifest = RUN_MANIFEST.read(tmp_path / "run")
+        assert sum(manifest.calls.values()) <= 9 and judge.calls <= 9
+        assert manifest.unfinished == len(list(read_cases(run_bench))) - manifest.cases > 0
+        done = _whole(tmp_path / "run", run_bench)  # each case whole or absent, never cut midway
+        assert len(done) == manifest.cases > 0
+
+        second = run_trace(*base, "--max-calls", "9")  # the same command: nine more calls, cached ones free
+        assert second.returncode == 3 and len(_whole(tmp_path / "run", run_bench)) > len(done)
+
+        last = run_trace(*base)
+        assert last.returncode == 0, last.stderr
+        assert RUN_MANIFEST.read(tmp_path / "run").unfinished is None
+        whole = run_trace("run", str(run_bench), "--generator", GENERATOR, "--judge", "openai:oracle", "--base-url",
+                          stub.base_url, "--out", str(tmp_path / "whole"))
+        assert whole.returncode == 0, whole.stderr
+    assert (tmp_path / "run" / "verdicts.jsonl").read_bytes() == (tmp_path / "whole" / "verdicts.jsonl").read_bytes()
+    assert run_trace("run", str(run_bench), "--generator", GENERATOR, "--judge", "oracle", "--max-calls", "0",
+                     "--out", str(tmp_path / "zero")).returncode == 2
+
+
+def test_a_judge_answering_as_another_model_on_resume_stops_the_run(run_bench, tmp_path):
+    judge = Judge(run_bench)
+    out = tmp_path / "run"
+    with OpenAIStub(judge) as stub:
+        base = ["run", str(run_bench), "--generator", GENERATOR, "--judge", "openai:oracle", "--base-url",
+                stub.base_url, "--out", str(out)]
+        assert run_trace(*base, "--max-calls", "12").returncode == 3
+        pinned = RUN_MANIFEST.read(out)
+        assert pinned.judge_models == {"openai:oracle": ("judge-v1 (fp_1)",)}
+        vote = json.loads((out / "verdicts.jsonl").read_text().splitlines()[0])["votes"][0]
+        assert (vote["model"], vote["fingerprint"]) == ("judge-v1", "fp_1")
+        kept = (out / "verdicts.jsonl").read_bytes()
+
+        judge.fingerprint = "fp_2"  # the server was redeployed
+        stopped = run_trace(*base)
+        assert stopped.returncode == 2 and "Traceback" not in stopped.stderr
+        assert len(stopped.stderr.strip().splitlines()) == 1
+        assert "judge-v1 (fp_2)" in stopped.stderr and "judge-v1 (fp_1)" in stopped.stderr
+        assert "--allow-model-change" in stopped.stderr
+        assert RUN_MANIFEST.read(out).judge_models == pinned.judge_models
+        assert (out / "verdicts.jsonl").read_bytes().startswith(kept[: kept.index(b"\n") + 1])
+
+        allowed = run_trace(*base, "--allow-model-change")
+        assert allowed.returncode == 0, allowed.stderr
+    manifest = RUN_MANIFEST.read(out)
+    assert manifest.judge_models == {"openai:oracle": ("judge-v1 (fp_1)", "judge-v1 (fp_2)")}
+    assert manifest.judge_model_changes == ("openai:oracle: judge-v1 (fp_1) -> judge-v1 (fp_2)",)
+    scores = run_trace("score", str(out))
+    assert "judge openai:oracle answered as judge-v1 (fp_1), judge-v1 (fp_2)" in scores.stdout
+    scored = json.loads(run_trace("score", str(out), "--json").stdout)
+    assert scored["run"]["judge_models"] == {"openai:oracle": ["judge-v1 (fp_1)", "judge-v1 (fp_2)"]}
+
+
+def test_judges_that_report_no_model_keep_the_records_they_had(run_bench, shared_runs, tmp_path):
+    """The oracle in process names no model: votes, run.json and scores hold no new field."""
+    run = shared_runs(run_bench, GENERATOR)
+    assert b'"model"' not in (run / "verdicts.jsonl").read_bytes()
+    assert "judge_models" not in json.loads((run / "run.json").read_text())
+    assert "judge_models" not in json.loads(run_trace("score", str(run), "--json").stdout)["run"]
+    again = run_benchmark(run_bench, tmp_path / "again", generator=GENERATOR, judges=["oracle"],
+                          settings=ModelSettings(max_retries=0), max_calls=10_000, progress=False)
+    assert again.unfinished is None and again.judge_models is None
+
+
+@pytest.mark.parametrize("budget", [1, 2])
+def test_a_budget_smaller_than_one_case_starts_nothing(run_bench, tmp_path, budget):
+    manifest = run_benchmark(run_bench, tmp_path / "run", generator=GENERATOR, judges=["oracle", "oracle:flip=0.1"],
+                             max_calls=budget, progress=False)
+    assert manifest.cases == 0 and manifest.calls == {} and manifest.unfinished > 0
+
+
+def test_image_tokens_follow_openais_worked_examples():
+    from tracebench.run._cost import image_tokens, text_tokens
+
+    assert image_tokens((1024, 1024)) == 765  # OpenAI's vision pricing examples
+    assert image_tokens((2048, 4096)) == 1105
+    assert image_tokens((256, 256)) == 255
+    assert text_tokens("abcde") == 2
+
+
+def test_a_dry_run_counts_what_a_run_would_cost_and_calls_nothing(run_bench, tmp_path):
+    from tracebench.run._cost import OUTPUT_TOKENS_PER_QUESTION, image_tokens
+
+    cases = list(read_cases(run_bench))
+    judge = Judge(run_bench)
+    prices = tmp_path / "prices.toml"
+    prices.write_text('["openai:oracle"]\ninput_per_million = 2.0\noutput_per_million = 8.0\nper_call = 0.001\n')
+    out = tmp_path / "run"
+    with OpenAIStub(judge) as stub:
+        base = ["run", str(run_bench), "--generator", GENERATOR, "--judge", "openai:oracle", "--base-url",
+                stub.base_url, "--out", str(out)]
+        dry = run_trace(*base, "--dry-run", "--price-file", str(prices))
+        assert dry.returncode == 0, dry.stderr
+        assert judge.calls == 0 and not out.exists()  # no call, nothing written
+        lines = dry.stdout.splitlines()
+        assert f"cases to make: {len(cases)} (0 done already, 0 not applicable)" in lines
+        assert f"judge openai:oracle: {len(cases)} calls (0 cached)" in dry.stdout
+        sent = sum(len(c.references) + 1 for c in cases)
+        assert f"images sent to judges: {sent}" in lines
+        # the estimate, recomputed here by the documented rules
+        from tracebench.providers import ModelSettings as Settings, make_judge
+        served = make_judge("openai:oracle", Settings(base_url=stub.base_url))
+        from PIL import Image
+        tokens = sum(-(-len(served.prompt_text(c, c.checklist)) // 4) + image_tokens((1024, 1024))
+                     + sum(image_tokens(Image.open(run_bench / r.path).size) for r in c.references) for c in cases)
+        output = OUTPUT_TOKENS_PER_QUESTION * sum(len(c.checklist) for c in cases)
+        assert f"about {tokens:,} input and {output:,} output tokens" in dry.stdout
+        cost = len(cases) * 0.001 + tokens * 2.0 / 1e6 + output * 8.0 / 1e6
+        assert f"estimated cost: {cost:.2f}" in dry.stdout
+
+        assert run_trace(*base, "--max-calls", "15").returncode == 3
+        done = RUN_MANIFEST.read(out).cases
+        again = run_trace(*base, "--dry-run")
+        assert f"cases to make: {len(cases) - done} ({done} done already" in again.stdout
+        calls = judge.calls
+        assert run_trace(*base).returncode == 0
+        # a new folder over the same cache: every call is cached
+        fresh = run_trace("run", str(run_bench), "--generator", GENERATOR, "--judge", "openai:oracle", "--base-url",
+                          stub.base_url, "--cache", str(out / "cache"), "--out", str(tmp_path / "fresh"), "--dry-run")
+        assert f"judge openai:oracle: 0 calls ({len(cases)} cached)" in fresh.stdout
+        assert judge.calls > calls
+    bad = tmp_path / "bad.toml"
+    bad.write_text('["openai:oracle"]\ninput_per_milion = 2.0\n')
+    refused = run_trace(*base, "--dry-run", "--price-file", str(bad))
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert "bad.toml" in refused.stderr and "input_per_milion" in refused.stderr
+
+
+@pytest.fixture(scope="module")
+def tiny_bench(shared_folder):
+    from tracebench.sample import sample_benchmark
+
+    return shared_folder("tiny-1-2", lambda out: sample_benchmark(out, slots=(1,), per_slot=2, seed=3,
+                                                                   applications=False))
+
+
+def test_generator_options_reach_the_images_endpoint_and_are_part_of_the_run(tiny_bench, tmp_path):
+    with OpenAIStub(lambda request: "unused") as stub:
+        base = ["run", str(tiny_bench), "--generator", "openai:image-model", "--judge", "oracle", "--base-url",
+                stub.base_url, "--max-retries", "0"]
+        options = ["--generator-option", "size=512x512", "--generator-option", "num_inference_steps=30",
+                   "--generator-option", "seed=7"]
+        first = run_trace(*base, *options, "--out", str(tmp_path / "a"))
+        assert first.returncode == 3, first.stderr  # the stub's image holds no truth: the oracle abstains
+        edits = [r for r in stub.received if r.path == "/v1/images/edits"]
+        assert len(edits) == 2
+        for request in edits:  # the images API's own field as a field, the others as extra fields
+            for name, value in (("size", b"512x512"), ("num_inference_steps", b"30"), ("seed", b"7")):
+                assert f'name="{name}"'.encode() in request.raw and value in request.raw
+        assert RUN_MANIFEST.read(tmp_path / "a").generator_options == {"num_inference_steps": 30, "seed": 7,
+                                                                       "size": "512x512"}
+        # another option is another run (refused in the folder) and other cache keys (called again)
+        other = run_trace(*base, "--generator-option", "seed=8", "--out", str(tmp_path / "a"))
+        assert other.returncode == 2 and "generator_options" in other.stderr
+        again = run_trace(*base, "--generator-option", "seed=8", "--cache", str(tmp_path / "a" / "cache"),
+                          "--out", str(tmp_path / "b"))
+        assert again.returncode == 3 and len([r for r in stub.received if r.path == "/v1/images/edits"]) == 4
+        same = run_trace(*base, *options, "--cache", str(tmp_path / "a" / "cache"), "--out", str(tmp_path / "c"))
+        assert same.returncode == 3 and len([r for r in stub.received if r.path == "/v1/images/edits"]) == 4
+    refused = run_trace(*base, "--generator-option", "prompt=hello", "--out", str(tmp_path / "d"))
+    assert refused.returncode == 2 and "prompt" in refused.stderr and not (tmp_path / "d").exists()
+
+
+def test_a_command_generator_reads_the_options(tiny_bench, tmp_path):
+    seen = tmp_path / "seen.jsonl"
+    script = ("import json, os, shutil, sys; case = json.load(sys.stdin); "
+              f"open({str(seen)!r}, 'a').write(os.environ['TRACEBENCH_GENERATOR_OPTIONS'] + '\\n'); "
+              "shutil.copy(case['references'][0]['path'], os.environ['TRACEBENCH_OUTPUT'])")
+    command = f"{sys.executable} -c {shlex.quote(script)}"
+    result = run_trace("run", str(tiny_bench), "--generator", f"command:{command}", "--judge", "oracle",
+                       "--generator-option", "guidance_scale=3.5", "--out", str(tmp_path / "run"))
+    assert result.returncode in (0, 3), result.stderr
+    assert [json.loads(line) for line in seen.read_text().splitlines()] == [{"guidance_scale": 3.5}] * 2

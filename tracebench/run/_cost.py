@@ -1,0 +1,230 @@
+"""``trace run --dry-run``: what a run would cost, counted without any call.
+
+For every case the run would still make (cases done in the run folder, other shards and cases
+over the generator's limit on images left out), the generation and each judge's calls are
+looked up in the cache as the run would look them up; what is there costs nothing. Counted:
+cases, images to generate, judge calls (one a case, or one an operator with ``--judge-batch
+op``), the images sent, and an estimate of the judges' tokens, by these documented rules:
+
+- **text**: a quarter of the characters of the text a served judge is sent (its system and
+  user prompt, :meth:`~tracebench.providers.Judge.prompt_text`), rounded up: OpenAI's rule of
+  thumb for English (about four characters a token); judges that are no served model send none;
+- **images**: OpenAI's per-image rule for vision input at the default detail: the image is
+  scaled to fit 2048 x 2048, then its shorter side to 768; it costs 85 tokens plus 170 per
+  512-pixel tile (:func:`image_tokens`). A reference's size is read from its file; a generated
+  image not in the cache is assumed to be :data:`ASSUMED_SIZE` (or the ``size`` generator
+  option, when given);
+- **output**: :data:`OUTPUT_TOKENS_PER_QUESTION` tokens per question answered (an id, an
+  answer and a one-sentence reason, as the judge prompt asks).
+
+A judge call whose image is not in the cache (a generation still to make, or an image a local
+generator makes without a model call) cannot be looked up: it is counted as a call to make, so
+the estimate is an upper bound there. With a price file (``--price-file``) the counts become an
+estimated cost per model and in all.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..cache import Cache, cache_key
+from ..errors import TraceError
+from ..records import Case
+
+__all__ = ["ASSUMED_SIZE", "CostEstimate", "OUTPUT_TOKENS_PER_QUESTION", "Price", "estimate_cost", "format_estimate",
+           "image_tokens", "read_prices", "text_tokens"]
+
+ASSUMED_SIZE = (1024, 1024)  # a generated image not yet made: the usual default of image APIs
+OUTPUT_TOKENS_PER_QUESTION = 40
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Price(_Record):
+    """One model's prices in a price file, in one currency (per million tokens, per call, per image)."""
+
+    input_per_million: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    output_per_million: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    per_call: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    per_image: float = Field(default=0.0, ge=0, allow_inf_nan=False, description="per generated image (generators)")
+
+
+class CostEstimate(_Record):
+    """What ``trace run --dry-run`` prints."""
+
+    cases: int = Field(description="cases the run would still make")
+    done: int = Field(description="cases already done in the run folder (nothing to do)")
+    not_applicable: int = Field(description="cases over the generator's limit on images (left out)")
+    generations: int = Field(description="images to generate by a model call")
+    generations_cached: int
+    generations_local: int = Field(description="images a local generator makes (folder, zoo): no model call")
+    judge_calls: dict[str, int] = Field(description="judge spec -> calls to make")
+    judge_calls_cached: dict[str, int]
+    images_to_generator: int = Field(description="reference images sent with the generations to make")
+    images_to_judges: int = Field(description="images sent with the judge calls to make (references and the "
+                                              "generated image)")
+    input_tokens: dict[str, int] = Field(description="judge spec -> estimated input tokens (text and images)")
+    output_tokens: dict[str, int] = Field(description="judge spec -> estimated output tokens")
+    cost: dict[str, float] | None = Field(default=None, description="with a price file: model spec -> estimated cost")
+    total: float | None = None
+    unpriced: tuple[str, ...] = Field(default=(), description="models making calls that the price file has no price "
+                                                              "for (counted as free)")
+
+
+def read_prices(path: Path) -> dict[str, Price]:
+    """A price file: TOML, one table per model spec (``["openai:gpt-4o"]``) of :class:`Price`
+    fields; a problem is one line naming the file and the field."""
+    import tomllib
+
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as error:
+        raise TraceError(f"--price-file {path}: cannot be read ({error.strerror or error})") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise TraceError(f"--price-file {path}: not TOML ({error})") from None
+    prices = {}
+    for spec, table in data.items():
+        if not isinstance(table, dict):
+            raise TraceError(f"--price-file {path}: {spec}: expected a table of prices, as [\"{spec}\"]")
+        try:
+            prices[spec] = Price.model_validate(table)
+        except ValidationError as error:
+            from ..jsonfiles import problems_of
+
+            raise TraceError(f"--price-file {path}: {spec}.{problems_of(error, Price)[0][1]}") from None
+    return prices
+
+
+def text_tokens(text: str) -> int:
+    """Estimated tokens of a text: a quarter of its characters, rounded up."""
+    return math.ceil(len(text) / 4)
+
+
+def image_tokens(size: tuple[int, int]) -> int:
+    """OpenAI's vision cost of one image at the default detail: fit in 2048 x 2048, shorter side
+    to 768, then 85 tokens plus 170 per 512-pixel tile."""
+    width, height = size
+    scale = min(1.0, 2048 / max(width, height))
+    width, height = width * scale, height * scale
+    scale = min(1.0, 768 / min(width, height))
+    width, height = width * scale, height * scale
+    return 85 + 170 * math.ceil(width / 512) * math.ceil(height / 512)
+
+
+def _size(data: bytes) -> tuple[int, int] | None:
+    import io
+
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as image:  # the header only: no pixel is decoded
+            return image.size
+    except Exception:  # noqa: BLE001 - an unreadable image is not the estimate's business: the assumed size
+        return None
+
+
+def estimate_cost(cases: Iterable[Case], *, references, generator, judges: Sequence, judge_batch: str,
+                  cache: Cache, done: int, not_applicable: int, prices: dict[str, Price] | None,
+                  generated_size: tuple[int, int] | None = None, collaged: frozenset[str] = frozenset()) -> CostEstimate:
+    """Count what the ``cases`` still to make would cost (see the module docstring); a case of
+    ``collaged`` is sent its references as one grid image, as the run sends it."""
+    from ..providers import collage_case, generation_key
+
+    generated_size = generated_size or ASSUMED_SIZE
+    counts = {"cases": 0, "generations": 0, "generations_cached": 0, "generations_local": 0,
+              "images_to_generator": 0, "images_to_judges": 0}
+    calls = {j.spec: 0 for j in judges}
+    cached = {j.spec: 0 for j in judges}
+    tokens_in = {j.spec: 0 for j in judges}
+    tokens_out = {j.spec: 0 for j in judges}
+    sizes: dict[str, int] = {}  # reference path -> its image tokens
+    for case in cases:
+        counts["cases"] += 1
+        refs = [references.get(ref.path) for ref in case.references]
+        sent, given = collage_case(case, refs) if case.id in collaged else (case, refs)
+        key = generation_key(generator, sent, given)
+        image = None
+        if key is None:
+            counts["generations_local"] += 1
+        else:
+            hit = cache.get(key)
+            if hit is not None and hit[1] is not None:
+                counts["generations_cached"] += 1
+                image = hit[1]
+            else:
+                counts["generations"] += 1
+                counts["images_to_generator"] += len(given)
+        ref_tokens = 0
+        for ref, data in zip(case.references, refs):
+            if ref.path not in sizes:
+                sizes[ref.path] = image_tokens(_size(data) or generated_size)
+            ref_tokens += sizes[ref.path]
+        made_tokens = image_tokens((_size(image) if image is not None else None) or generated_size)
+        batches = [list(case.checklist)] if judge_batch == "case" else _by_op(case.checklist)
+        for judge in judges:
+            for batch in batches:
+                if image is not None and cache.get(cache_key(**judge.key(case, batch, image, refs))) is not None:
+                    cached[judge.spec] += 1
+                    continue
+                calls[judge.spec] += 1
+                counts["images_to_judges"] += len(refs) + 1
+                text = judge.prompt_text(case, batch)
+                if text is not None:  # a served judge: text and images in, answers out
+                    tokens_in[judge.spec] += text_tokens(text) + ref_tokens + made_tokens
+                    tokens_out[judge.spec] += OUTPUT_TOKENS_PER_QUESTION * len(batch)
+    cost = total = None
+    unpriced: list[str] = []
+    if prices is not None:
+        cost = {}
+        if counts["generations"]:
+            price = prices.get(generator.spec)
+            if price is None:
+                unpriced.append(generator.spec)
+            else:
+                cost[generator.spec] = counts["generations"] * (price.per_image + price.per_call)
+        for judge in judges:
+            if not calls[judge.spec]:
+                continue
+            price = prices.get(judge.spec)
+            if price is None:
+                unpriced.append(judge.spec)
+                continue
+            cost[judge.spec] = (calls[judge.spec] * price.per_call + tokens_in[judge.spec] * price.input_per_million / 1e6
+                                + tokens_out[judge.spec] * price.output_per_million / 1e6)
+        total = sum(cost.values())
+    return CostEstimate(done=done, not_applicable=not_applicable, judge_calls=calls, judge_calls_cached=cached,
+                        input_tokens=tokens_in, output_tokens=tokens_out, cost=cost, total=total,
+                        unpriced=tuple(dict.fromkeys(unpriced)), **counts)
+
+
+def _by_op(questions):
+    groups: dict[str, list] = {}
+    for q in questions:
+        groups.setdefault(q.op, []).append(q)
+    return list(groups.values())
+
+
+def format_estimate(estimate: CostEstimate, out: Path) -> str:
+    """The dry run's lines."""
+    e = estimate
+    lines = [f"{out}: dry run, no call made",
+             f"cases to make: {e.cases} ({e.done} done already, {e.not_applicable} not applicable)",
+             f"images to generate: {e.generations} by a model call ({e.generations_cached} cached, "
+             f"{e.generations_local} made locally); {e.images_to_generator} reference images sent"]
+    for spec, n in e.judge_calls.items():
+        lines.append(f"judge {spec}: {n} calls ({e.judge_calls_cached[spec]} cached); about "
+                     f"{e.input_tokens[spec]:,} input and {e.output_tokens[spec]:,} output tokens")
+    lines.append(f"images sent to judges: {e.images_to_judges}")
+    if e.cost is not None:
+        parts = ", ".join(f"{spec} {value:.2f}" for spec, value in e.cost.items()) or "nothing priced"
+        lines.append(f"estimated cost: {e.total:.2f} ({parts})"
+                     + (f"; no price for {', '.join(e.unpriced)} (counted as free)" if e.unpriced else ""))
+    lines.append("estimates by the rules of docs/evaluate.md (cost): about 4 characters a token, OpenAI's per-image "
+                 "rule; a judge call whose image is not made yet is counted as a call")
+    return "\n".join(lines)

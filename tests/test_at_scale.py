@@ -229,3 +229,35 @@ def test_a_command_generator_reads_the_options(tiny_bench, tmp_path):
                        "--generator-option", "guidance_scale=3.5", "--out", str(tmp_path / "run"))
     assert result.returncode in (0, 3), result.stderr
     assert [json.loads(line) for line in seen.read_text().splitlines()] == [{"guidance_scale": 3.5}] * 2
+
+
+@pytest.mark.slow
+def test_four_shard_processes_on_one_cache_merge_to_the_unsharded_run(run_bench, shared_runs, tmp_path):
+    """The Slurm-array recipe (docs/evaluate.md): shards as separate processes started together,
+    one --cache folder, trace merge. A fifth process runs shard 1 again beside them, so the same
+    cache entries are written by two processes at once."""
+    import subprocess
+
+    from test_cli import _trace_executable
+
+    whole = shared_runs(run_bench, GENERATOR)
+    cache = tmp_path / "cache"
+    jobs = [(f"{i}/4", tmp_path / f"shard{i}") for i in range(1, 5)] + [("1/4", tmp_path / "shard1-again")]
+    procs = [subprocess.Popen([*_trace_executable(), "run", str(run_bench), "--generator", GENERATOR, "--judge",
+                               "oracle", "--shard", shard, "--cache", str(cache), "--concurrency", "4",
+                               "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for shard, out in jobs]
+    for proc in procs:
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err
+    merged = run_trace("merge", *(str(tmp_path / f"shard{i}") for i in range(1, 5)), "--out", str(tmp_path / "merged"))
+    assert merged.returncode == 0, merged.stderr
+    assert (tmp_path / "merged" / "verdicts.jsonl").read_bytes() == (whole / "verdicts.jsonl").read_bytes()
+    assert (tmp_path / "shard1-again" / "verdicts.jsonl").read_bytes() == \
+        (tmp_path / "shard1" / "verdicts.jsonl").read_bytes()
+    # every cache entry whole: a run over it makes no call
+    again = run_benchmark(run_bench, tmp_path / "again", generator=GENERATOR, judges=["oracle"], cache_dir=cache,
+                          progress=False)
+    assert again.calls == {} and (tmp_path / "again" / "verdicts.jsonl").read_bytes() == \
+        (whole / "verdicts.jsonl").read_bytes()
+    assert not [p for p in cache.rglob("*") if p.is_file() and not p.name.endswith((".json", ".bin"))]

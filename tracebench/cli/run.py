@@ -42,6 +42,14 @@ def register(sub) -> None:
     p.add_argument("--allow-model-change", action="store_true",
                    help="resume even when a judge's server now reports another model or system_fingerprint than "
                         "the run's verdicts so far (recorded in run.json); without it the run stops, one line")
+    p.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="where images are made: local (here) or ray (Ray workers, each building the generator "
+                        "once; cache, resume, judges and verdicts stay here); needs pip install 'tracebench[ray]'")
+    p.add_argument("--workers", type=int, default=1, metavar="N", help="--executor ray: Ray workers (default 1)")
+    p.add_argument("--gpus-per-worker", type=float, default=0.0, metavar="G",
+                   help="--executor ray: GPUs each worker holds (default 0)")
+    p.add_argument("--ray-address", metavar="ADDR", help="--executor ray: the cluster to join (ray start --head "
+                   "prints it); default: a local cluster for the run")
     add_generator_options(p)
     add_model_options(p, cache_default="RUN_DIR/cache")
     p.add_argument("--out", type=Path, required=True, help="the run folder (resumed if it holds the same run)")
@@ -70,7 +78,8 @@ def run(args) -> int:
                              judge_batch=args.judge_batch, retry_abstained=args.retry_abstained,
                              cache_dir=args.cache, ensemble=args.ensemble, max_images=args.max_images,
                              collage=args.collage, max_calls=args.max_calls,
-                             allow_model_change=args.allow_model_change)
+                             allow_model_change=args.allow_model_change, executor=args.executor,
+                             workers=args.workers, gpus_per_worker=args.gpus_per_worker, ray_address=args.ray_address)
     calls = ", ".join(f"{spec}: {n}" for spec, n in manifest.calls.items()) or "none"
     print(f"{args.out}: {manifest.cases} cases, {manifest.verdicts} verdicts, {manifest.abstentions} abstentions; "
           f"calls {calls}; cache hits {manifest.cache_hits}")

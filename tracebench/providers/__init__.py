@@ -19,6 +19,7 @@ from ._collage import COLLAGE_ID, collage_case
 from ._config import (DEFAULT_BASE_URL, DEFAULT_MAX_REPLY_BYTES, ModelConfig, ModelEntry, ModelSettings, read_models_file, resolve_spec,
                       check_call_limits, synthetic_profile, with_endpoints)
 from ._local import RunImages
+from ._ray import RayGenerator
 from ._images import ImageBytes, ReferenceFiles, data_url, digest, image_suffix, mime_type
 from ._openai import JUDGE_TEMPLATES, ChatReply, OpenAIClients, OpenAIImages, OpenAIJudge, translate_openai_error
 from ._registry import ENTRY_POINT_GROUPS, make_generator, make_judge
@@ -26,7 +27,7 @@ from ._registry import ENTRY_POINT_GROUPS, make_generator, make_judge
 __all__ = [
     "COLLAGE_ID", "STOP_AFTER", "AccessStats", "CallFailed", "ChatReply", "DEFAULT_BASE_URL", "DEFAULT_MAX_REPLY_BYTES", "ENTRY_POINT_GROUPS", "EndpointRefused", "Generation", "Generator",
     "ImageBytes", "JUDGE_TEMPLATES", "Judge", "NotSent", "ModelAccess", "ModelConfig", "ModelEntry", "ModelSettings",
-    "OpenAIClients", "OpenAIImages", "OpenAIJudge", "Provider", "RateLimited", "ReferenceFiles", "Reply", "RunImages", "Stopped",
+    "OpenAIClients", "OpenAIImages", "OpenAIJudge", "Provider", "RateLimited", "ReferenceFiles", "RayGenerator", "Reply", "RunImages", "Stopped",
     "Transient", "check_call_limits", "clip", "collage_case", "data_url", "digest", "generation_key", "generator_view", "image_suffix", "mime_type", "make_generator", "make_judge", "one_line",
     "read_models_file", "resolve_spec", "scrub", "synthetic_profile", "translate_openai_error", "with_endpoints",
 ]

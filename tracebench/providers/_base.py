@@ -16,6 +16,7 @@ thread), or :class:`Judge` and ``ask``.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from abc import ABC, abstractmethod
 from contextvars import ContextVar
@@ -147,6 +148,12 @@ class Generator(Provider):
         plain function runs in a worker thread. The case is :func:`generator_view`'s: what a
         generator may know of it."""
 
+    def setup(self) -> None:
+        """Load what generating needs (a model's weights), once, before the first image, where the
+        images are made: in this process, or in each Ray worker with ``trace run --executor ray``
+        (whose driver builds the generator too, for its spec and cache keys, but never calls
+        this). Keep ``__init__`` light and load here. The default loads nothing."""
+
     def check_options(self) -> None:
         """Refuse, as a TraceError naming the option, a generation option this generator cannot
         take. The default takes any: a plugin reads ``self.options`` as it likes."""
@@ -156,6 +163,12 @@ class Generator(Provider):
         return case if self.sees_truth else generator_view(case)
 
     async def call(self, case: Case, references: Sequence[bytes]) -> Generation:
+        if not self.__dict__.get("_set_up"):
+            lock = self.__dict__.setdefault("_setup_lock", asyncio.Lock())
+            async with lock:  # concurrent first calls: one setup
+                if not self.__dict__.get("_set_up"):
+                    await asyncio.to_thread(self.setup)
+                    self._set_up = True
         result = await _await(self.generate, self.view(case), references)
         used = None
         if isinstance(result, Generation):

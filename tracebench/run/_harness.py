@@ -42,7 +42,7 @@ from ..scales import GRADED_ENSEMBLE, KINDS, Scale, kind_of, normalize
 from ..scales import outcome as scaled_outcome
 from ..templating import template_hash
 from ..outcomes import ABSTAINED, ENSEMBLES, Outcome, Status, combine
-from ..providers import (JUDGE_TEMPLATES, CallFailed, Generator, ImageBytes, Judge, ModelAccess, ModelSettings, Reply, RunImages,
+from ..providers import (JUDGE_TEMPLATES, CallFailed, Generator, ImageBytes, Judge, ModelAccess, ModelSettings, RayGenerator, Reply, RunImages,
                          ReferenceFiles, clip, collage_case, image_suffix, make_generator, make_judge)
 from ..sample import read_cases, read_sample_manifest
 from ..cache import TEMPORARY_PREFIX, Cache, file_sha256, write_atomic
@@ -450,7 +450,8 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
                   progress: bool | None = None, ensemble: str | None = None, max_images: int | None = None,
                   collage: bool = False, collage_cases: frozenset[str] = frozenset(),
                   max_calls: int | None = None, allow_model_change: bool = False, dry_run: bool = False,
-                  prices: dict | None = None):
+                  prices: dict | None = None, executor: str = "local", workers: int = 1,
+                  gpus_per_worker: float = 0.0, ray_address: str | None = None):
     """Generate and judge every case of ``cases_dir`` (or one shard of them) into ``out``;
     several judges combine by ``ensemble`` (:data:`~tracebench.outcomes.ENSEMBLES`; default: mean,
     median on a graded scale). The judges answer on ``settings.scale`` (:mod:`tracebench.scales`).
@@ -473,6 +474,10 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
     ``system_fingerprint``, ``run.json`` the set seen (``judge_models``). A resumed run whose
     judge now reports another stops with a TraceError before that case is kept, unless
     ``allow_model_change`` (then recorded in ``judge_model_changes``).
+
+    ``executor``: ``local`` (generate here) or ``ray`` (``workers`` Ray actors make the images,
+    each with ``gpus_per_worker`` GPUs, on the cluster at ``ray_address`` or a local one;
+    :class:`~tracebench.providers.RayGenerator`); everything else stays here.
 
     ``dry_run``: nothing is called or written; the :class:`~tracebench.run.CostEstimate` of
     what the run would still make is returned instead (``prices``: a price file's, for a cost)."""
@@ -516,7 +521,15 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
     settings = settings or ModelSettings()
     if settings.library is None:
         settings = replace(settings, library=library_of(cases_dir))
+    if executor not in ("local", "ray"):
+        raise TraceError(f"--executor: {executor!r} is neither local nor ray")
+    if executor == "ray" and not isinstance(generator, str):
+        raise TraceError("--executor ray: the images are an earlier run's; there is nothing to generate")
+    if workers < 1:
+        raise TraceError(f"--workers: {workers} must be at least 1")
     gen, judge_list = make_providers(generator, judges, settings)
+    if executor == "ray":
+        gen = RayGenerator(generator, settings, gen, workers=workers, gpus=gpus_per_worker, address=ray_address)
     scale = Scale(settings.scale or "binary")
     source = gen.manifest if isinstance(gen, RunImages) else None  # trace rejudge: the run whose images these are
     if ensemble is None and len(judge_list) > 1:  # the rule for the scale: mean (the paper's), median when graded
@@ -658,6 +671,8 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
                 for provider in (gen, *judge_list):
                     await provider.aclose()
 
+    if isinstance(gen, RayGenerator):
+        gen.start()  # the workers up before the first case (a cluster that fails is one line, exit 2)
     abstained_new: dict[str, int] = {}  # cases of this invocation with abstentions: how many
     pinned = dict(identity.judge_models or {})  # judge spec -> the models of earlier invocations
     accepted: list[str] = list(identity.judge_model_changes or ())

@@ -107,6 +107,10 @@ def test_a_judge_answering_as_another_model_on_resume_stops_the_run(run_bench, t
     assert "judge openai:oracle answered as judge-v1 (fp_1), judge-v1 (fp_2)" in scores.stdout
     scored = json.loads(run_trace("score", str(out), "--json").stdout)
     assert scored["run"]["judge_models"] == {"openai:oracle": ["judge-v1 (fp_1)", "judge-v1 (fp_2)"]}
+    from tracebench.report import build_report
+
+    page = build_report(out, tmp_path / "page.html").read_text()
+    assert "answered as judge-v1 (fp_1), judge-v1 (fp_2)" in page and "judge changes accepted" in page
 
 
 def test_judges_that_report_no_model_keep_the_records_they_had(run_bench, shared_runs, tmp_path):

@@ -113,7 +113,8 @@ def test_a_run_export_imports_to_a_run_that_scores_reports_and_diagnoses_alike(w
         for node, was in zip(tree["nodes"], old["nodes"]):
             assert {k: v for k, v in node.items() if k != "image"} == {k: v for k, v in was.items() if k != "image"}
             if was.get("image"):
-                moved = Path(node["image"]) if Path(node["image"]).is_absolute() else back / "diagnosis" / node["image"]
+                moved = (back / "diagnosis" / node["image"]).resolve()  # relative: the folders move together
+                assert not Path(node["image"]).is_absolute() and moved.is_relative_to(back.resolve())
                 source = Path(was["image"]) if Path(was["image"]).is_absolute() else diagnosis / was["image"]
                 assert moved.read_bytes() == source.read_bytes()
     page = build_report(back, tmp_path / "page.html", diagnosis=back / "diagnosis")
@@ -213,40 +214,72 @@ def test_a_leaderboard_of_two_benchmarks_is_one_line_exit_2(diagnosis_bench, run
     assert len(result.stderr.strip().splitlines()) == 1 and "another benchmark" in result.stderr
 
 
-@pytest.mark.parametrize("damage, message", [
-    ("card", "no tracebench: section"),
-    ("parquet", "not a readable parquet file"),
-    ("path", "references[0].path"),
-    ("bytes", "other bytes than an earlier row's"),
+def _tamper(rows: list[dict], damage: str) -> list[dict]:
+    """Rows of an export, damaged one way."""
+    if damage == "path":
+        rows[0]["references"][0]["path"] = "../../outside.png"
+    elif damage == "bytes":  # a reference path two rows share, with other bytes in the second
+        seen = {}
+        for row in rows:
+            for k, ref in enumerate(row["references"]):
+                if ref["path"] in seen and seen[ref["path"]] is not row:
+                    row["reference_images"][k]["bytes"] += b"tampered"
+                    return rows
+                seen[ref["path"]] = row
+    elif damage == "reversed":
+        rows.reverse()
+    elif damage == "dropped":
+        del rows[3]
+    elif damage == "prompt":
+        rows[2]["prompt"] += " Also a hat."
+    elif damage == "verdict-case":
+        rows[1]["verdicts"][0]["case_id"] = rows[0]["id"]
+    elif damage == "verdict-twice":
+        rows[1]["verdicts"].append(rows[1]["verdicts"][0])
+    elif damage == "verdict-dropped":
+        del rows[1]["verdicts"][-1]
+    elif damage == "verdict-changed":
+        vote = rows[1]["verdicts"][0]["votes"][0]
+        vote["reason"] += " (edited)"
+    elif damage == "generation":
+        rows[0]["generation"] = {"case_id": "zzz", "used_references": ["Image 9"], "collage": False}
+    return rows
+
+
+@pytest.mark.parametrize("kind, damage, message", [
+    ("benchmark", "card", "no tracebench: section"),
+    ("benchmark", "parquet", "not a readable parquet file"),
+    ("benchmark", "shards", "not test-00000-of-00002"),
+    ("benchmark", "path", "references[0].path"),
+    ("benchmark", "bytes", "other bytes than an earlier row's"),
+    ("benchmark", "reversed", "do not rebuild the benchmark"),
+    ("benchmark", "dropped", "do not rebuild the benchmark"),
+    ("run", "prompt", "do not rebuild the benchmark"),
+    ("run", "verdict-case", "not one case"),
+    ("run", "verdict-twice", "twice"),
+    ("run", "verdict-dropped", "verdicts_hash"),
+    ("run", "verdict-changed", "verdicts_hash"),
+    ("run", "generation", "generation.case_id"),
 ])
-def test_a_damaged_export_is_one_line_and_writes_nothing(world, tmp_path, damage, message):
+def test_a_damaged_export_is_one_line_and_writes_nothing(world, tmp_path, kind, damage, message):
     import pyarrow.parquet as pq
 
     export = tmp_path / "export"
-    export_folder(world["bench"], export)
+    export_folder(world["bench" if kind == "benchmark" else "run"], export)
     shard = next((export / "data").glob("*.parquet"))
     if damage == "card":
         card = export / "README.md"
         card.write_text(card.read_text().replace("tracebench:\n", "somethingelse:\n", 1))
     elif damage == "parquet":
         shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    elif damage == "shards":  # two shards named as if there were three: one missing
+        table = pq.read_table(shard)
+        shard.unlink()
+        pq.write_table(table.slice(0, 10), export / "data" / "test-00000-of-00002.parquet")
+        pq.write_table(table.slice(10), export / "data" / "test-00002-of-00002.parquet")
     else:
         table = pq.read_table(shard)
-        rows = table.to_pylist()
-        if damage == "path":
-            rows[0]["references"][0]["path"] = "../../outside.png"
-        else:  # a reference path two rows share, with other bytes in the second
-            seen = {}
-            for row in rows:
-                for k, ref in enumerate(row["references"]):
-                    if ref["path"] in seen and seen[ref["path"]] is not row:
-                        row["reference_images"][k]["bytes"] += b"tampered"
-                        break
-                    seen[ref["path"]] = row
-                else:
-                    continue
-                break
-        pq.write_table(type(table).from_pylist(rows, schema=table.schema), shard)
+        pq.write_table(type(table).from_pylist(_tamper(table.to_pylist(), damage), schema=table.schema), shard)
     result = run_trace("import", str(export), "--out", str(tmp_path / "back"))
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and message in result.stderr
@@ -258,3 +291,57 @@ def test_without_the_hf_extra_export_is_one_line_naming_it(world, tmp_path, monk
     with pytest.raises(TraceError, match=r"pip install 'tracebench\[hf\]'"):
         export_folder(world["bench"], tmp_path / "export")
     assert not (tmp_path / "export").exists()
+
+
+@pytest.fixture(scope="module")
+def tiny_bench(shared_folder):
+    from tracebench.sample import sample_benchmark
+
+    return shared_folder("tiny-2-2", lambda out: sample_benchmark(out, slots=(2,), per_slot=2, seed=3,
+                                                                   applications=False))
+
+
+def test_a_collaged_run_round_trips_with_what_the_generator_said(tiny_bench, tmp_path):
+    run = tmp_path / "run"
+    manifest = run_benchmark(tiny_bench, run, generator=GENERATOR, judges=["oracle"], max_images=1, collage=True,
+                             progress=False)
+    assert manifest.collaged and list((run / "images").glob("*.json"))
+    export_folder(run, tmp_path / "export")
+    import_dataset(tmp_path / "export", tmp_path / "back")
+    assert _files(tmp_path / "back" / "images") == _files(run / "images")  # the .json beside each image too
+    again = rejudge_run(tmp_path / "back", tmp_path / "again", judges=["oracle"])
+    assert (tmp_path / "again" / "verdicts.jsonl").read_bytes() == (run / "verdicts.jsonl").read_bytes()
+    assert again.collaged == manifest.collaged and _files(tmp_path / "again" / "images") == _files(run / "images")
+
+
+def test_rejudging_a_shard_judges_that_shard_and_a_folder_keeps_its_source(world, shared_runs, tmp_path):
+    import shutil
+
+    shard = shared_runs(world["bench"], GENERATOR, shard=(1, 2))
+    again = rejudge_run(shard, tmp_path / "again", judges=["oracle"])
+    assert again.shard == "1/2" and again.abstentions == 0
+    assert (tmp_path / "again" / "verdicts.jsonl").read_bytes() == (shard / "verdicts.jsonl").read_bytes()
+    with pytest.raises(TraceError, match="shard 1/2 only"):
+        rejudge_run(shard, tmp_path / "other", judges=["oracle"], shard=(2, 2))
+    twin = tmp_path / "twin"
+    shutil.copytree(shard, twin, ignore=shutil.ignore_patterns("cache"))
+    with pytest.raises(TraceError, match="another rejudged_from"):
+        rejudge_run(twin, tmp_path / "again", judges=["oracle"])
+
+
+def test_an_import_beside_a_reused_benchmark_checks_every_row_against_it(world, tmp_path):
+    import pyarrow.parquet as pq
+
+    export = tmp_path / "export"
+    export_folder(world["run"], export)
+    back = import_dataset(export, tmp_path / "back", cases_dir=world["bench"])
+    assert back.cases_dir == Path(world["bench"]).absolute() and not (tmp_path / "back" / "benchmark").exists()
+    assert (tmp_path / "back" / "verdicts.jsonl").read_bytes() == (world["run"] / "verdicts.jsonl").read_bytes()
+    with pytest.raises(TraceError, match="inside --out"):
+        import_dataset(export, tmp_path / "x", cases_dir=tmp_path / "x" / "bench")
+    shard = next((export / "data").glob("*.parquet"))
+    table = pq.read_table(shard)
+    pq.write_table(type(table).from_pylist(_tamper(table.to_pylist(), "reversed"), schema=table.schema), shard)
+    with pytest.raises(TraceError, match="not the case at this place"):
+        import_dataset(export, tmp_path / "y", cases_dir=world["bench"])
+    assert not (tmp_path / "y").exists()

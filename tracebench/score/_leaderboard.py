@@ -54,7 +54,8 @@ class LeaderboardRow(_Record):
     benchmark: str = Field(description="SHA-256 of the benchmark's cases.jsonl")
     rejudged_from: str | None = Field(default=None, description="trace rejudge: the run whose images were judged")
     differs: tuple[str, ...] = Field(default=(), description="with --mixed: what differs from the first run given "
-                                     "(benchmark, judges, scale, ensemble, judge_batch, judge_templates)")
+                                     "(benchmark, shard, max_images, judges, scale, ensemble, judge_batch, "
+                                     "judge_templates)")
 
 
 class Leaderboard(_Record):
@@ -74,8 +75,11 @@ def run_names(manifests: Sequence[RunManifest]) -> list[str]:
 
 
 def _setup(manifest: RunManifest) -> dict[str, object]:
-    return {"benchmark": manifest.cases_hash, "judges": manifest.judges, "scale": manifest.scale or "binary",
-            "ensemble": manifest.ensemble, "judge_batch": manifest.judge_batch,
+    """What must be alike for scores to compare: the cases scored (benchmark, shard, the
+    generator's limit on images and the collage rule) and the judging."""
+    return {"benchmark": manifest.cases_hash, "shard": manifest.shard,
+            "max_images": (manifest.max_images, manifest.collage), "judges": manifest.judges,
+            "scale": manifest.scale or "binary", "ensemble": manifest.ensemble, "judge_batch": manifest.judge_batch,
             "judge_templates": manifest.hashes.get("judge_templates")}
 
 
@@ -92,7 +96,8 @@ def board_rows(entries: Sequence[tuple[Path, RunManifest, Scores]], *, mixed: bo
         setup = _setup(manifest)
         differs = tuple(key for key, value in setup.items() if value != first[key])
         if differs and not mixed:
-            shown = {"benchmark": "benchmark (its cases.jsonl differs)", "judge_templates": "judge prompt templates"}
+            shown = {"benchmark": "benchmark (its cases.jsonl differs)", "judge_templates": "judge prompt templates",
+                     "shard": "shard (other cases)", "max_images": "limit on images (other cases scored)"}
             raise TraceError(f"{root}: another {', '.join(shown.get(d, d) for d in differs)} than {entries[0][0]}; "
                              f"its scores do not compare (give --mixed to list them anyway, marked)")
         rows.append(dict(name=name, generator=manifest.generator, run=str(root), avg=scores.avg,
@@ -112,6 +117,10 @@ def leaderboard(run_dirs: Sequence[Path], *, protocols: Sequence[str] = (), mixe
     from ..run import stream_run
     from ._score import score_cases
 
+    roots = [Path(run_dir).resolve() for run_dir in run_dirs]
+    for k, root in enumerate(roots):
+        if root in roots[:k]:
+            raise TraceError(f"{run_dirs[k]}: given twice")
     entries = []
     for run_dir in run_dirs:
         stream = stream_run(run_dir)
@@ -191,8 +200,9 @@ def format_leaderboard(board: Leaderboard, kind: str) -> str:
     notes = ["", "Operator columns and avg as the paper's Table 2 (`trace score`), with 95% bootstrap intervals; "
              "ordered by avg. Abstentions are never scored as fails."]
     if board.mixed:
-        notes.append("**Mixed board**: rows marked *other ...* were made over another benchmark or judge setup than "
-                     "the first row's; their scores do not compare.")
+        first = next((row for row in board.rows if not row.differs), None)
+        notes.append(f"**Mixed board**: rows marked *other ...* were made over other cases or another judge setup "
+                     f"than the first run given ({first.name if first else 'its row'}); their scores do not compare.")
     return "\n".join(lines + notes) + "\n"
 
 
@@ -203,5 +213,6 @@ def write_leaderboard(board: Leaderboard, out: Path) -> None:
     kind = Path(out).suffix.lower().lstrip(".")
     if kind not in ("md", "csv", "json"):
         raise TraceError(f"--out {out}: name a .md, .csv or .json file (the format follows the suffix)")
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
     write_atomic(Path(out), format_leaderboard(board, kind).encode("utf-8"))
 

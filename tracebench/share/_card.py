@@ -36,8 +36,7 @@ def _licenses(bench: Path, sample: SampleManifest | None, sources: Counter) -> C
     license_of = {image.id: image.license for image in images}
     found: Counter = Counter()
     for source, n in sources.items():
-        if source in license_of:
-            found[license_of[source]] += n
+        found[license_of.get(source, "unknown")] += n  # an image the library does not hold: its license unknown
     return found
 
 
@@ -103,8 +102,10 @@ def write_card(folder: Path, *, kind: str, section: dict[str, Any], features, ro
                   ("distinct templates", sample.distinct_templates),
                   ("library", f"{sample.library.get('name')} (sha256 {str(sample.library.get('content_hash', ''))[:12]})")]
     hashes = sorted((sample.hashes if sample else {}).items())
-    if run is not None:
-        hashes.append(("cases.jsonl", run["cases_hash"]))
+    if run is not None or section.get("cases_hash"):
+        hashes.append(("cases.jsonl", run["cases_hash"] if run is not None else section["cases_hash"]))
+    if section.get("verdicts_hash"):
+        hashes.append(("verdicts.jsonl", section["verdicts_hash"]))
     body = render("share/dataset_card.j2", title=title, kind=kind, tool=tool, rows=rows, split=SPLIT, shards=shards,
                   size_text=_size_text(size), contents=contents, sampled=sampled, counts=counts or [], run=run,
                   hashes=hashes, licenses=sorted(licenses.items()), load_name="USER/NAME")

@@ -16,15 +16,18 @@ benchmark; a shard is closed once it passes :data:`SHARD_BYTES` (the Hub's habit
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
 
 from .. import __version__
 from ..errors import TraceError
 from ..jsonfiles import record_line
-from ..records import (CASES, DIAGNOSIS_MANIFEST, RUN_MANIFEST, SAMPLE_MANIFEST, SUMMARY, TREES, Case, GenerationInfo,
-                       Verdict, read_cases, read_generation_info)
+from ..cache import file_sha256
+from ..run import IMAGES_DIR
+from ..records import (CASES, DIAGNOSIS_MANIFEST, RUN_MANIFEST, SAMPLE_MANIFEST, SUMMARY, TREES, VERDICTS, Case,
+                       GenerationInfo, Verdict, read_cases, read_generation_info)
 from ..safepaths import inside
 from ._features import features_of, row_of
 
@@ -169,7 +172,8 @@ def export_folder(folder: Path, out: Path, *, diagnosis: Path | None = None) -> 
             shards = _Shards(stage, case_features())
             for case in read_cases(folder):
                 shards.add(_case_row(folder, case, sources))
-            section = {"kind": kind, "format": FORMAT, "manifest": sample.model_dump(mode="json")}
+            section = {"kind": kind, "format": FORMAT, "manifest": sample.model_dump(mode="json"),
+                       "cases_hash": file_sha256(CASES.path(folder))}
             bench = folder
         else:
             section, shards, bench, sample = _export_run(folder, stage, diagnosis, sources)
@@ -182,25 +186,26 @@ def export_folder(folder: Path, out: Path, *, diagnosis: Path | None = None) -> 
 
 
 def _export_run(run_dir: Path, stage: Path, diagnosis: Path | None, sources: Counter):
-    from ..run import IMAGES_DIR, generated_image, stream_run
+    from ..run import generated_image, stream_run
 
     stream = stream_run(run_dir)
     manifest, bench = stream.manifest, stream.cases_dir
     sample = SAMPLE_MANIFEST.read(bench) if SAMPLE_MANIFEST.path(bench).is_file() else None
     section: dict[str, Any] = {"kind": "run", "format": FORMAT, "run": manifest.model_dump(mode="json"),
-                               "manifest": None if sample is None else sample.model_dump(mode="json")}
-    trees = None
+                               "manifest": None if sample is None else sample.model_dump(mode="json"),
+                               "verdicts_hash": file_sha256(VERDICTS.path(run_dir))}
+    trees = nodes = None
     if diagnosis is not None:
         from ..run import RecordIndex
 
         identity = DIAGNOSIS_MANIFEST.read(diagnosis)
-        if identity.cases_hash != manifest.cases_hash or identity.generator != manifest.generator:
+        if identity.cases_hash != manifest.cases_hash or identity.generator != manifest.generator \
+                or identity.judges != manifest.judges:
             raise TraceError(f"--diagnosis {diagnosis}: a diagnosis of run {identity.run_dir}, not of {run_dir}")
         trees = RecordIndex(TREES, diagnosis, lambda tree: tree.case_id)
+        nodes = _NodeImages(Path(diagnosis), run_dir)
         section["diagnosis"] = identity.model_dump(mode="json")
         section["summary"] = SUMMARY.read(diagnosis).model_dump(mode="json")
-        section["rounds"] = {str(p.parent.relative_to(diagnosis)): RUN_MANIFEST.read(p.parent).model_dump(mode="json")
-                             for p in sorted(Path(diagnosis).glob(f"rounds/*/*/{RUN_MANIFEST.name}"))}
     shards = _Shards(stage, run_features(trees is not None))
     verdicts = _by_case(iter(stream), run_dir)
     for case in read_cases(bench):
@@ -213,33 +218,70 @@ def _export_run(run_dir: Path, stage: Path, diagnosis: Path | None, sources: Cou
         row[VERDICTS_COLUMN] = [row_of(v) for v in verdicts.take(case.id)]
         if trees is not None:
             tree = trees.get(case.id)
-            row[TREE] = None if tree is None else record_line(tree).rstrip("\n")
-            row[NODE_IMAGES] = [] if tree is None else list(_node_images(Path(diagnosis), run_dir, tree))
+            row[TREE], row[NODE_IMAGES] = (None, []) if tree is None else nodes.tree(tree)
         shards.add(row)
     verdicts.finish()
+    if nodes is not None:
+        section["rounds"] = nodes.manifests
     return section, shards, bench, sample
 
 
-RUN_IMAGE = "run:"  # a node image that is the diagnosed run's own image of the root (its verdicts reused)
+NODE_FOLDER = re.compile(r"(rounds/\d+/run(-\d+)?|external/\d+)")  # where a dataset puts node images' run folders
 
 
-def _node_images(diagnosis: Path, run_dir: Path, tree) -> Iterator[dict]:
-    """Each node image of a tree, once, named by where it lies: relative to the diagnosis folder,
-    or ``run:images/<id>.png`` for the run's own image of the root."""
-    seen: set[str] = set()
-    for node in tree.nodes:
-        for image in (node.image, *node.sample_images):
-            if not image or image in seen:
-                continue
-            seen.add(image)
-            path = Path(image) if Path(image).is_absolute() else diagnosis / image
-            if not path.is_file():
-                continue  # gone since: the tree still names it, the export holds no copy
+class _NodeImages:
+    """Node images named as the dataset holds them, relative to the diagnosis folder it becomes:
+    a round's images where they are (``rounds/03/run/images/...``), the diagnosed run's own image
+    of a root as the imported run's (``../images/<id>.png``, not embedded twice), and images of
+    other run folders (the shards' rounds of a merged diagnosis) under ``external/<k>/images/``.
+    Only generated images of run folders are taken, as the report shows them; each run folder's
+    ``run.json`` goes to the card (``rounds``), so the images are a run's again once imported."""
+
+    def __init__(self, diagnosis: Path, run_dir: Path) -> None:
+        self.diagnosis, self.run = diagnosis.resolve(), run_dir.resolve()
+        self.folders: dict[Path, str] = {}  # a node images' run folder -> its name in the dataset
+        self.manifests: dict[str, dict] = {}
+
+    def _name(self, image: str) -> tuple[str, Path | None]:
+        """(the name the tree gives the image in the dataset, the file to embed or None)."""
+        path = Path(image) if Path(image).is_absolute() else self.diagnosis / image
+        try:
+            path = path.resolve()
+        except (OSError, RuntimeError):
+            return image, None
+        folder = path.parent.parent
+        if not (path.is_file() and path.parent.name == IMAGES_DIR and RUN_MANIFEST.path(folder).is_file()):
+            return image, None  # gone, or no run's image: the tree keeps its word, nothing is embedded
+        if folder == self.run:
+            return f"../{IMAGES_DIR}/{path.name}", None
+        name = self.folders.get(folder)
+        if name is None:
             try:
-                name = RUN_IMAGE + str(path.resolve().relative_to(Path(run_dir).resolve()))
+                name = folder.relative_to(self.diagnosis).as_posix()
             except ValueError:
-                name = image
-            yield {"bytes": path.read_bytes(), "path": name}
+                name = None
+            if name is None or not NODE_FOLDER.fullmatch(name):
+                name = f"external/{sum(1 for n in self.folders.values() if n.startswith('external/')) + 1}"
+            self.folders[folder] = name
+            self.manifests[name] = RUN_MANIFEST.read(folder).model_dump(mode="json")
+        return f"{name}/{IMAGES_DIR}/{path.name}", path
+
+    def tree(self, tree) -> tuple[str, list[dict]]:
+        """The tree's line with its node images renamed, and the images to embed (each once)."""
+        embedded: dict[str, dict] = {}
+
+        def renamed(image: str | None) -> str | None:
+            if not image:
+                return image
+            name, path = self._name(image)
+            if path is not None and name not in embedded:
+                embedded[name] = {"bytes": path.read_bytes(), "path": name}
+            return name
+
+        nodes = tuple(node.model_copy(update={"image": renamed(node.image),
+                                              "sample_images": tuple(map(renamed, node.sample_images))})
+                      for node in tree.nodes)
+        return record_line(tree.model_copy(update={"nodes": nodes})).rstrip("\n"), list(embedded.values())
 
 
 class _by_case:

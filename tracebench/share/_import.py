@@ -24,11 +24,11 @@ from ..errors import TraceError
 from ..jsonfiles import problems_of, record_line, write_json
 from ..records import (CASES, DIAGNOSIS_MANIFEST, GENERATION_SUFFIX, RUN_MANIFEST, SAMPLE_MANIFEST, SUMMARY, TREES,
                        Case, DiagnosisManifest, DiagnosisSummary, DiagnosticTree, GenerationInfo, RunManifest,
-                       SampleManifest, Verdict, case_problem)
+                       SampleManifest, Verdict, case_problem, read_cases)
 from ..safepaths import inside
 from ._card import CARD_FILE, read_card
-from ._export import (FORMAT, GENERATED_IMAGE, GENERATION, NODE_IMAGES, REFERENCE_IMAGES, RUN_IMAGE, SPLIT, TREE,
-                      VERDICTS_COLUMN, hf)
+from ._export import (FORMAT, GENERATED_IMAGE, GENERATION, IMAGES_DIR, NODE_FOLDER, NODE_IMAGES, REFERENCE_IMAGES,
+                      SPLIT, TREE, VERDICTS_COLUMN, hf)
 
 __all__ = ["ImportSummary", "import_dataset", "BENCHMARK_DIR", "DIAGNOSIS_DIR"]
 
@@ -61,6 +61,11 @@ def _rows(folder: Path) -> Iterator[tuple[str, dict]]:
     shards = sorted((folder / "data").glob(f"{SPLIT}-*.parquet"))
     if not shards:
         raise TraceError(f"{folder}: no data/{SPLIT}-*.parquet shard; not a dataset folder of trace export")
+    expected = [f"{SPLIT}-{k:05d}-of-{len(shards):05d}.parquet" for k in range(len(shards))]
+    if [p.name for p in shards] != expected:
+        missing = sorted(set(expected) - {p.name for p in shards}) or [p.name for p in shards if p.name not in expected]
+        raise TraceError(f"{folder}/data: the shards are not {SPLIT}-00000-of-{len(shards):05d} ... in sequence "
+                         f"(a shard missing or foreign: {missing[0]})")
     for shard in shards:
         name = shard.relative_to(folder)
         try:
@@ -81,6 +86,7 @@ def _columns(row: dict, wanted: tuple[str, ...], where: str) -> None:
 
 
 def _image_bytes(image: Any, where: str) -> bytes:
+    """The bytes of an Image cell ({bytes, path}); anything else is one line naming the cell."""
     if not isinstance(image, dict) or not isinstance(image.get("bytes"), bytes):
         raise TraceError(f"{where}: no image bytes (an image stored by path only cannot be rebuilt)")
     return image["bytes"]
@@ -153,17 +159,28 @@ def import_dataset(folder: Path, out: Path, *, cases_dir: Path | None = None) ->
             for where, row in _rows(folder):
                 bench.add(row, where)
             bench.close(section.get("manifest"), card)
+            _same(CASES.path(root), section.get("cases_hash"), f"{card}: the rows do not rebuild the benchmark "
+                                                                f"exported (their {CASES.name} differs from "
+                                                                f"tracebench.cases_hash: rows missing, added or moved)")
         return ImportSummary("benchmark", bench.cases, out, out)
     return _import_run(folder, out, section, cases_dir)
 
 
+def _same(path: Path, digest: object, message: str) -> None:
+    """A TraceError with ``message`` unless ``path``'s SHA-256 is ``digest``."""
+    if not isinstance(digest, str) or file_sha256(path) != digest:
+        raise TraceError(message)
+
+
 def _import_run(folder: Path, out: Path, section: dict, cases_dir: Path | None) -> ImportSummary:
     from ..library import staged_output
-    from ..run import IMAGES_DIR
 
     card = folder / CARD_FILE
     manifest = _record(RunManifest, section.get("run"), f"{card}: tracebench.run")
     final_bench = (Path(cases_dir) if cases_dir is not None else out / BENCHMARK_DIR).absolute()
+    if cases_dir is not None and final_bench.resolve().is_relative_to(out.absolute().resolve()):
+        raise TraceError(f"--cases {cases_dir}: inside --out {out}; leave --cases out to rebuild the benchmark in "
+                         f"{out / BENCHMARK_DIR}, or give a folder beside it")
     reuse = cases_dir is not None and CASES.path(cases_dir).is_file()
     if reuse and file_sha256(CASES.path(cases_dir)) != manifest.cases_hash:
         raise TraceError(f"--cases {cases_dir}: not the benchmark this run was made from (its {CASES.name} differs)")
@@ -180,34 +197,53 @@ def _import_run(folder: Path, out: Path, section: dict, cases_dir: Path | None) 
         if "diagnosis" in section:
             diag.mkdir()
             trees = stack.enter_context(open(TREES.path(diag), "w", encoding="utf-8", newline="\n"))
-        cases = written = 0
+        cases = written = judged = 0
+        given = read_cases(Path(cases_dir)) if reuse else None  # a reused benchmark: row i must be its case i
         for where, row in _rows(folder):
             _columns(row, (GENERATED_IMAGE, GENERATION, VERDICTS_COLUMN) + ((TREE, NODE_IMAGES) if trees else ()),
                      where)
             if bench is not None:
                 case = bench.add(row, where)
             else:
-                case = _record(Case, {name: row.get(name) for name in Case.model_fields}, where)
+                _columns(row, tuple(Case.model_fields), where)
+                case = _record(Case, {name: row[name] for name in Case.model_fields}, where)
+                if case != next(given, None):
+                    raise TraceError(f"{where}: case {case.id} is not the case at this place in --cases "
+                                     f"{cases_dir} (the rows and the benchmark differ)")
             cases += 1
             asked = {q.id for q in case.checklist}
+            seen: set[str] = set()
             for k, data in enumerate(row[VERDICTS_COLUMN] or []):
                 verdict = _record(Verdict, data, f"{where}: {VERDICTS_COLUMN}[{k}]")
                 if verdict.case_id != case.id or verdict.question_id not in asked:
                     raise TraceError(f"{where}: {VERDICTS_COLUMN}[{k}]: a verdict on {verdict.case_id}'s question "
                                      f"{verdict.question_id!r}, not one case {case.id} asks")
+                if verdict.question_id in seen:
+                    raise TraceError(f"{where}: {VERDICTS_COLUMN}[{k}]: question {verdict.question_id!r} twice")
+                seen.add(verdict.question_id)
                 verdicts.write(record_line(verdict))
                 written += 1
+            judged += bool(seen)
             image = row[GENERATED_IMAGE]
             if image is not None:
+                data = _image_bytes(image, f"{where}: {GENERATED_IMAGE}")
                 suffix = Path(str(image.get("path") or "")).suffix.lower()
                 name = f"{case.id}{suffix if suffix in _SUFFIXES else '.png'}"
-                inside(images, name, f"{where}: {GENERATED_IMAGE}", "run folder").write_bytes(
-                    _image_bytes(image, f"{where}: {GENERATED_IMAGE}"))
+                inside(images, name, f"{where}: {GENERATED_IMAGE}", "run folder").write_bytes(data)
             if row[GENERATION] is not None:
                 info = _record(GenerationInfo, row[GENERATION], f"{where}: {GENERATION}")
+                if info.case_id != case.id:
+                    raise TraceError(f"{where}: {GENERATION}.case_id: {info.case_id!r}, not the row's case {case.id}")
                 write_json(images / f"{case.id}{GENERATION_SUFFIX}", info)
             if trees is not None and row[TREE] is not None:
-                trees.write(_tree_line(row, where, diag, out))
+                trees.write(_tree_line(row, where, diag, case.id))
+        if given is not None and next(given, None) is not None:
+            raise TraceError(f"{card}: fewer rows than --cases {cases_dir} holds cases (the rows and the benchmark "
+                             f"differ)")
+        verdicts.close()
+        _same(root / "verdicts.jsonl", section.get("verdicts_hash"),
+              f"{card}: the rows do not rebuild the run's verdicts.jsonl (it differs from tracebench.verdicts_hash: "
+              f"verdicts missing, added or changed)")
         if bench is not None:
             bench.close(section.get("manifest"), card)
             if file_sha256(CASES.path(bench.root)) != manifest.cases_hash:
@@ -216,39 +252,32 @@ def _import_run(folder: Path, out: Path, section: dict, cases_dir: Path | None) 
         RUN_MANIFEST.write(root, manifest.model_copy(update={"cases_dir": str(final_bench)}))
         if trees is not None:
             _diagnosis_files(section, card, diag, out, final_bench)
-    return ImportSummary("run", cases, out, final_bench, written, out / DIAGNOSIS_DIR if trees else None)
+    return ImportSummary("run", judged, out, final_bench, written, out / DIAGNOSIS_DIR if trees else None)
 
 
-def _tree_line(row: dict, where: str, diag: Path, out: Path) -> str:
-    """A tree read back from its row, its node images written beside it; a node image that was the
-    diagnosed run's own image of the root now names the imported run's image."""
+def _tree_line(row: dict, where: str, diag: Path, case_id: str) -> str:
+    """A tree read back from its row (its node images named as the dataset holds them, relative to
+    the diagnosis folder), its node images written where it names them."""
     from ..jsonfiles import loads
 
     try:
         data = loads(row[TREE])
-    except ValueError as error:
+    except (TypeError, ValueError) as error:
         raise TraceError(f"{where}: {TREE}: not JSON ({error})") from None
     tree = _record(DiagnosticTree, data, f"{where}: {TREE}")
-    run_images: dict[str, str] = {}
+    if tree.case_id != case_id:
+        raise TraceError(f"{where}: {TREE}: the tree of {tree.case_id}, not of the row's case {case_id}")
     for k, image in enumerate(row[NODE_IMAGES] or []):
-        name = str((image or {}).get("path") or "")
-        data = _image_bytes(image, f"{where}: {NODE_IMAGES}[{k}]")
-        if name.startswith(RUN_IMAGE):  # the run's own image: imported with the run
-            run_images[Path(name[len(RUN_IMAGE):]).name] = str((out / name[len(RUN_IMAGE):]).absolute())
-            continue
-        target = inside(diag, name, f"{where}: {NODE_IMAGES}[{k}]", "diagnosis folder")
+        what = f"{where}: {NODE_IMAGES}[{k}]"
+        data = _image_bytes(image, what)
+        name = str(image.get("path") or "")
+        folder, _, file = name.rpartition(f"/{IMAGES_DIR}/")
+        if not NODE_FOLDER.fullmatch(folder) or not file or "/" in file:
+            raise TraceError(f"{what}: {name!r}: not rounds/NN/run/{IMAGES_DIR}/FILE or external/K/{IMAGES_DIR}/FILE")
+        target = inside(diag, name, what, "diagnosis folder")
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
-
-    def moved(image: str | None) -> str | None:
-        if image and Path(image).is_absolute():
-            return run_images.get(Path(image).name, image)
-        return image
-
-    nodes = tuple(node.model_copy(update={"image": moved(node.image),
-                                          "sample_images": tuple(map(moved, node.sample_images))})
-                  for node in tree.nodes)
-    return record_line(tree.model_copy(update={"nodes": nodes}))
+    return record_line(tree)
 
 
 def _diagnosis_files(section: dict, card: Path, diag: Path, out: Path, bench: Path) -> None:
@@ -259,7 +288,9 @@ def _diagnosis_files(section: dict, card: Path, diag: Path, out: Path, bench: Pa
     rounds = section.get("rounds") or {}
     if not isinstance(rounds, dict):
         raise TraceError(f"{card}: tracebench.rounds: expected an object")
-    for relative, data in rounds.items():  # the rounds' run manifests: their images are a run's
+    for relative, data in rounds.items():  # the run manifests of the node images' folders
+        if not NODE_FOLDER.fullmatch(str(relative)):
+            raise TraceError(f"{card}: tracebench.rounds: {relative!r} is not rounds/NN/run or external/K")
         folder = inside(diag, str(relative), f"{card}: tracebench.rounds", "diagnosis folder")
         folder.mkdir(parents=True, exist_ok=True)
         RUN_MANIFEST.write(folder, _record(RunManifest, data, f"{card}: tracebench.rounds.{relative}"))

@@ -70,7 +70,7 @@ class RayGenerator(Generator):
         self.max_images, self.options, self.sample = local.max_images, local.options, local.sample
         self.sees_truth = local.sees_truth
         self.workers, self.gpus, self.address = workers, gpus, address
-        self.concurrency = 2 * workers  # one case working and one waiting on every worker
+        self.concurrency = 2 * workers  # one case working and one queued on every worker (each makes one at a time)
         self._actors: list[Any] = []
         self._busy: list[int] = []
         self._started_cluster = False
@@ -107,7 +107,7 @@ class RayGenerator(Generator):
                                                  "num_gpus": self.workers * self.gpus or None}))
             self._started_cluster = True
         remote = ray.remote(num_cpus=0 if self.gpus else 1, num_gpus=self.gpus, max_restarts=-1,
-                            max_task_retries=-1, max_concurrency=2)(_Worker)
+                            max_task_retries=-1, max_concurrency=1)(_Worker)
         self._actors = [remote.remote(self.given, self.settings) for _ in range(self.workers)]
         self._busy = [0] * self.workers
 

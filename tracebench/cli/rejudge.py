@@ -21,6 +21,10 @@ def register(sub) -> None:
                    help="as trace run's --judge; repeat for an ensemble")
     p.add_argument("--ensemble", choices=("mean", "majority", "median"), default=None,
                    help="how several judges combine, as trace run's --ensemble")
+    p.add_argument("--max-calls", type=int, default=None, metavar="N",
+                   help="a budget of judge calls, as trace run's --max-calls")
+    p.add_argument("--allow-model-change", action="store_true",
+                   help="resume even when a judge's server now reports another model, as trace run's")
     add_model_options(p, cache_default="RUN2/cache (give the source run's cache to reuse its judges' answers)")
     p.add_argument("--out", type=Path, required=True, help="the new run folder (resumed if it holds the same rejudge)")
     p.set_defaults(run=run, seed=None)
@@ -35,7 +39,8 @@ def run(args) -> int:
     settings = model_settings(args)
     manifest = rejudge_run(args.run_dir, args.out, judges=args.judge, settings=settings, cases_dir=args.cases,
                            shard=args.shard, concurrency=args.concurrency, judge_batch=args.judge_batch,
-                           retry_abstained=args.retry_abstained, cache_dir=args.cache, ensemble=args.ensemble)
+                           retry_abstained=args.retry_abstained, cache_dir=args.cache, ensemble=args.ensemble,
+                           max_calls=args.max_calls, allow_model_change=args.allow_model_change)
     calls = ", ".join(f"{spec}: {n}" for spec, n in manifest.calls.items()) or "none"
     print(f"{args.out}: {manifest.cases} cases of {args.run_dir} re-judged, {manifest.verdicts} verdicts, "
           f"{manifest.abstentions} abstentions; calls {calls}; cache hits {manifest.cache_hits}")

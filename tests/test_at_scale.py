@@ -48,39 +48,48 @@ def _whole(run: Path, bench: Path) -> dict[str, int]:
     return held
 
 
-def test_a_budget_of_calls_stops_cleanly_and_the_same_command_goes_on(run_bench, tmp_path):
-    judge = Judge(run_bench)
+@pytest.fixture(scope="module")
+def small(shared_folder):
+    """16 cases of slot levels 1-4: enough for budgets, resumes and shards, quick to draw."""
+    from tracebench.sample import sample_benchmark
+
+    return shared_folder("small-1-4-4", lambda out: sample_benchmark(out, slots=(1, 2, 3, 4), per_slot=4, seed=2,
+                                                                      applications=False))
+
+
+def test_a_budget_of_calls_stops_cleanly_and_the_same_command_goes_on(small, tmp_path):
+    judge = Judge(small)
     with OpenAIStub(judge) as stub:
-        base = ["run", str(run_bench), "--generator", GENERATOR, "--judge", "openai:oracle", "--base-url",
+        base = ["run", str(small), "--generator", GENERATOR, "--judge", "openai:oracle", "--base-url",
                 stub.base_url, "--max-retries", "0", "--out", str(tmp_path / "run")]
         first = run_trace(*base, "--max-calls", "9")
         assert first.returncode == 3, first.stderr
         assert len(first.stderr.strip().splitlines()) == 1 and "left" in first.stderr and "--max-calls" in first.stderr
         manifest = RUN_MANIFEST.read(tmp_path / "run")
         assert sum(manifest.calls.values()) <= 9 and judge.calls <= 9
-        assert manifest.unfinished == len(list(read_cases(run_bench))) - manifest.cases > 0
-        done = _whole(tmp_path / "run", run_bench)  # each case whole or absent, never cut midway
+        assert manifest.unfinished == len(list(read_cases(small))) - manifest.cases > 0
+        done = _whole(tmp_path / "run", small)  # each case whole or absent, never cut midway
         assert len(done) == manifest.cases > 0
 
         second = run_trace(*base, "--max-calls", "9")  # the same command: nine more calls, cached ones free
-        assert second.returncode == 3 and len(_whole(tmp_path / "run", run_bench)) > len(done)
+        assert second.returncode == 3 and len(_whole(tmp_path / "run", small)) > len(done)
 
         last = run_trace(*base)
         assert last.returncode == 0, last.stderr
         assert RUN_MANIFEST.read(tmp_path / "run").unfinished is None
-        whole = run_trace("run", str(run_bench), "--generator", GENERATOR, "--judge", "openai:oracle", "--base-url",
+        whole = run_trace("run", str(small), "--generator", GENERATOR, "--judge", "openai:oracle", "--base-url",
                           stub.base_url, "--out", str(tmp_path / "whole"))
         assert whole.returncode == 0, whole.stderr
     assert (tmp_path / "run" / "verdicts.jsonl").read_bytes() == (tmp_path / "whole" / "verdicts.jsonl").read_bytes()
-    assert run_trace("run", str(run_bench), "--generator", GENERATOR, "--judge", "oracle", "--max-calls", "0",
+    assert run_trace("run", str(small), "--generator", GENERATOR, "--judge", "oracle", "--max-calls", "0",
                      "--out", str(tmp_path / "zero")).returncode == 2
 
 
-def test_a_judge_answering_as_another_model_on_resume_stops_the_run(run_bench, tmp_path):
-    judge = Judge(run_bench)
+def test_a_judge_answering_as_another_model_on_resume_stops_the_run(small, tmp_path):
+    judge = Judge(small)
     out = tmp_path / "run"
     with OpenAIStub(judge) as stub:
-        base = ["run", str(run_bench), "--generator", GENERATOR, "--judge", "openai:oracle", "--base-url",
+        base = ["run", str(small), "--generator", GENERATOR, "--judge", "openai:oracle", "--base-url",
                 stub.base_url, "--out", str(out)]
         assert run_trace(*base, "--max-calls", "12").returncode == 3
         pinned = RUN_MANIFEST.read(out)
@@ -140,16 +149,16 @@ def test_image_tokens_follow_openais_worked_examples():
     assert text_tokens("abcde") == 2
 
 
-def test_a_dry_run_counts_what_a_run_would_cost_and_calls_nothing(run_bench, tmp_path):
+def test_a_dry_run_counts_what_a_run_would_cost_and_calls_nothing(small, tmp_path):
     from tracebench.run._cost import OUTPUT_TOKENS_PER_QUESTION, image_tokens
 
-    cases = list(read_cases(run_bench))
-    judge = Judge(run_bench)
+    cases = list(read_cases(small))
+    judge = Judge(small)
     prices = tmp_path / "prices.toml"
     prices.write_text('["openai:oracle"]\ninput_per_million = 2.0\noutput_per_million = 8.0\nper_call = 0.001\n')
     out = tmp_path / "run"
     with OpenAIStub(judge) as stub:
-        base = ["run", str(run_bench), "--generator", GENERATOR, "--judge", "openai:oracle", "--base-url",
+        base = ["run", str(small), "--generator", GENERATOR, "--judge", "openai:oracle", "--base-url",
                 stub.base_url, "--out", str(out)]
         dry = run_trace(*base, "--dry-run", "--price-file", str(prices))
         assert dry.returncode == 0, dry.stderr
@@ -164,7 +173,7 @@ def test_a_dry_run_counts_what_a_run_would_cost_and_calls_nothing(run_bench, tmp
         served = make_judge("openai:oracle", Settings(base_url=stub.base_url))
         from PIL import Image
         tokens = sum(-(-len(served.prompt_text(c, c.checklist)) // 4) + image_tokens((1024, 1024))
-                     + sum(image_tokens(Image.open(run_bench / r.path).size) for r in c.references) for c in cases)
+                     + sum(image_tokens(Image.open(small / r.path).size) for r in c.references) for c in cases)
         output = OUTPUT_TOKENS_PER_QUESTION * sum(len(c.checklist) for c in cases)
         assert f"about {tokens:,} input and {output:,} output tokens" in dry.stdout
         cost = len(cases) * 0.001 + tokens * 2.0 / 1e6 + output * 8.0 / 1e6
@@ -177,7 +186,7 @@ def test_a_dry_run_counts_what_a_run_would_cost_and_calls_nothing(run_bench, tmp
         calls = judge.calls
         assert run_trace(*base).returncode == 0
         # a new folder over the same cache: every call is cached
-        fresh = run_trace("run", str(run_bench), "--generator", GENERATOR, "--judge", "openai:oracle", "--base-url",
+        fresh = run_trace("run", str(small), "--generator", GENERATOR, "--judge", "openai:oracle", "--base-url",
                           stub.base_url, "--cache", str(out / "cache"), "--out", str(tmp_path / "fresh"), "--dry-run")
         assert f"judge openai:oracle: 0 calls ({len(cases)} cached)" in fresh.stdout
         assert judge.calls > calls
@@ -236,7 +245,7 @@ def test_a_command_generator_reads_the_options(tiny_bench, tmp_path):
 
 
 @pytest.mark.slow
-def test_four_shard_processes_on_one_cache_merge_to_the_unsharded_run(run_bench, shared_runs, tmp_path):
+def test_four_shard_processes_on_one_cache_merge_to_the_unsharded_run(small, shared_runs, tmp_path):
     """The Slurm-array recipe (docs/evaluate.md): shards as separate processes started together,
     one --cache folder, trace merge. A fifth process runs shard 1 again beside them, so the same
     cache entries are written by two processes at once."""
@@ -244,10 +253,10 @@ def test_four_shard_processes_on_one_cache_merge_to_the_unsharded_run(run_bench,
 
     from test_cli import _trace_executable
 
-    whole = shared_runs(run_bench, GENERATOR)
+    whole = shared_runs(small, GENERATOR)
     cache = tmp_path / "cache"
     jobs = [(f"{i}/4", tmp_path / f"shard{i}") for i in range(1, 5)] + [("1/4", tmp_path / "shard1-again")]
-    procs = [subprocess.Popen([*_trace_executable(), "run", str(run_bench), "--generator", GENERATOR, "--judge",
+    procs = [subprocess.Popen([*_trace_executable(), "run", str(small), "--generator", GENERATOR, "--judge",
                                "oracle", "--shard", shard, "--cache", str(cache), "--concurrency", "4",
                                "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
              for shard, out in jobs]
@@ -260,7 +269,7 @@ def test_four_shard_processes_on_one_cache_merge_to_the_unsharded_run(run_bench,
     assert (tmp_path / "shard1-again" / "verdicts.jsonl").read_bytes() == \
         (tmp_path / "shard1" / "verdicts.jsonl").read_bytes()
     # every cache entry whole: a run over it makes no call
-    again = run_benchmark(run_bench, tmp_path / "again", generator=GENERATOR, judges=["oracle"], cache_dir=cache,
+    again = run_benchmark(small, tmp_path / "again", generator=GENERATOR, judges=["oracle"], cache_dir=cache,
                           progress=False)
     assert again.calls == {} and (tmp_path / "again" / "verdicts.jsonl").read_bytes() == \
         (whole / "verdicts.jsonl").read_bytes()

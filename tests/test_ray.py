@@ -35,14 +35,14 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """A head node on loopback whose workers hold 0.2 s a case and note their process ids."""
+    """A head node on loopback whose workers hold 0.4 s a case and note their process ids."""
     folder = tmp_path_factory.mktemp("ray")
     ray_cli = Path(sys.executable).parent / "ray"
     # a cluster on loopback for this test alone: no token to hand around, no usage report sent anywhere
     quiet = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
     saved = {name: os.environ.get(name) for name in quiet}
     os.environ.update(quiet)  # the drivers the tests start inherit them
-    env = {**os.environ, "SLOW_ZOO_SECONDS": "0.2", "SLOW_ZOO_PIDS": str(folder / "pids")}
+    env = {**os.environ, "SLOW_ZOO_SECONDS": "0.4", "SLOW_ZOO_PIDS": str(folder / "pids")}
     port = _free_port()
     started = subprocess.run([str(ray_cli), "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port),
                               "--num-cpus", "4", "--include-dashboard", "false", "--disable-usage-stats"],
@@ -60,9 +60,18 @@ def cluster(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def local(run_bench, shared_folder):
+def bench(shared_folder):
+    """16 cases of slot levels 1-4 (the same as tests/test_at_scale.py's)."""
+    from tracebench.sample import sample_benchmark
+
+    return shared_folder("small-1-4-4", lambda out: sample_benchmark(out, slots=(1, 2, 3, 4), per_slot=4, seed=2,
+                                                                      applications=False))
+
+
+@pytest.fixture(scope="module")
+def local(bench, shared_folder):
     """The same generator in process: the verdicts a Ray run must equal."""
-    return shared_folder("slow-zoo-local", lambda out: run_benchmark(run_bench, out, generator=PLUGIN, judges=["oracle"],
+    return shared_folder("slow-zoo-local", lambda out: run_benchmark(bench, out, generator=PLUGIN, judges=["oracle"],
                                                                      progress=False))
 
 
@@ -77,14 +86,14 @@ def _wait(condition, timeout: float = 300.0) -> None:
         time.sleep(0.1)
 
 
-def _ray_run(bench: Path, out: Path, address: str) -> list[str]:
+def _ray_run(bench: Path, out: Path, address: str, workers: int = 2) -> list[str]:
     return [*_trace_executable(), "run", str(bench), "--generator", PLUGIN, "--judge", "oracle", "--executor", "ray",
-            "--ray-address", address, "--workers", "2", "--concurrency", "2", "--out", str(out)]
+            "--ray-address", address, "--workers", str(workers), "--concurrency", "2", "--out", str(out)]
 
 
-def test_a_worker_killed_mid_run_is_replaced_and_nothing_is_lost(run_bench, local, cluster, tmp_path):
+def test_a_worker_killed_mid_run_is_replaced_and_nothing_is_lost(bench, local, cluster, tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.Popen(_ray_run(run_bench, out, cluster["address"]), stdout=subprocess.PIPE,
+    proc = subprocess.Popen(_ray_run(bench, out, cluster["address"]), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     _wait(lambda: _lines(cluster["pids"]) >= 2 and _lines(out / "verdicts.jsonl") > 0 or proc.poll() is not None)
     assert proc.poll() is None, proc.communicate()[1]
@@ -96,22 +105,25 @@ def test_a_worker_killed_mid_run_is_replaced_and_nothing_is_lost(run_bench, loca
     assert _lines(cluster["pids"]) >= 3  # a worker was set up again
 
 
-def test_a_driver_killed_resumes_to_the_same_verdicts(run_bench, local, cluster, tmp_path):
+def test_a_driver_killed_resumes_to_the_same_verdicts(bench, local, cluster, tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.Popen(_ray_run(run_bench, out, cluster["address"]), stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen(_ray_run(bench, out, cluster["address"], workers=1), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
-    _wait(lambda: _lines(out / "verdicts.jsonl") >= 40 or proc.poll() is not None)
+    _wait(lambda: _lines(out / "verdicts.jsonl") >= 20 or proc.poll() is not None)
+    assert proc.poll() is None, "the run ended before it could be killed"
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=60)
-    again = subprocess.run(_ray_run(run_bench, out, cluster["address"]), capture_output=True, text=True, timeout=600)
+    assert 0 < _lines(out / "verdicts.jsonl") < _lines(local / "verdicts.jsonl")
+    again = subprocess.run(_ray_run(bench, out, cluster["address"], workers=1), capture_output=True, text=True,
+                           timeout=600)
     assert again.returncode == 0, again.stderr
     assert (out / "verdicts.jsonl").read_bytes() == (local / "verdicts.jsonl").read_bytes()
 
 
-def test_ray_options_are_checked_before_anything_runs(run_bench, tmp_path, monkeypatch):
-    bad = run_trace("run", str(run_bench), "--generator", PLUGIN, "--judge", "oracle", "--executor", "ray",
+def test_ray_options_are_checked_before_anything_runs(bench, tmp_path, monkeypatch):
+    bad = run_trace("run", str(bench), "--generator", PLUGIN, "--judge", "oracle", "--executor", "ray",
                     "--workers", "0", "--out", str(tmp_path / "a"))
     assert bad.returncode == 2 and "--workers" in bad.stderr and not (tmp_path / "a").exists()
     monkeypatch.setitem(sys.modules, "ray", None)  # an install without the extra
     with pytest.raises(TraceError, match=r"pip install 'tracebench\[ray\]'"):
-        run_benchmark(run_bench, tmp_path / "b", generator=PLUGIN, judges=["oracle"], executor="ray")
+        run_benchmark(bench, tmp_path / "b", generator=PLUGIN, judges=["oracle"], executor="ray")

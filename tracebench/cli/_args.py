@@ -131,7 +131,9 @@ def run_incomplete(command: str, out: Path, manifest) -> int:
 
     if manifest.unfinished:  # the budget ran out: what is done is kept, the same command goes on
         argv = ["trace", *sys.argv[1:]]
-        print(f"{command}: the budget of calls (--max-calls) was spent: {manifest.cases} cases done, "
+        abstained = f" ({manifest.abstentions} questions abstained; --retry-abstained asks them again)" \
+            if manifest.abstentions else ""
+        print(f"{command}: the budget of calls (--max-calls) was spent: {manifest.cases} cases done{abstained}, "
               f"{manifest.unfinished} left; go on with: {shlex.join(argv)} (a larger or no --max-calls; cached "
               f"calls are free)", file=sys.stderr)
         return INCOMPLETE

@@ -467,8 +467,9 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
     identity (spec, seed, sample, endpoint, plugin source) the new run keeps.
 
     ``max_calls``: a budget of model calls for this invocation (cache hits are free). When it is
-    spent no case is started, the cases a refused call touched are not kept, and ``run.json``
-    says how many are left (``unfinished``): the same command resumes them.
+    spent no case is started (a case starts only when the budget holds every call it may make, so
+    none is cut midway), and ``run.json`` says how many are left (``unfinished``): the same
+    command resumes them.
 
     Judges are pinned: every vote records the model the server reported and its
     ``system_fingerprint``, ``run.json`` the set seen (``judge_models``). A resumed run whose
@@ -687,7 +688,9 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
         raise problem from None
     finally:
         gc.unfreeze()
-    if access.stopped is not None or access.spent:  # what failed is not kept: the same command asks again
+    # what failed is not kept: the same command asks again. A spent budget refused no call of a case
+    # it started (a case starts only when its calls fit), so the cases it did, abstentions and all, stay
+    if access.stopped is not None:
         for case_id in abstained_new:
             del done[case_id]
         runner.abstentions -= sum(abstained_new.values())

@@ -19,6 +19,12 @@ the version) and ``trees.jsonl`` (but for the round folder in each node image's 
 diagnosis numbers its rounds window after window) (else exit 1); the ratio the fixed-memory
 target reads is peak(largest size) / peak(smallest size), per command.
 
+The outputs are compared by digests made a line at a time, never held whole: a child's
+``ru_maxrss`` counts the high-water mark of the process that started it (Linux carries the
+old address space's mark over ``exec``, and CPython starts children by ``vfork``, whose old
+address space is this script's), so a script that once held a 147 MB ``trees.jsonl`` gave
+every later child a peak of at least its own (436 MiB for a diagnosis that peaks at 251).
+
     git worktree add /tmp/run-base <commit>
     python bench/run_memory.py [--against /tmp/run-base] [--sizes 1600 14560] [--steps diagnose] [--json]
 """
@@ -26,6 +32,7 @@ target reads is peak(largest size) / peak(smallest size), per command.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -57,25 +64,38 @@ def measured(command: list[str], env: dict, stdout: Path | None = None) -> tuple
     return wall, usage.ru_maxrss / 1024
 
 
-def _without_image_keys(path: Path) -> bytes:
-    """``verdicts.jsonl`` without each vote's ``cache_key``: it hashes the generated image, whose
-    embedded record names the renderer's source (two trees may differ there and nowhere else)."""
-    lines = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        verdict = json.loads(line)
-        for vote in verdict["votes"]:
-            vote.pop("cache_key", None)
-        lines.append(json.dumps(verdict, sort_keys=True))
-    return "\n".join(lines).encode()
+def _without_image_keys(path: Path) -> str:
+    """The digest of ``verdicts.jsonl`` without each vote's ``cache_key``: it hashes the generated
+    image, whose embedded record names the renderer's source (two trees may differ there and
+    nowhere else)."""
+    digest = hashlib.sha256()
+    with open(path, encoding="utf-8") as lines:
+        for line in lines:
+            verdict = json.loads(line)
+            for vote in verdict["votes"]:
+                vote.pop("cache_key", None)
+            digest.update(json.dumps(verdict, sort_keys=True).encode() + b"\n")
+    return digest.hexdigest()
 
 
-def _diagnosis(folder: Path) -> bytes:
-    """A diagnosis folder's summary (without the version) and trees (each node image's round
-    folder left out)."""
+def _file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as data:
+        while chunk := data.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _diagnosis(folder: Path) -> str:
+    """The digest of a diagnosis folder's summary (without the version) and trees (each node
+    image's round folder left out)."""
     summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
     summary.pop("tool")
-    trees = re.sub(rb'"rounds/\d+/', b'"rounds/*/', (folder / "trees.jsonl").read_bytes())
-    return json.dumps(summary, sort_keys=True).encode() + b"\n" + trees
+    digest = hashlib.sha256(json.dumps(summary, sort_keys=True).encode() + b"\n")
+    with open(folder / "trees.jsonl", "rb") as lines:
+        for line in lines:
+            digest.update(re.sub(rb'"rounds/\d+/', b'"rounds/*/', line))
+    return digest.hexdigest()
 
 
 def trace(*args: str) -> list[str]:
@@ -135,10 +155,10 @@ def main() -> int:
                     argv, stdout = commands[step]
                     wall, rss = measured(argv, env, stdout)
                     part[f"{step}_peak_mib"], part[f"{step}_wall_s"] = round(rss, 1), round(wall, 1)
-                outputs[name] = (_without_image_keys(out / "verdicts.jsonl") if out.exists() else b"",
-                                 scores.read_bytes() if scores.exists() else b"",
-                                 page.read_bytes() if page.exists() else b"",
-                                 _diagnosis(diagnosis) if diagnosis.exists() else b"")
+                outputs[name] = (_without_image_keys(out / "verdicts.jsonl") if out.exists() else "",
+                                 _file_digest(scores) if scores.exists() else "",
+                                 _file_digest(page) if page.exists() else "",
+                                 _diagnosis(diagnosis) if diagnosis.exists() else "")
                 for made in (out, diagnosis):
                     shutil.rmtree(made, ignore_errors=True)  # with its call cache: the next tree starts afresh
                 scores.unlink(missing_ok=True)

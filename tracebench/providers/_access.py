@@ -176,7 +176,8 @@ class ModelAccess:
                  backoff: tuple[float, float] = (0.5, 30.0), max_calls: int | None = None) -> None:
         self.cache = cache
         self.max_calls = max_calls  # a budget of calls (cache hits are free): past it nothing more is sent
-        self.spent = False  # whether a call was refused for the budget
+        self.spent = False  # whether the budget ran out (a case was not started, or a call refused for it)
+        self.refused = False  # whether a call was refused for the budget (one a started case needed)
         self.concurrency = concurrency
         self.max_retries = max_retries
         self.backoff = backoff
@@ -198,7 +199,7 @@ class ModelAccess:
         self._refuse_if_stopped(breaker)
         if count:
             if self.max_calls is not None and sum(self.stats.calls.values()) >= self.max_calls:
-                self.spent = True  # checked and counted with no await between: concurrent calls cannot overshoot
+                self.spent = self.refused = True  # checked and counted with no await between: no overshoot
                 raise NotSent(f"not sent: the budget of {self.max_calls} calls is spent (--max-calls)")
             self.stats.calls[provider.spec] += 1
         retries = getattr(provider, "max_retries", None)

@@ -135,6 +135,7 @@ def estimate_cost(cases: Iterable[Case], *, references, generator, judges: Seque
     """Count what the ``cases`` still to make would cost (see the module docstring); a case of
     ``collaged`` is sent its references as one grid image, as the run sends it."""
     from ..providers import collage_case, generation_key
+    from ._harness import _by_op  # the judge's batches, as the run makes them
 
     generated_size = generated_size or ASSUMED_SIZE
     counts = {"cases": 0, "generations": 0, "generations_cached": 0, "generations_local": 0,
@@ -201,13 +202,6 @@ def estimate_cost(cases: Iterable[Case], *, references, generator, judges: Seque
     return CostEstimate(done=done, not_applicable=not_applicable, judge_calls=calls, judge_calls_cached=cached,
                         input_tokens=tokens_in, output_tokens=tokens_out, cost=cost, total=total,
                         unpriced=tuple(dict.fromkeys(unpriced)), **counts)
-
-
-def _by_op(questions):
-    groups: dict[str, list] = {}
-    for q in questions:
-        groups.setdefault(q.op, []).append(q)
-    return list(groups.values())
 
 
 def format_estimate(estimate: CostEstimate, out: Path) -> str:

@@ -208,18 +208,11 @@ class _Runner:
 
 
 def _model_changes(seen: dict[str, set[str]], pinned: dict[str, tuple[str, ...]],
-                   accepted: list[str]) -> list[tuple[str, str, str]]:
+                   accepted: set[tuple[str, str]]) -> list[tuple[str, str, str]]:
     """(judge spec, the models before, a model now) for each model a judge answered with in this
-    invocation that its earlier invocations did not (and that was not accepted already)."""
-    changes = []
-    for spec, models in seen.items():
-        before = pinned.get(spec)
-        if not before:
-            continue
-        for model in sorted(models - set(before)):
-            if not any(change.startswith(f"{spec}: ") and change.endswith(f" -> {model}") for change in accepted):
-                changes.append((spec, " / ".join(before), model))
-    return changes
+    invocation that its earlier invocations did not, and that was not accepted already."""
+    return [(spec, " / ".join(pinned[spec]), model) for spec, models in seen.items() if pinned.get(spec)
+            for model in sorted(models - set(pinned[spec])) if (spec, model) not in accepted]
 
 
 def _seen_models(pinned: dict[str, tuple[str, ...]], seen: dict[str, set[str]]) -> dict[str, tuple[str, ...]] | None:
@@ -609,13 +602,13 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
         with open(verdict_path, "ab", buffering=0) as handle:
             async def one(case: Case) -> None:
                 verdicts = await runner.case(case)
-                for spec, before, after in _model_changes(access.stats.identities, pinned, accepted):
+                for spec, before, after in _model_changes(access.stats.identities, pinned, set(accepted)):
                     if not allow_model_change:
                         raise TraceError(
                             f"{out}: judge {spec} now answers as {after}, the run so far as {before}: its verdicts "
                             f"would mix two judges; go on with --allow-model-change (recorded in {RUN_FILE}) or "
                             f"choose another --out")
-                    accepted.append(f"{spec}: {before} -> {after}")
+                    accepted[(spec, after)] = f"{spec}: {before} -> {after}"
                 unanswered = sum(not v.outcome.answered for v in verdicts)
                 silent = _abstained_votes(verdicts)
                 if unanswered or silent:
@@ -676,7 +669,8 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
         gen.start()  # the workers up before the first case (a cluster that fails is one line, exit 2)
     abstained_new: dict[str, int] = {}  # cases of this invocation with abstentions: how many
     pinned = dict(identity.judge_models or {})  # judge spec -> the models of earlier invocations
-    accepted: list[str] = list(identity.judge_model_changes or ())
+    accepted: dict[tuple[str, str], str] = {  # (judge spec, a model accepted) -> the change as run.json says it
+        (change.split(": ", 1)[0], change.rsplit(" -> ", 1)[1]): change for change in identity.judge_model_changes or ()}
     gc.freeze()  # what is loaded by now is long-lived: the run's garbage collections need not walk it
     try:
         asyncio.run(main())
@@ -688,9 +682,10 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
         raise problem from None
     finally:
         gc.unfreeze()
-    # what failed is not kept: the same command asks again. A spent budget refused no call of a case
-    # it started (a case starts only when its calls fit), so the cases it did, abstentions and all, stay
-    if access.stopped is not None:
+    # what failed is not kept: the same command asks again. A spent budget refuses no call of a case
+    # it started (a case starts only when its calls fit), so the cases it did, abstentions and all, stay;
+    # should a call be refused all the same, the cases with abstentions go, as for a stopped model
+    if access.stopped is not None or access.refused:
         for case_id in abstained_new:
             del done[case_id]
         runner.abstentions -= sum(abstained_new.values())
@@ -711,7 +706,7 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
         "not_applicable": None if limit is None or collage else len(beyond),
         "collaged": sum(1 for case_id in beyond if case_id in done) if limit is not None and collage else None,
         "unfinished": todo_count - len(done) if access.spent and todo_count > len(done) else None,
-        "judge_models": _seen_models(pinned, access.stats.identities), "judge_model_changes": tuple(accepted) or None})
+        "judge_models": _seen_models(pinned, access.stats.identities), "judge_model_changes": tuple(accepted.values()) or None})
     RUN_MANIFEST.write(out, manifest)
     if access.stopped is not None:
         raise TraceError(f"stopped early, {access.stopped}; {len(done)} of {len(order)} cases done, none kept "

@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Iterable
+from typing import Iterable, Mapping, Sequence
 
-__all__ = ["ABSTAINED", "ENSEMBLES", "FAILED", "PASSED", "Outcome", "Status", "combine", "majority", "mean_vote",
-           "median_vote"]
+__all__ = ["ABSTAINED", "ENSEMBLES", "FAILED", "PASSED", "Outcome", "Status", "combine", "majority", "majority_verdicts",
+           "mean_vote", "median_vote"]
 
 
 class Status(StrEnum):
@@ -118,3 +118,12 @@ ENSEMBLES = {"mean": mean_vote, "majority": majority, "median": median_vote}
 def combine(rule: str | None, outcomes: Iterable[Outcome]) -> Outcome:
     """The ensemble's outcome under ``rule`` (None: majority, what runs recorded before the rule)."""
     return ENSEMBLES[rule or "majority"](outcomes)
+
+
+def majority_verdicts(samples: Sequence[Mapping[str, Outcome]]) -> dict[str, Outcome]:
+    """Question id -> the majority of its verdicts over several generations of one case (``trace
+    run --samples``, a diagnosis node's ``--repeats``); a tie, or no answer, is an abstention."""
+    if len(samples) == 1:
+        return dict(samples[0])
+    questions = dict.fromkeys(q for verdicts in samples for q in verdicts)
+    return {q: majority(verdicts.get(q, ABSTAINED) for verdicts in samples) for q in questions}

@@ -27,7 +27,7 @@ __all__ = ["Attribution", "CASES", "CASES_FILE", "Case", "Clutter", "Distractor"
            "LeftOut", "MANIFEST_FILE", "NODES", "NODES_FILE", "NodeOccurrence", "Question", "REFERENCES_DIR", "RUN_FILE",
            "RUN_MANIFEST", "Reference", "RunManifest", "SAMPLE_MANIFEST", "SUMMARY", "SUMMARY_FILE",
            "SampleManifest", "TREES", "TREES_FILE", "TermBinding", "VERDICTS", "VERDICTS_FILE", "Verdict", "Vote",
-           "case_problem", "checklist_problem", "clutter_problem", "checked_run_verdicts", "read_cases", "read_generation_info", "read_run_verdicts", "repeated_question", "read_sample_manifest", "read_verdicts"]
+           "case_problem", "checklist_problem", "clutter_problem", "checked_run_verdicts", "read_cases", "read_generation_info", "sample_name", "read_run_verdicts", "repeated_question", "read_sample_manifest", "read_verdicts"]
 
 
 class _Record(BaseModel):
@@ -240,8 +240,11 @@ class Vote(_Sparse):
         return Outcome.of(self.verdict, self.value)
 
 
-class Verdict(_Record):
-    """One line of ``verdicts.jsonl``: the verdict on one question of one case."""
+class Verdict(_Sparse):
+    """One line of ``verdicts.jsonl``: the verdict on one question of one case (of one of its
+    samples, with ``trace run --samples K``)."""
+
+    _omitted_when_none: ClassVar[tuple[str, ...]] = ("sample",)
 
     @property
     def outcome(self) -> Outcome:
@@ -249,6 +252,9 @@ class Verdict(_Record):
 
     case_id: SafeId
     question_id: str
+    sample: int | None = Field(default=None, ge=1, description="which generation of the case the verdict judges "
+                               "(trace run --samples K: 1 .. K-1, its image images/<case id>~<sample>.png); absent "
+                               "for the first (images/<case id>.png)")
     op: Operator = Field(description="the question's operator")
     verdict: Status = Field(description="the judges' combined verdict (the run's ensemble rule); abstain on no answer "
                                         "(or, by majority, a tie)")
@@ -265,15 +271,20 @@ class Endpoint(_Record):
     api_key_env: str = Field(description="the environment variable the key was read from (never the key)")
 
 
-class GenerationInfo(_Record):
+class GenerationInfo(_Sparse):
     """``images/<case id>.json`` beside a generated image, when there is something to say about it:
     which references the generator reports having used, whether it was sent a collage."""
+
+    _omitted_when_none: ClassVar[tuple[str, ...]] = ("sample",)
 
     case_id: SafeId
     used_references: tuple[str, ...] | None = Field(default=None, description='the references the generator says it '
                                                     'used ("Image 2" ...); none when it does not say')
     collage: bool = Field(default=False, description="whether the references were sent as one grid image (the "
                                                      "generator accepts fewer images than the case holds; --collage)")
+    sample: int | None = Field(default=None, ge=1, description="trace run --samples: the generation it is of (1 .. "
+                                                               "K-1, beside images/<case id>~<sample>.png); absent "
+                                                               "for the first")
 
 
 class RunManifest(_Sparse):
@@ -281,7 +292,8 @@ class RunManifest(_Sparse):
 
     _omitted_when_none: ClassVar[tuple[str, ...]] = ("max_images", "collage", "not_applicable", "collaged", "scale",
                                                      "rejudged_from", "unfinished", "judge_models",
-                                                     "judge_model_changes", "generator_options")
+                                                     "judge_model_changes", "generator_options", "samples",
+                                                     "sample_seeds")
 
     tool: str
     cases_dir: str = Field(description="the benchmark folder the run read")
@@ -338,6 +350,11 @@ class RunManifest(_Sparse):
     unfinished: int | None = Field(default=None, description="cases the last invocation left undone because its "
                                    "budget of calls was spent (trace run --max-calls); the same command resumes "
                                    "them. Absent when every case is done")
+    samples: int | None = Field(default=None, ge=2, description="trace run --samples K: generations of each case, each "
+                                "judged (a case scores the mean over them); absent for one")
+    sample_seeds: tuple[int, ...] | None = Field(default=None, description="with samples: the seed each generation "
+                                                 "was made with (0 .. K-1), for a generator that takes one (the "
+                                                 "synthetic zoo, or a seed generator option); absent otherwise")
 
 
 # ---------------------------------------------------------------------------------- diagnosis
@@ -574,11 +591,21 @@ def checklist_problem(case: Case) -> str | None:
 GENERATION_SUFFIX = ".json"  # images/<case id>.json: the GenerationInfo beside a generated image
 
 
-def read_generation_info(images: Path, case_id: str) -> GenerationInfo | None:
-    """The :class:`GenerationInfo` beside case ``case_id``'s image in a run's image folder, if any."""
+SAMPLE_SEPARATOR = "~"  # images/<case id>~<k>.png: a case's generation k >= 1 (no case id holds the character)
+
+
+def sample_name(case_id: str, sample: int | None = 0) -> str:
+    """The name (without suffix) of a case's generation ``sample`` in a run's image folder: the
+    case id for the first, ``<case id>~<sample>`` for a later one (``trace run --samples``)."""
+    return f"{case_id}{SAMPLE_SEPARATOR}{sample}" if sample else case_id
+
+
+def read_generation_info(images: Path, case_id: str, sample: int | None = 0) -> GenerationInfo | None:
+    """The :class:`GenerationInfo` beside case ``case_id``'s image (its generation ``sample``) in a
+    run's image folder, if any."""
     from .jsonfiles import read_json
 
-    path = Path(images) / f"{case_id}{GENERATION_SUFFIX}"
+    path = Path(images) / f"{sample_name(case_id, sample)}{GENERATION_SUFFIX}"
     return read_json(path, GenerationInfo) if path.is_file() else None
 
 
@@ -587,7 +614,8 @@ CASES = JsonLinesFile(CASES_FILE, Case, f"not a benchmark folder (no {CASES_FILE
 SAMPLE_MANIFEST = JsonFile(MANIFEST_FILE, SampleManifest,
                            f"not a benchmark folder of `trace sample` (no {MANIFEST_FILE})")
 VERDICTS = JsonLinesFile(VERDICTS_FILE, Verdict, f"no {VERDICTS_FILE}; the run has not written any verdict yet",
-                         unique=lambda v: ("question_id", f"case {v.case_id!r} question {v.question_id!r}"))
+                         unique=lambda v: ("question_id", f"case {v.case_id!r} question {v.question_id!r}"
+                                                          + (f" sample {v.sample}" if v.sample else "")))
 RUN_MANIFEST = JsonFile(RUN_FILE, RunManifest, f"not a run folder (no {RUN_FILE}); make one with `trace run`")
 DIAGNOSIS_MANIFEST = JsonFile(DIAGNOSIS_FILE, DiagnosisManifest,
                               f"not a diagnosis folder (no {DIAGNOSIS_FILE}); make one with `trace diagnose`")
@@ -647,10 +675,12 @@ def checked_run_verdicts(run_dir: Path, cases, cases_dir: Path, *,
         yield lineno, v, case
 
 
-def repeated_question(path: Path, lineno: int, verdict: Verdict, first: dict[str, int]) -> None:
-    """Refuse a question seen before within one case's lines (``first``: question id -> the
-    line it was first on, for those lines), with the message of the record reader's own check."""
-    seen = first.setdefault(verdict.question_id, lineno)
+def repeated_question(path: Path, lineno: int, verdict: Verdict, first: dict) -> None:
+    """Refuse a question seen before within one case's lines (of one sample: ``first``: (question
+    id, sample) -> the line it was first on, for those lines), with the message of the record
+    reader's own check."""
+    seen = first.setdefault((verdict.question_id, verdict.sample), lineno)
     if seen != lineno:
+        sample = f" sample {verdict.sample}" if verdict.sample else ""
         raise TraceError(f"{path}:{lineno}: question_id: case {verdict.case_id!r} question "
-                         f"{verdict.question_id!r} appears twice (first on line {seen})")
+                         f"{verdict.question_id!r}{sample} appears twice (first on line {seen})")

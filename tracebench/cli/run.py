@@ -32,6 +32,10 @@ def register(sub) -> None:
                    help="a budget: at most N model calls in this invocation (cache hits are free); when it is spent "
                         "the run stops cleanly, keeps what is done and exits 3 saying what is left; the same command "
                         "goes on")
+    p.add_argument("--samples", type=int, default=1, metavar="K",
+                   help="generate K images of each case, each with its own recorded seed (to generators that take "
+                        "one), and judge each; a case scores the mean over its samples, intervals resample samples "
+                        "within cases (default 1)")
     p.add_argument("--dry-run", action="store_true",
                    help="make no call and write nothing: print the cases, images to generate, judge calls, images "
                         "sent and estimated tokens the run would still take (cached calls are free); with "
@@ -69,7 +73,7 @@ def run(args) -> int:
         estimate = run_benchmark(args.cases_dir, args.out, generator=args.generator, judges=args.judge,
                                  settings=settings, shard=args.shard, judge_batch=args.judge_batch,
                                  retry_abstained=args.retry_abstained, cache_dir=args.cache, ensemble=args.ensemble,
-                                 max_images=args.max_images, collage=args.collage, dry_run=True,
+                                 max_images=args.max_images, collage=args.collage, dry_run=True, samples=args.samples,
                                  prices=None if args.price_file is None else read_prices(args.price_file))
         print(format_estimate(estimate, args.out))
         return 0
@@ -79,9 +83,11 @@ def run(args) -> int:
                              cache_dir=args.cache, ensemble=args.ensemble, max_images=args.max_images,
                              collage=args.collage, max_calls=args.max_calls,
                              allow_model_change=args.allow_model_change, executor=args.executor,
-                             workers=args.workers, gpus_per_worker=args.gpus_per_worker, ray_address=args.ray_address)
+                             workers=args.workers, gpus_per_worker=args.gpus_per_worker, ray_address=args.ray_address,
+                             samples=args.samples)
     calls = ", ".join(f"{spec}: {n}" for spec, n in manifest.calls.items()) or "none"
-    print(f"{args.out}: {manifest.cases} cases, {manifest.verdicts} verdicts, {manifest.abstentions} abstentions; "
+    samples = f" ({manifest.samples} samples each)" if manifest.samples else ""
+    print(f"{args.out}: {manifest.cases} cases{samples}, {manifest.verdicts} verdicts, {manifest.abstentions} abstentions; "
           f"calls {calls}; cache hits {manifest.cache_hits}")
     if manifest.not_applicable:
         print(f"{manifest.not_applicable} cases not applicable: more than {manifest.max_images} references, the most "

@@ -43,7 +43,7 @@ from ..records import (CASES, DIAGNOSIS_MANIFEST, NODES, SUMMARY, TREES, Case, D
                        DiagnosticEdge, DiagnosticNode, DiagnosticTree, NodeOccurrence, SampleManifest, VERDICTS)
 from ..resources import data_hash
 from ..safepaths import MAX_ID, inside, safe_id_problem
-from ..outcomes import ABSTAINED, Outcome, majority
+from ..outcomes import ABSTAINED, Outcome, majority_verdicts
 from ..providers import ModelSettings, synthetic_profile, with_endpoints
 from ..run import (abstention_reason, generated_image, library_of, make_providers, run_benchmark, shard_of,
                    stream_run)
@@ -80,15 +80,6 @@ class _Samples:
     verdicts: dict[str, list[dict[str, Outcome]]] = field(default_factory=dict)
     images: dict[str, list[str | None]] = field(default_factory=dict)
     reasons: dict[str, list[dict[str, str]]] = field(default_factory=dict)
-
-
-def majority_verdicts(samples: Sequence[dict[str, Outcome]]) -> dict[str, Outcome]:
-    """Question id -> the majority of its verdicts over a node's generations (a tie, or no answer,
-    is an abstention)."""
-    if len(samples) == 1:
-        return samples[0]
-    questions = dict.fromkeys(q for verdicts in samples for q in verdicts)
-    return {q: majority(verdicts.get(q, ABSTAINED) for verdicts in samples) for q in questions}
 
 
 def node_results(case: Case, samples: Sequence[dict[str, Outcome]], gating: Gating) -> dict:
@@ -614,7 +605,9 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
     generator_spec, judge_specs = gen.spec, tuple(j.spec for j in judge_list)
     roots_from_run = (generator_spec == manifest.generator and judge_specs == tuple(manifest.judges)
                       and judge_batch == manifest.judge_batch and seed == manifest.seed and manifest.sample == 0
-                      and scale == (manifest.scale or "binary"))
+                      and scale == (manifest.scale or "binary")
+                      and not manifest.samples)  # a run of K samples chose the roots by their majority: the
+    # trees generate their roots again (with --repeats, as many times as asked)
     chosen = _choose(_streamed(run), cases, shard, run.root, gating)
     out = Path(out)
     identity = DiagnosisManifest(

@@ -152,6 +152,13 @@ class _Replicas:
         return min(range(count), key=lambda k: (self.in_flight[k], (k - start) % count))
 
 
+def _limits_owner(provider: Provider) -> Provider:
+    """The provider whose concurrency limits and breaker a call counts against: itself, or for
+    a copy made by :meth:`Generator.with_sample`, the generator it was copied from."""
+    shared = provider.__dict__.get("_shared")
+    return shared["limits"] if shared else provider
+
+
 def generation_parts(generator: Generator, case: Case, references: Sequence[bytes]) -> dict | None:
     """What a generation depends on (its cache key's parts), or None for a generator whose
     images are no model call (a folder, the zoo)."""
@@ -191,11 +198,12 @@ class ModelAccess:
     async def call(self, provider: Provider, attempt: Callable[[], Awaitable[T]], *, count: bool = True) -> T:
         """``attempt()`` under the provider's limit, retried on transient failures; raises
         :class:`CallFailed` with a scrubbed one-line reason."""
-        replicas = self._replicas.get(id(provider))
+        owner = id(_limits_owner(provider))  # a generator's samples share its limits (Generator.with_sample)
+        replicas = self._replicas.get(owner)
         if replicas is None:
-            replicas = self._replicas[id(provider)] = _Replicas(len(provider.replicas),
+            replicas = self._replicas[owner] = _Replicas(len(provider.replicas),
                                                                 provider.concurrency or self.concurrency)
-        breaker = self._breakers.setdefault(id(provider), _Breaker())
+        breaker = self._breakers.setdefault(owner, _Breaker())
         self._refuse_if_stopped(breaker)
         if count:
             if self.max_calls is not None and sum(self.stats.calls.values()) >= self.max_calls:

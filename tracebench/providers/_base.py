@@ -17,6 +17,7 @@ thread), or :class:`Judge` and ``ask``.
 from __future__ import annotations
 
 import asyncio
+import copy
 import inspect
 from abc import ABC, abstractmethod
 from contextvars import ContextVar
@@ -162,13 +163,43 @@ class Generator(Provider):
         """The case as this generator is given it (to ``key`` and ``generate``)."""
         return case if self.sees_truth else generator_view(case)
 
+    def sample_seed(self) -> int | None:
+        """The seed this generation is made with, for a generator that takes one: the ``seed``
+        generation option for the first generation of each case, one derived from it for a later
+        one (``trace run --samples``); None without a seed."""
+        seed = self.options.get("seed")
+        if isinstance(seed, int) and not isinstance(seed, bool):
+            from ._local import sample_seed
+
+            return sample_seed(seed, self.sample)
+        return None
+
+    def with_sample(self, sample: int) -> Generator:
+        """This generator asked for generation ``sample`` of each case (``trace run --samples``): a
+        copy sharing its clients, its model (set up once for all) and its concurrency limits."""
+        self._shared_state()
+        twin = copy.copy(self)
+        twin.sample = sample
+        return twin
+
+    def _shared_state(self) -> dict:
+        """What the copies of :meth:`with_sample` share: whether it is set up, the lock of that, and
+        whose limits its calls count against (``ModelAccess``)."""
+        return self.__dict__.setdefault("_shared", {"set_up": False, "lock": None, "limits": self})
+
+    def mark_set_up(self) -> None:
+        """Record that ``setup`` has run (a Ray worker sets it up before its first call)."""
+        self._shared_state()["set_up"] = True
+
     async def call(self, case: Case, references: Sequence[bytes]) -> Generation:
-        if not self.__dict__.get("_set_up"):
-            lock = self.__dict__.setdefault("_setup_lock", asyncio.Lock())
-            async with lock:  # concurrent first calls: one setup
-                if not self.__dict__.get("_set_up"):
+        state = self._shared_state()
+        if not state["set_up"]:
+            if state["lock"] is None:
+                state["lock"] = asyncio.Lock()
+            async with state["lock"]:  # concurrent first calls: one setup
+                if not state["set_up"]:
                     await asyncio.to_thread(self.setup)
-                    self._set_up = True
+                    state["set_up"] = True
         result = await _await(self.generate, self.view(case), references)
         used = None
         if isinstance(result, Generation):

@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import TraceError
+from ..records import sample_name
 from ..safepaths import path_problem
 from ._base import CallFailed, Generation, Generator, Judge
 from ._images import digest, image_suffix
@@ -47,8 +48,9 @@ def _sidecar(path: Path, name: str) -> object:
 
 
 class FolderGenerator(Generator):
-    """``folder:PATH``: images made elsewhere, named by case id (``PATH/<case id>.png`` ...); an
-    image that is a link leaving the folder is not read (an abstention). ``PATH/<case id>.json``,
+    """``folder:PATH``: images made elsewhere, named by case id (``PATH/<case id>.png`` ...; a later
+    generation ``k`` of ``trace run --samples`` ``PATH/<case id>~<k>.png``); an image that is a
+    link leaving the folder is not read (an abstention). ``PATH/<case id>.json``,
     if there, says which references were used: ``{"used_references": ["Image 2"]}``."""
 
     def __init__(self, folder: Path) -> None:
@@ -64,14 +66,15 @@ class FolderGenerator(Generator):
                              f"({', '.join(_IMAGE_SUFFIXES)}, named by case id)")
 
     async def generate(self, case, references):  # a file read: not worth a worker thread
+        stem = sample_name(case.id, self.sample)  # a later generation (trace run --samples): <case id>~<k>.png
         for suffix in _IMAGE_SUFFIXES:
-            name = f"{case.id}{suffix}"
+            name = f"{stem}{suffix}"
             path = self.folder / name
             if path.is_file():
                 problem = path_problem(self.folder, name, "generator's folder")
                 if problem:
                     raise CallFailed(f"{name}: {problem}")
-                side = f"{case.id}{SIDECAR}"
+                side = f"{stem}{SIDECAR}"
                 used = None
                 if (self.folder / side).is_file():
                     problem = path_problem(self.folder, side, "generator's folder")
@@ -79,7 +82,8 @@ class FolderGenerator(Generator):
                         raise CallFailed(f"{side}: {problem}")
                     used = _sidecar(self.folder / side, side)
                 return Generation(path.read_bytes(), used)  # type: ignore[arg-type]
-        raise CallFailed(f"no image for {case.id} in {self.folder}")
+        raise CallFailed(f"no image for {case.id}{f' (sample {self.sample}: {stem}.png)' if self.sample else ''} "
+                         f"in {self.folder}")
 
 
 class RunImages(FolderGenerator):
@@ -97,6 +101,10 @@ class RunImages(FolderGenerator):
 
     def endpoint(self):
         return self.manifest.endpoints.get(self.spec)
+
+    def sample_seed(self):
+        seeds = self.manifest.sample_seeds  # the run's, when it made several samples with recorded seeds
+        return seeds[self.sample] if seeds and self.sample < len(seeds) else None
 
     def check(self) -> None:
         return None  # a run whose every generation failed holds no image: its cases abstain here as there
@@ -135,7 +143,8 @@ class CommandGenerator(Generator):
             stdin = case.model_copy(update={"references": tuple(given)}).model_dump_json().encode()
             command = self.command.replace("{output}", shlex.quote(str(output)))
             env = {**os.environ, "TRACEBENCH_OUTPUT": str(output), "TRACEBENCH_SAMPLE": str(self.sample),
-                   "TRACEBENCH_GENERATOR_OPTIONS": json.dumps(dict(self.options), sort_keys=True)}
+                   "TRACEBENCH_GENERATOR_OPTIONS": json.dumps(dict(self.options), sort_keys=True),
+                   **({"TRACEBENCH_SEED": str(seed)} if (seed := self.sample_seed()) is not None else {})}
             proc = await asyncio.create_subprocess_shell(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                                          stderr=subprocess.PIPE, env=env)
             try:
@@ -170,7 +179,12 @@ class SyntheticGenerator(Generator):
 
     def key(self, case, references):
         return {"adapter": "synthetic", "profile": str(self.profile), "case": case.model_dump(mode="json"),
-                "seed": self.seed}
+                "seed": self.sample_seed()}
+
+    def sample_seed(self) -> int:
+        """The seed this generation is drawn with: the run's for the first, one derived from it
+        for a later one (:func:`sample_seed`)."""
+        return sample_seed(self.seed, self.sample)
 
     def check(self) -> None:
         index = self._library_index()
@@ -182,7 +196,7 @@ class SyntheticGenerator(Generator):
     async def generate(self, case, references):
         from ..zoo import generate
 
-        png, record = generate(case, self.profile, library=self._library_index(), seed=self.seed)
+        png, record = generate(case, self.profile, library=self._library_index(), seed=self.sample_seed())
         return Generation(png, drawn_from(case, record))
 
     def _library_index(self):

@@ -271,10 +271,15 @@ class OpenAIImages(OpenAIClients, Generator):
 
     def _request(self, edit: bool) -> dict:
         """The options as the client takes them: the images API's own fields as arguments, any other
-        (seed, steps, guidance_scale: vLLM-Omni's and SGLang's) in ``extra_body``."""
+        (seed, steps, guidance_scale: vLLM-Omni's and SGLang's) in ``extra_body``. A later
+        generation of each case (``trace run --samples``, ``trace diagnose --repeats``) is sent a
+        seed derived from the ``seed`` option (:meth:`Generator.sample_seed`)."""
         known = _image_fields(edit)
-        request = {k: v for k, v in self.options.items() if k in known}
-        extra = {k: v for k, v in self.options.items() if k not in known}
+        options = dict(self.options)
+        if self.sample and "seed" in options and self.sample_seed() is not None:  # a later sample: its own seed
+            options["seed"] = self.sample_seed()
+        request = {k: v for k, v in options.items() if k in known}
+        extra = {k: v for k, v in options.items() if k not in known}
         return request | ({"extra_body": extra} if extra else {})
 
     async def generate(self, case, references):

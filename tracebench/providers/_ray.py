@@ -39,15 +39,20 @@ class _Worker:
 
         self.generator = make_generator(spec, settings)
         self.generator.setup()
-        self.generator._set_up = True  # its calls need not set it up again
+        self.generator.mark_set_up()  # its calls need not set it up again
+        self.samples: dict[int, Any] = {self.generator.sample: self.generator}
 
     def pid(self) -> int:
         return os.getpid()
 
-    async def generate(self, case_json: str, references: list[bytes]) -> tuple[bytes, tuple[str, ...] | None]:
+    async def generate(self, case_json: str, references: list[bytes],
+                       sample: int = 0) -> tuple[bytes, tuple[str, ...] | None]:
         from ..records import Case
 
-        made = await self.generator.call(Case.model_validate_json(case_json), references)
+        generator = self.samples.get(sample)
+        if generator is None:  # trace run --samples: the same model asked for another generation
+            generator = self.samples[sample] = self.generator.with_sample(sample)
+        made = await generator.call(Case.model_validate_json(case_json), references)
         return made.image, made.used_references
 
 
@@ -77,6 +82,14 @@ class RayGenerator(Generator):
 
     def key(self, case, references):
         return self.local.key(case, references)
+
+    def with_sample(self, sample: int) -> Generator:
+        twin = super().with_sample(sample)  # the same workers, asked for generation ``sample``
+        twin.local = self.local.with_sample(sample)  # type: ignore[attr-defined]
+        return twin
+
+    def sample_seed(self) -> int | None:
+        return self.local.sample_seed()
 
     def check(self) -> None:
         self.local.check()
@@ -108,8 +121,9 @@ class RayGenerator(Generator):
             self._started_cluster = True
         remote = ray.remote(num_cpus=0 if self.gpus else 1, num_gpus=self.gpus, max_restarts=-1,
                             max_task_retries=-1, max_concurrency=1)(_Worker)
-        self._actors = [remote.remote(self.given, self.settings) for _ in range(self.workers)]
-        self._busy = [0] * self.workers
+        # filled in place: the copies of with_sample (trace run --samples) share the workers
+        self._actors[:] = [remote.remote(self.given, self.settings) for _ in range(self.workers)]
+        self._busy[:] = [0] * self.workers
 
     async def generate(self, case, references: Sequence[bytes]):
         if not self._actors:
@@ -118,7 +132,7 @@ class RayGenerator(Generator):
         self._busy[index] += 1
         try:
             image, used = await self._actors[index].generate.remote(case.model_dump_json(),
-                                                                    [bytes(r) for r in references])
+                                                                    [bytes(r) for r in references], self.sample)
         finally:
             self._busy[index] -= 1
         return Generation(image, used)
@@ -140,7 +154,7 @@ class RayGenerator(Generator):
     async def aclose(self) -> None:
         for actor in self._actors:
             self.ray.kill(actor)
-        self._actors = []
+        self._actors.clear()
         if self._started_cluster:
             self.ray.shutdown()
             self._started_cluster = False

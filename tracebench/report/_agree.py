@@ -46,7 +46,7 @@ from ..errors import TraceError
 from ..jsonfiles import numbered_jsonl
 from ..operators import OPERATORS
 from ..outcomes import Outcome
-from ..records import RUN_MANIFEST, TREES, VERDICTS, Case, read_cases
+from ..records import RUN_MANIFEST, SAMPLE_SEPARATOR, TREES, VERDICTS, Case, read_cases, sample_name
 from ..score import case_scores, instance_scores
 
 __all__ = ["CHECKLIST_METRICS", "Label", "SourceLabel", "agree", "examine", "format_agreement", "format_exam",
@@ -97,8 +97,8 @@ def read_labels(source: Path, cases: dict[str, Case]) -> Answers:
         if not RUN_MANIFEST.path(source).is_file():
             raise TraceError(f"{source}: neither a run folder (no {RUN_MANIFEST.name}) nor a label file")
         graded = RUN_MANIFEST.read(source).scale is not None
-        rows = [(f"{VERDICTS.path(source)}:{k}", v.case_id, v.question_id, _label_value(v.outcome, graded))
-                for k, v in VERDICTS.read_numbered(source) if v.outcome.answered]
+        rows = [(f"{VERDICTS.path(source)}:{k}", sample_name(v.case_id, v.sample), v.question_id,
+                 _label_value(v.outcome, graded)) for k, v in VERDICTS.read_numbered(source) if v.outcome.answered]
     else:
         rows = [(f"{source}:{lineno}", label.case_id, label.question_id, label.score)
                 for lineno, label in numbered_jsonl(source, Label)]
@@ -116,6 +116,14 @@ def read_labels(source: Path, cases: dict[str, Case]) -> Answers:
         first[key] = where
         answers[key] = passed
     return answers
+
+
+def with_samples(cases: dict[str, Case], samples: int) -> dict[str, Case]:
+    """The cases by id, and with ``trace run --samples K`` each later sample's image as an item of
+    its own, ``<case id>~<k>`` (what a label file names to label that image)."""
+    if samples < 2:
+        return cases
+    return cases | {sample_name(case_id, k): case for case_id, case in cases.items() for k in range(1, samples)}
 
 
 def _label_value(outcome: Outcome, graded: bool) -> float:
@@ -328,7 +336,8 @@ def agree(cases_dir: Path, *, human: Path | None = None, judges: Sequence[Path] 
 
     The headline keys (``n``, ``agreement``, ``cohen_kappa``, ``operators``, ``ci95``) are the
     first pair's: the human against the first judge, or the first two judges."""
-    cases = {c.id: c for c in read_cases(Path(cases_dir))}
+    samples = max([RUN_MANIFEST.read(p).samples or 1 for p in judges if RUN_MANIFEST.path(Path(p)).is_file()] or [1])
+    cases = with_samples({c.id: c for c in read_cases(Path(cases_dir))}, samples)
     raters: dict[str, Answers] = {}
     if human is not None:
         raters["human"] = read_labels(human, cases)
@@ -399,7 +408,8 @@ def truth_labels(run_dir: Path, cases: dict[str, Case]) -> Answers:
     scale = RUN_MANIFEST.read(run_dir).scale or "binary"
     truth: Answers = {}
     for case_id, case in cases.items():
-        image = generated_image(run_dir, case_id)
+        name, _, sample = case_id.partition(SAMPLE_SEPARATOR)  # a later sample's image (trace run --samples)
+        image = generated_image(run_dir, name, int(sample or 0))
         record = read_record(image.read_bytes()) if image is not None else None
         if record is None:
             continue
@@ -428,27 +438,28 @@ def examine(cases_dir: Path, run_dir: Path, *, seed: int = 0) -> dict[str, Any]:
         raise TraceError(f"--cases {cases_dir}: not a benchmark folder (no {CASES.name})")
     if file_sha256(CASES.path(Path(cases_dir))) != manifest.cases_hash:
         raise TraceError(f"--cases {cases_dir}: not the benchmark run {run_dir} was made from (its cases.jsonl differs)")
-    cases = {c.id: c for c in read_cases(Path(cases_dir))}
+    cases = with_samples({c.id: c for c in read_cases(Path(cases_dir))}, manifest.samples or 1)
     truth = truth_labels(run_dir, cases)
     from ..scales import KINDS, kind_of, truth_answer
 
     scale = manifest.scale or "binary"
-    questions = {(c.id, q.id): q for c in cases.values() for q in c.checklist}
+    questions = {(case_id, q.id): q for case_id, c in cases.items() for q in c.checklist}  # samples' items too
     judged: Answers = {}
     abstained = asked = 0
     top_judge = top_truth = raw = 0  # the top answer ("yes", "2", "1.0"): given by the judge, and true
     for v in VERDICTS.read(Path(run_dir)):
-        if (v.case_id, v.question_id) not in truth:
+        item = (sample_name(v.case_id, v.sample), v.question_id)
+        if item not in truth:
             continue
         asked += 1
         if not v.outcome.answered:
             abstained += 1
             continue
-        judged[(v.case_id, v.question_id)] = _label_value(v.outcome, manifest.scale is not None)
+        judged[item] = _label_value(v.outcome, manifest.scale is not None)
         if len(v.votes) == 1 and v.votes[0].answer is not None:
-            q = questions[(v.case_id, v.question_id)]
+            q = questions[item]
             kind = kind_of(scale, q)
-            state = {1.0: "holds", 0.0: "broken"}.get(truth[(v.case_id, v.question_id)], "partial")
+            state = {1.0: "holds", 0.0: "broken"}.get(truth[item], "partial")
             raw += 1
             top_judge += v.votes[0].answer == KINDS[kind][0]
             top_truth += truth_answer(kind, q, state) == KINDS[kind][0]

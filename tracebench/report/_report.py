@@ -41,7 +41,8 @@ from ..safepaths import inside
 from ..cache import write_atomic
 from ..operators import OPERATORS
 from ..outcomes import Outcome, Status
-from ..score import PROTOCOLS, board_rows, compare_runs, instance_results, run_names, score_cases
+from ..score import (PROTOCOLS, board_rows, case_scores, compare_runs, instance_results, instance_scores, run_names,
+                     score_cases)
 from ..templating import html_environment
 from . import _plots
 
@@ -243,7 +244,7 @@ def _case_view(case: Case, outcomes: dict[str, Outcome], shown: dict[str, tuple[
                         "source": r.source_id,
                         "distractor": next((f"distractor {d.id}, confuses {d.confuses}" for d in case.distractors
                                             if d.image == r.image), "")} for r in case.references],
-        "image": images.add(image), "questions": questions, "tree": None}
+        "image": images.add(image), "questions": questions, "tree": None, "samples": None}
     if tree is not None and diag_dir is not None:
         failing = [a.target for a in tree.attributions if a.root is Status.FAIL]
         nodes = []
@@ -256,6 +257,28 @@ def _case_view(case: Case, outcomes: dict[str, Outcome], shown: dict[str, tuple[
         view["tree"] = {"svg": _tree_svg(tree, failing), "failing": failing, "nodes": nodes,
                         "attributions": [a.model_dump() for a in tree.attributions if a.root is not Status.PASS]}
     return view
+
+
+def _shown(verdicts, majority: dict[str, Outcome] | None) -> dict[str, tuple[Status, tuple[str, ...]]]:
+    """Question id -> (its verdict, each judge's answer and reason as a line); with ``--samples``
+    (``majority`` given) the verdict is the samples' majority and the lines name their sample."""
+    shown: dict[str, tuple[Status, tuple[str, ...]]] = {}
+    for v in verdicts:
+        lines = tuple(f"{f'sample {v.sample or 0}, ' if majority is not None else ''}{vote.judge}: "
+                      f"{vote.answer or '-'} — {vote.reason}" for vote in v.votes)
+        status = v.verdict if majority is None else majority[v.question_id].status
+        shown[v.question_id] = (status, shown.get(v.question_id, (status, ()))[1] + lines)
+    return shown
+
+
+def _sample_views(case: Case, samples, run_root: Path, images: _Images, gating: str) -> list[dict[str, Any]]:
+    """Each generation of a case (``trace run --samples``): its image and its overall score."""
+    views = []
+    for k, outcomes in enumerate(samples):
+        scores = case_scores(instance_scores(case, outcomes, gating))  # type: ignore[arg-type]
+        views.append({"label": f"sample {k}", "image": images.add(generated_image(run_root, case.id, k)),
+                      "overall": scores.get("overall")})
+    return views
 
 
 def _case_images(case: Case, run_root: Path, cases_dir: Path, tree: DiagnosticTree | None,
@@ -351,7 +374,7 @@ def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, com
         if (other.manifest.scale or "binary") != (run.manifest.scale or "binary"):
             raise TraceError(f"--compare {other.root}: judged on the {other.manifest.scale or 'binary'} scale, not the "
                              f"{run.manifest.scale or 'binary'} one of {run_dir}: their values do not compare")
-    scored = [(r.root, r.manifest, score_cases(r.manifest, ((item.case, item.outcomes) for item in r), root=r.root,
+    scored = [(r.root, r.manifest, score_cases(r.manifest, ((item.case, item.samples) for item in r), root=r.root,
                                                seed=seed, gating=gating, protocols=PROTOCOLS))
               for r in (run, *others)]
     runs = [_RunView(name, root, manifest, scores.model_dump(mode="json"))
@@ -371,8 +394,8 @@ def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, com
 
     # the headline table is trace leaderboard's board (best first; runs of other judges marked), the
     # overall lines above it keep the order the runs were given in (the reported run first)
-    overall = [{"name": r.name, "cases": r.scores["cases"], "avg": r.scores["avg"], "ci": r.scores["ci95"]}
-               for r in runs]
+    overall = [{"name": r.name, "cases": r.scores["cases"], "avg": r.scores["avg"], "ci": r.scores["ci95"],
+                "samples": r.scores.get("samples")} for r in runs]
     headline = []
     for row in board_rows(scored, mixed=True):
         line = {"name": row.name, "root": row.run, "cases": row.cases, "avg": row.avg, "ci": row.ci95,
@@ -449,9 +472,12 @@ def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, com
             item, tree = window.popleft()
             ahead()
             # what the page shows of each verdict: its status and each judge's answer and reason
-            shown = {v.question_id: (v.verdict, tuple(f"{vote.judge}: {vote.answer or '-'} — {vote.reason}"
-                                                      for vote in v.votes)) for v in item.verdicts}
-            view = _case_view(item.case, item.outcomes, shown, Path(run_dir), run.cases_dir, images, tree, diagnosis, gating)
+            samples = item.samples
+            outcomes = item.outcomes  # with --samples: each question's majority over the samples
+            shown = _shown(item.verdicts, outcomes if len(samples) > 1 else None)
+            view = _case_view(item.case, outcomes, shown, Path(run_dir), run.cases_dir, images, tree, diagnosis, gating)
+            if len(samples) > 1:
+                view["samples"] = _sample_views(item.case, samples, Path(run_dir), images, gating)
             html = body.render(case=view, titles=titles, rule_titles=rule_titles)
             yield {"id": view["id"], "slot": view["slot"], "application": view["application"],
                    "failing_ops": view["failing_ops"], "tree": view["tree"] is not None,

@@ -36,12 +36,12 @@ from .. import __version__
 from ..errors import TraceError, disk_full
 from ..jsonfiles import loads, record_line, write_json
 from ..records import (CASES, GENERATION_SUFFIX, RUN_FILE, RUN_MANIFEST, VERDICTS, Case, GenerationInfo, Question,
-                       RunManifest, Verdict, Vote, read_run_verdicts, repeated_question)
+                       RunManifest, Verdict, Vote, read_run_verdicts, repeated_question, sample_name)
 from ..replies import unfence
 from ..scales import GRADED_ENSEMBLE, KINDS, Scale, kind_of, normalize
 from ..scales import outcome as scaled_outcome
 from ..templating import template_hash
-from ..outcomes import ABSTAINED, ENSEMBLES, Outcome, Status, combine
+from ..outcomes import ABSTAINED, ENSEMBLES, Outcome, Status, combine, majority_verdicts
 from ..providers import (JUDGE_TEMPLATES, CallFailed, Generator, ImageBytes, Judge, ModelAccess, ModelSettings, RayGenerator, Reply, RunImages,
                          ReferenceFiles, clip, collage_case, image_suffix, make_generator, make_judge)
 from ..sample import read_cases, read_sample_manifest
@@ -129,36 +129,39 @@ class _Runner:
 
     def __init__(self, root: Path, cases_dir: Path, generator: Generator, judges: list[Judge],
                  access: ModelAccess, judge_batch: str, ensemble: str | None = None,
-                 collaged: frozenset[str] = frozenset(), scale: Scale | str = Scale.BINARY) -> None:
+                 collaged: frozenset[str] = frozenset(), scale: Scale | str = Scale.BINARY, samples: int = 1) -> None:
         self.root = root
         self.scale = Scale(scale)  # what the judges answer on (tracebench.scales)
         self.collaged = collaged  # the cases sent their references as one grid image
         self.references = ReferenceFiles(cases_dir)
         self.generator, self.judges, self.access = generator, judges, access
+        self.generators = [generator, *(generator.with_sample(k) for k in range(1, samples))]  # --samples K
         self.judge_batch = judge_batch
         self.ensemble = ensemble
         self.abstentions = 0
         self.votes_abstained: Counter = Counter()  # judge spec -> its votes that abstained (this invocation)
 
-    async def image(self, case: Case, references: list[bytes]) -> tuple[bytes | None, str]:
+    async def image(self, case: Case, references: list[bytes], sample: int = 0) -> tuple[bytes | None, str]:
         """The generated image (or None) and the abstention reason; what the generator says of it
-        (the references it used, a collage) is written beside it (:class:`GenerationInfo`)."""
+        (the references it used, a collage) is written beside it (:class:`GenerationInfo`).
+        ``sample``: which generation of the case (``--samples``), named ``<case id>~<sample>``."""
         sent, given = case, references
         collaged = case.id in self.collaged
         if collaged:
             sent, given = collage_case(case, references)
         try:
-            made = await self.access.generate(self.generator, sent, given)
+            made = await self.access.generate(self.generators[sample], sent, given)
         except CallFailed as err:
             return None, f"generation failed: {err}"
         data = ImageBytes(made.image)  # hashed and encoded once for all the judge calls of the case
-        target = self.root / IMAGES_DIR / f"{case.id}{image_suffix(data)}"
+        name = sample_name(case.id, sample)
+        target = self.root / IMAGES_DIR / f"{name}{image_suffix(data)}"
         if not target.exists() or target.read_bytes() != data:
             write_atomic(target, data)
-        info = self.root / IMAGES_DIR / f"{case.id}{GENERATION_SUFFIX}"
+        info = self.root / IMAGES_DIR / f"{name}{GENERATION_SUFFIX}"
         if made.used_references is not None or collaged:
             write_json(info, GenerationInfo(case_id=case.id, used_references=None if collaged else made.used_references,
-                                            collage=collaged))
+                                            collage=collaged, sample=sample or None))
         elif info.exists():
             info.unlink()
         return data, ""
@@ -179,8 +182,15 @@ class _Runner:
         return parsed.get(reply.text) or parse_reply(reply.text, questions, self.scale), key, reply
 
     async def case(self, case: Case) -> list[Verdict]:
+        """The verdicts of a case: of each of its samples in turn (one, without ``--samples``)."""
         references = [self.references.get(ref.path) for ref in case.references]
-        image, problem = await self.image(case, references)
+        verdicts = []
+        for sample in range(len(self.generators)):
+            verdicts += await self.sample(case, references, sample)
+        return verdicts
+
+    async def sample(self, case: Case, references: list[bytes], sample: int) -> list[Verdict]:
+        image, problem = await self.image(case, references, sample)
         votes: dict[str, list[Vote]] = {q.id: [] for q in case.checklist}
         for judge in self.judges:
             if image is None:
@@ -200,8 +210,8 @@ class _Runner:
         verdicts = []
         for q in case.checklist:
             outcome = combine(self.ensemble, (v.outcome for v in votes[q.id]))
-            verdicts.append(Verdict(case_id=case.id, question_id=q.id, op=q.op, verdict=outcome.status,
-                                    value=outcome.value, judge=spec, votes=tuple(votes[q.id])))
+            verdicts.append(Verdict(case_id=case.id, question_id=q.id, sample=sample or None, op=q.op,
+                                    verdict=outcome.status, value=outcome.value, judge=spec, votes=tuple(votes[q.id])))
         self.abstentions += sum(not v.outcome.answered for v in verdicts)
         self.votes_abstained.update(_abstained_votes(verdicts))
         return verdicts
@@ -222,11 +232,19 @@ def _seen_models(pinned: dict[str, tuple[str, ...]], seen: dict[str, set[str]]) 
     return merged or None
 
 
-def _most_calls(case: Case, generator: Generator, judges: Sequence[Judge], judge_batch: str) -> int:
-    """The most model calls a case can take: its generation, then each judge's batches (cache
-    hits make it fewer; a retried call counts once, as ``run.json`` counts calls)."""
+def _most_calls(case: Case, generator: Generator, judges: Sequence[Judge], judge_batch: str, samples: int = 1) -> int:
+    """The most model calls a case can take: per sample its generation, then each judge's batches
+    (cache hits make it fewer; a retried call counts once, as ``run.json`` counts calls)."""
     batches = 1 if judge_batch == "case" else len({q.op for q in case.checklist})
-    return 1 + len(judges) * batches
+    return samples * (1 + len(judges) * batches)
+
+
+def _sample_seeds(generator: Generator, samples: int) -> tuple[int, ...] | None:
+    """The seed of each of a run's samples (``run.json``), for a generator that takes one."""
+    if samples < 2:
+        return None
+    seeds = [generator.with_sample(k).sample_seed() if k else generator.sample_seed() for k in range(samples)]
+    return None if any(seed is None for seed in seeds) else tuple(seeds)  # type: ignore[arg-type]
 
 
 def _abstained_votes(verdicts: Iterable[Verdict]) -> Counter:
@@ -260,11 +278,12 @@ def _settle(finished: set[asyncio.Future]) -> None:
         raise first
 
 
-def generated_image(run_dir: Path, case_id: str) -> Path | None:
-    """The image a run folder holds for a case (whatever its format), or None; one that is a
-    link leaving the run folder is a TraceError, never read."""
+def generated_image(run_dir: Path, case_id: str, sample: int | None = 0) -> Path | None:
+    """The image a run folder holds for a case (whatever its format; its generation ``sample``
+    with ``--samples``), or None; one that is a link leaving the run folder is a TraceError,
+    never read."""
     for suffix in (".png", ".jpg", ".webp"):
-        relative = f"{IMAGES_DIR}/{case_id}{suffix}"
+        relative = f"{IMAGES_DIR}/{sample_name(case_id, sample)}{suffix}"
         path = Path(run_dir) / relative
         if path.is_file():
             inside(Path(run_dir), relative, f"{run_dir}: case {case_id}: generated image", "run folder")
@@ -290,8 +309,14 @@ class RunFolder:
     manifest: RunManifest
     cases_dir: Path
     cases: dict[str, Case]
-    verdicts: dict[str, dict[str, Outcome]]
+    verdicts: dict[str, dict[str, Outcome]]  # with --samples K: each question's majority over the samples
     reasons: dict[str, dict[str, str]]  # case id -> question id -> why its verdict abstained
+    samples: dict[str, tuple[dict[str, Outcome], ...]] = field(default_factory=dict)  # --samples K: case id ->
+    # its verdicts per sample (0 .. K-1); empty for a run of one sample
+
+    def outcomes(self, case_id: str) -> tuple[dict[str, Outcome], ...]:
+        """A case's verdicts per sample: one dict, or K with ``--samples K`` (what scores average)."""
+        return self.samples.get(case_id) or (self.verdicts[case_id],)
 
 
 def load_run(run_dir: Path, *, cases_dir: Path | None = None) -> RunFolder:
@@ -306,11 +331,39 @@ def load_run(run_dir: Path, *, cases_dir: Path | None = None) -> RunFolder:
         raise TraceError(f"{cases_dir}: not the benchmark this run was made from (its {CASES.name} differs)")
     verdicts: dict[str, dict[str, Outcome]] = {}
     reasons: dict[str, dict[str, str]] = {}
+    by_sample: dict[str, dict[int, dict[str, Outcome]]] = {}
     for v in read_run_verdicts(run_dir, cases, cases_dir):
-        verdicts.setdefault(v.case_id, {})[v.question_id] = outcome = v.outcome
+        by_sample.setdefault(v.case_id, {}).setdefault(v.sample or 0, {})[v.question_id] = outcome = v.outcome
         if not outcome.answered:
-            reasons.setdefault(v.case_id, {})[v.question_id] = abstention_reason(v)
-    return RunFolder(run_dir, manifest, cases_dir, cases, verdicts, reasons)
+            reasons.setdefault(v.case_id, {}).setdefault(v.question_id, abstention_reason(v))
+    samples = {case_id: per_sample(found) for case_id, found in by_sample.items()}
+    for case_id, each in samples.items():
+        verdicts[case_id] = majority_verdicts(each)
+        kept = {q: why for q, why in reasons.get(case_id, {}).items() if not verdicts[case_id][q].answered}
+        for q, outcome in verdicts[case_id].items():  # answered by every sample, yet no majority: a tie
+            if not outcome.answered and q not in kept:
+                kept[q] = f"its {len(each)} samples tie"
+        if kept:
+            reasons[case_id] = kept
+        else:
+            reasons.pop(case_id, None)
+    return RunFolder(run_dir, manifest, cases_dir, cases, verdicts, reasons,
+                     {case_id: each for case_id, each in samples.items() if len(each) > 1})
+
+
+def per_sample(found: dict[int, dict[str, Outcome]]) -> tuple[dict[str, Outcome], ...]:
+    """A case's verdicts by sample index as a tuple 0 .. K-1 (a sample with no verdict: empty)."""
+    return tuple(found.get(k, {}) for k in range(max(found) + 1)) if found else ({},)
+
+
+def _sampled_ids(questions: Sequence[Question], samples: int) -> Iterator[str]:
+    """What a case's verdicts must cover: each question of each sample (:func:`_verdict_key`)."""
+    return (q.id if k == 0 else f"{q.id}~{k}" for k in range(samples) for q in questions)
+
+
+def _verdict_key(verdict: Verdict) -> str:
+    """A verdict's question, told apart by sample (the first's is its question id)."""
+    return verdict.question_id if not verdict.sample else f"{verdict.question_id}~{verdict.sample}"
 
 
 def _question_digest(ids) -> tuple[int, int]:
@@ -362,7 +415,7 @@ def _existing(out: Path, checklists: dict[str, tuple[int, int]], retry_abstained
             current, first_line = verdict.case_id, {}
         repeated_question(VERDICTS.path(out), lineno, verdict, first_line)
         silent = _abstained_votes((verdict,)) if len(verdict.votes) > 1 else None  # an ensemble's only
-        found.setdefault(verdict.case_id, _Lines()).add(start, end, verdict.question_id, verdict.outcome.answered,
+        found.setdefault(verdict.case_id, _Lines()).add(start, end, _verdict_key(verdict), verdict.outcome.answered,
                                                         silent)
     return {case_id: lines for case_id, lines in found.items()
             if (lines.verdicts, lines.digest) == checklists.get(case_id)
@@ -444,7 +497,7 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
                   collage: bool = False, collage_cases: frozenset[str] = frozenset(),
                   max_calls: int | None = None, allow_model_change: bool = False, dry_run: bool = False,
                   prices: dict | None = None, executor: str = "local", workers: int = 1,
-                  gpus_per_worker: float = 0.0, ray_address: str | None = None):
+                  gpus_per_worker: float = 0.0, ray_address: str | None = None, samples: int = 1):
     """Generate and judge every case of ``cases_dir`` (or one shard of them) into ``out``;
     several judges combine by ``ensemble`` (:data:`~tracebench.outcomes.ENSEMBLES`; default: mean,
     median on a graded scale). The judges answer on ``settings.scale`` (:mod:`tracebench.scales`).
@@ -504,7 +557,7 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
             continue
         order.append(case.id)
         inputs[case.id] = len(case.references)
-        checklists[case.id] = _question_digest(q.id for q in case.checklist)
+        checklists[case.id] = _question_digest(_sampled_ids(case.checklist, samples))
         for ref in case.references:
             references.setdefault(ref.path, case.id)
     if not any_case:
@@ -521,6 +574,10 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
         raise TraceError("--executor ray: the images are an earlier run's; there is nothing to generate")
     if workers < 1:
         raise TraceError(f"--workers: {workers} must be at least 1")
+    if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
+        raise TraceError(f"--samples: {samples!r} must be a whole number of at least 1")
+    if samples > 1 and settings.sample:
+        raise TraceError(f"--samples: a run of generation {settings.sample} of each case makes one sample")
     gen, judge_list = make_providers(generator, judges, settings)
     if executor == "ray":
         gen = RayGenerator(generator, settings, gen, workers=workers, gpus=gpus_per_worker, address=ray_address)
@@ -550,11 +607,12 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
         abstentions=0, tokens=0, max_images=limit, collage=None if limit is None else collage,
         scale=None if scale is Scale.BINARY else scale.value,
         rejudged_from=str(gen.run_dir.resolve()) if source else None,
-        generator_options=dict(gen.options) or None)
+        generator_options=dict(gen.options) or None, samples=samples if samples > 1 else None,
+        sample_seeds=_sample_seeds(gen, samples))
     if RUN_MANIFEST.path(out).is_file():
         old = RUN_MANIFEST.read(out)
         fields = ("cases_hash", "generator", "seed", "sample", "judges", "judge_batch", "ensemble", "shard",
-                  "max_images", "collage", "scale", "rejudged_from", "generator_options")
+                  "max_images", "collage", "scale", "rejudged_from", "generator_options", "samples")
         changed = [f for f in fields if getattr(old, f) != getattr(identity, f)]
         if changed:
             raise TraceError(f"{out}: holds a run with another {', '.join(changed)}; choose another --out")
@@ -582,7 +640,7 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
     access = ModelAccess(Cache(cache_dir or out / CACHE_DIR), concurrency=concurrency, max_retries=settings.max_retries,
                          max_calls=max_calls)
     runner = _Runner(out, cases_dir, gen, judge_list, access, judge_batch, ensemble,
-                     frozenset(beyond) if collage else frozenset(), scale)
+                     frozenset(beyond) if collage else frozenset(), scale, samples)
     if progress is None:
         progress = sys.stderr.isatty()
     # keep only complete cases, then append new ones case by case
@@ -627,7 +685,7 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
                 """Whether the budget leaves room for every call of the case (cases in flight waited
                 for when it is close): a case is done whole or not started, never cut midway."""
                 nonlocal pending
-                need = _most_calls(case, gen, judge_list, judge_batch)
+                need = _most_calls(case, gen, judge_list, judge_batch, samples)
                 while True:
                     if sum(access.stats.calls.values()) + sum(reserved.values()) + need <= max_calls:
                         reserved[case.id] = need

@@ -26,20 +26,24 @@ def merge_runs(runs: list[Path], out: Path) -> RunManifest:
         if (m.scale, m.ensemble) != (first.scale, first.ensemble):
             raise TraceError(f"{run}: a run on another scale or ensemble than {runs[0]} (scale {m.scale or 'binary'} "
                              f"vs {first.scale or 'binary'}, ensemble {m.ensemble} vs {first.ensemble}); cannot merge")
+        if m.samples != first.samples:
+            raise TraceError(f"{run}: a run of {m.samples or 1} samples a case, {runs[0]} of {first.samples or 1}; "
+                             f"cannot merge")
         if (m.max_images, m.collage) != (first.max_images, first.collage):
             raise TraceError(f"{run}: a run with another max_images or collage than {runs[0]} (max_images "
                              f"{m.max_images} vs {first.max_images}, collage {m.collage} vs {first.collage}); cannot merge")
     cases_dir = Path(first.cases_dir)
     cases = {c.id: c for c in read_cases(cases_dir)}
-    verdicts: dict[tuple[str, str], Verdict] = {}
+    verdicts: dict[tuple[str, str, int | None], Verdict] = {}
     for run in runs:
         if not VERDICTS.path(run).is_file():
             continue  # a shard that holds no case
         for v in read_run_verdicts(run, cases, cases_dir):  # a verdict of no case of the benchmark: an error
-            known = verdicts.get((v.case_id, v.question_id))
+            known = verdicts.get((v.case_id, v.question_id, v.sample))
             if known is not None and known != v:
-                raise TraceError(f"{run}: case {v.case_id} question {v.question_id} differs between runs")
-            verdicts[(v.case_id, v.question_id)] = v
+                sample = f" sample {v.sample}" if v.sample else ""
+                raise TraceError(f"{run}: case {v.case_id} question {v.question_id}{sample} differs between runs")
+            verdicts[(v.case_id, v.question_id, v.sample)] = v
     by_case: dict[str, list[Verdict]] = {}
     for v in verdicts.values():
         by_case.setdefault(v.case_id, []).append(v)

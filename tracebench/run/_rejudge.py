@@ -48,4 +48,4 @@ def rejudge_run(run_dir: Path, out: Path, *, judges: Sequence[str], settings: Mo
                        sample=source.sample)
     return run_benchmark(bench, out, generator=RunImages(run_dir, run_dir / IMAGES_DIR, source), judges=judges,
                          settings=settings, shard=shard, max_images=source.max_images,
-                         collage=bool(source.collage), **options)
+                         collage=bool(source.collage), samples=source.samples or 1, **options)

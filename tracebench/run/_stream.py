@@ -22,9 +22,10 @@ from typing import Callable, Generic, Iterator, TypeVar
 
 from ..cache import file_sha256
 from ..errors import TraceError
-from ..outcomes import Outcome
+from ..outcomes import Outcome, majority_verdicts
 from ..jsonfiles import JsonLinesFile
 from ..records import CASES, RUN_MANIFEST, VERDICTS, Case, RunManifest, Verdict, checked_run_verdicts
+from ._harness import per_sample
 
 M = TypeVar("M")
 
@@ -86,8 +87,17 @@ class RunCase:
 
     @property
     def outcomes(self) -> dict[str, Outcome]:
-        """Question id -> outcome."""
-        return {v.question_id: v.outcome for v in self.verdicts}
+        """Question id -> outcome (with ``--samples K``, its majority over the samples: a tie abstains)."""
+        samples = self.samples
+        return samples[0] if len(samples) == 1 else majority_verdicts(samples)
+
+    @property
+    def samples(self) -> tuple[dict[str, Outcome], ...]:
+        """Question id -> outcome, per sample 0 .. K-1 (one without ``--samples``)."""
+        found: dict[int, dict[str, Outcome]] = {}
+        for v in self.verdicts:
+            found.setdefault(v.sample or 0, {})[v.question_id] = v.outcome
+        return per_sample(found)
 
 
 class RunStream:

@@ -6,13 +6,13 @@ from ._leaderboard import Leaderboard, LeaderboardRow, board_rows, format_leader
 from ._compare import Comparison, Difference, compare_runs, format_comparison, holm
 from ._protocols import PROTOCOLS, DifficultyWeights, ProtocolScore, difficulty_weights, read_weights, write_weights
 from ._score import (INPUT_BINS, OPERATORS, Abstentions, CaseWeighted, EntityCountScore, Gating, GroupScores, RejectionScore,
-                     SelectionScore,
+                     SampleSpread, SelectionScore,
                      RunIdentity, Scores, SubtypeScore, case_scores, input_bin,
                      effective_outcomes, format_scores, instance_results, instance_scores, score_cases,
                      score_folder, score_run, weights_from_runs)
 
 __all__ = ["Abstentions", "CaseWeighted", "EntityCountScore", "Gating", "GroupScores", "INPUT_BINS", "OPERATORS",
-           "RejectionScore", "RunIdentity", "SelectionScore", "Scores", "SubtypeScore", "case_scores", "input_bin",
+           "RejectionScore", "RunIdentity", "SampleSpread", "SelectionScore", "Scores", "SubtypeScore", "case_scores", "input_bin",
            "effective_outcomes", "format_scores", "instance_results", "instance_scores", "score_cases", "score_folder",
            "score_run", "PROTOCOLS", "DifficultyWeights", "ProtocolScore", "difficulty_weights", "read_weights",
            "write_weights", "weights_from_runs", "Comparison", "Difference", "compare_runs", "format_comparison", "holm",

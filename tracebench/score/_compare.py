@@ -71,14 +71,20 @@ def _case_metrics(run_dir: Path, protocols: Sequence[str], gating: Gating = Gati
     stream = stream_run(run_dir)
     out: dict[str, tuple[str, dict[str, float]]] = {}
     for item in stream:
-        case, outcomes = item.case, item.outcomes
-        metrics = case_scores(instance_scores(case, outcomes, gating))
+        case = item.case
+        each = []  # per sample (trace run --samples): the case scores their mean on each metric
+        for outcomes in item.samples:
+            metrics = case_scores(instance_scores(case, outcomes, gating))
+            if metrics and protocols:
+                for name, result in _case_scores(case, outcomes, None, 70.0).items():
+                    if name in protocols:
+                        metrics[name] = result["overall"]
+            each.append(metrics)
+        metrics = each[0] if len(each) == 1 else {
+            name: sum(values) / len(values) for name in dict.fromkeys(n for m in each for n in m)
+            if (values := [m[name] for m in each if name in m])}
         if not metrics:
             continue
-        if protocols:
-            for name, result in _case_scores(case, outcomes, None, 70.0).items():
-                if name in protocols:
-                    metrics[name] = result["overall"]
         out[case.id] = (case.template, metrics)
     return (stream.manifest.cases_hash, stream.manifest.scale), out
 

@@ -124,7 +124,7 @@ def leaderboard(run_dirs: Sequence[Path], *, protocols: Sequence[str] = (), mixe
     entries = []
     for run_dir in run_dirs:
         stream = stream_run(run_dir)
-        scores = score_cases(stream.manifest, ((item.case, item.outcomes) for item in stream), root=stream.root,
+        scores = score_cases(stream.manifest, ((item.case, item.samples) for item in stream), root=stream.root,
                              seed=seed, gating=gating, protocols=protocols)
         entries.append((Path(run_dir), stream.manifest, scores))
     rows = board_rows(entries, mixed=mixed)

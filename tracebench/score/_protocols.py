@@ -171,21 +171,26 @@ class ProtocolTally:
         self.passed: list[float] = []
         self.weights_missing = 0
 
-    def add(self, case: Case, outcomes: Mapping[str, Outcome]) -> None:
+    def add(self, case: Case, outcomes: Mapping[str, Outcome] | Sequence[Mapping[str, Outcome]]) -> None:
+        """Add a case's outcomes, or (``trace run --samples``) one mapping per sample: the case then
+        counts the mean of its samples' scores, and LongBanana's pass its samples' pass rate."""
         wanted = [p for p in self.protocols if p != "trace"]
         if not wanted:
             return
         weights = None if self.weights is None else self.weights.weights.get(case.id, {})
         if self.weights is not None and case.id not in self.weights.weights:
             self.weights_missing += 1
-        for name, result in _case_scores(case, outcomes, weights, self.tau).items():
+        samples = (outcomes,) if isinstance(outcomes, Mapping) else tuple(outcomes)
+        each = [_case_scores(case, sample, weights, self.tau) for sample in samples]
+        for name in dict.fromkeys(name for scores in each for name in scores):  # those some sample could score
             if name not in wanted:
                 continue
-            self.overall[name].append(result["overall"])
-            for d, v in result["dimensions"].items():
-                self.dims[name][d].append(v)
+            results = [scores[name] for scores in each if name in scores]
+            self.overall[name].append(_sample_mean([r["overall"] for r in results]))
+            for d in dict.fromkeys(d for r in results for d in r["dimensions"]):
+                self.dims[name][d].append(_sample_mean([r["dimensions"][d] for r in results if d in r["dimensions"]]))
             if name == "longbanana":
-                self.passed.append(100.0 if result["passed"] else 0.0)
+                self.passed.append(_sample_mean([100.0 if r["passed"] else 0.0 for r in results]))
 
     def result(self, trace: ProtocolScore | None, ci) -> dict[str, ProtocolScore]:
         """The protocols asked, by name (``trace``: the operator table given); ``ci(values)`` is
@@ -212,6 +217,11 @@ class ProtocolTally:
 
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
+
+
+def _sample_mean(values: list[float]) -> float:
+    """One sample's value as it is; several samples' mean (``trace run --samples``)."""
+    return values[0] if len(values) == 1 else sum(values) / len(values)
 
 
 def difficulty_weights(runs: Sequence[tuple[str, str, Iterable[tuple[Case, Mapping[str, Outcome]]]]],

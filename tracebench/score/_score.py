@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections import defaultdict
 from enum import StrEnum
 from pathlib import Path
-from statistics import fmean
+from statistics import fmean, pstdev
 from typing import Iterable, Mapping, NamedTuple, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
@@ -52,7 +52,7 @@ from ..run import IMAGES_DIR, RunFolder
 from ._protocols import DifficultyWeights, ProtocolScore, ProtocolTally, difficulty_weights, read_weights
 
 __all__ = ["Abstentions", "CaseWeighted", "EntityCountScore", "Gating", "GroupScores", "INPUT_BINS", "OPERATORS",
-           "RejectionScore", "SelectionScore", "case_scores", "input_bin", "weights_from_runs",
+           "RejectionScore", "SampleSpread", "SelectionScore", "case_scores", "input_bin", "weights_from_runs",
            "RunIdentity", "Scores", "SubtypeScore",
            "effective_outcomes", "format_scores", "instance_results", "instance_scores", "score_cases", "score_folder",
            "score_run"]
@@ -109,6 +109,18 @@ class SelectionScore(_Record):
     targets: int = Field(description="pooled targets of those cases")
     distractors_used: float | None = Field(description="share of those cases' distractors among the references used")
     distractors: int = Field(description="distractors of those cases")
+
+
+class SampleSpread(_Record):
+    """``trace run --samples K``: how much a case's generations differ (each case scores the mean
+    over its samples; intervals resample cases, then samples within each case)."""
+
+    samples: int = Field(description="generations of each case (K)")
+    spread: float | None = Field(description="mean over cases of the standard deviation (population) of the case's "
+                                             "overall score over its samples")
+    disagree: float | None = Field(description="share of cases some question of which the samples answered "
+                                               "differently (pass in one, fail in another)")
+    cases: int = Field(description="cases with two or more samples scored")
 
 
 class Abstentions(_Record):
@@ -171,12 +183,14 @@ class Scores(_Record):
                                              "the references it used: the selection scores")
     protocols: dict[str, ProtocolScore] | None = Field(default=None, description="trace score --protocol: each "
                                                        "protocol asked, by name (score/_protocols.py states them)")
+    samples: SampleSpread | None = Field(default=None, description="with trace run --samples K: the spread of each "
+                                         "case's samples; absent for one sample")
 
     @model_serializer(mode="wrap")
     def _without_clutter(self, handler):  # the scores of a run without clutter read as before clutter existed
         data = handler(self)
         if isinstance(data, dict):
-            for name in ("by_inputs", "by_distractors", "rejection", "selection", "protocols"):
+            for name in ("by_inputs", "by_distractors", "rejection", "selection", "protocols", "samples"):
                 if data.get(name) is None:
                     data.pop(name, None)
         return data
@@ -262,11 +276,52 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
 
 
-def _ci(values: list[float], seed: int) -> tuple[float, float] | None:
+def _ci(values: list[float], seed: int, inner: list[tuple[float | None, ...]] | None = None
+        ) -> tuple[float, float] | None:
+    """The 95% interval of the mean of ``values`` (one a case); ``inner``: with ``--samples``, each
+    case's per-sample values, resampled within the case (:func:`_nested_means`)."""
+    if inner is not None and len(values) >= 2:
+        import numpy as np
+
+        rng = np.random.default_rng(seed)
+        low, high = _percentiles(_nested_means(np.asarray(values, dtype=float), _inner_array(inner), rng, 1000),
+                                 1000, 0.95)
+        return round(low, 4), round(high, 4)
     if len(values) < 2 or len(set(values)) == 1:
         return (round(values[0], 4),) * 2 if values else None  # type: ignore[return-value]
     low, high = _bootstrap_interval(values, seed)
     return round(low, 4), round(high, 4)
+
+
+def _inner_array(inner: Sequence[tuple[float | None, ...]]):
+    """Cases' per-sample values as an array, one row a case (NaN where a sample has none)."""
+    import numpy as np
+
+    width = max(len(values) for values in inner)
+    return np.array([[np.nan if v is None else v for v in values] + [np.nan] * (width - len(values))
+                     for values in inner], dtype=float).reshape(len(inner), width)
+
+
+def _nested_means(values, inner, rng, resamples: int):
+    """Resampled means of a nested bootstrap: cases drawn with replacement, then within each drawn
+    case its samples drawn with replacement (so K samples never count as K cases); a case whose
+    drawn samples all lack a value counts its own mean. ``values``: each case's mean over its
+    samples; ``inner``: cases x samples (NaN where a sample has no value)."""
+    import numpy as np
+
+    n, width = inner.shape
+    draws = rng.integers(0, n, (resamples, n))
+    out = np.empty(resamples)
+    for start in range(0, resamples, 100):  # 100 resamples at a time: memory stays small
+        block = draws[start:start + 100]
+        picks = rng.integers(0, width, block.shape + (width,))
+        chosen = inner[block[..., None], picks]
+        present = ~np.isnan(chosen)
+        counts = present.sum(axis=-1)
+        sums = np.where(present, chosen, 0.0).sum(axis=-1)
+        case_values = np.where(counts > 0, sums / np.maximum(counts, 1), values[block])
+        out[start:start + 100] = case_values.mean(axis=-1)
+    return out
 
 
 def _bootstrap_interval(values: list[float], seed: int, resamples: int = 1000,
@@ -322,6 +377,7 @@ class _Row(NamedTuple):
     apply: float | None
     compose: float | None
     overall: float | None
+    inner: tuple[tuple[float | None, ...], ...] | None = None  # --samples: per sample, the five scores above
 
 
 def _group(rows: list[_Row], key: str) -> dict[str, GroupScores]:
@@ -349,7 +405,7 @@ def score_run(run_dir: Path, *, cases_dir: Path | None = None, seed: int = 0,
 
     stream = stream_run(run_dir, cases_dir=cases_dir)
     frozen = None if weights is None else read_weights(weights, stream.manifest.cases_hash)
-    return score_cases(stream.manifest, ((item.case, item.outcomes) for item in stream), root=stream.root, seed=seed,
+    return score_cases(stream.manifest, ((item.case, item.samples) for item in stream), root=stream.root, seed=seed,
                        gating=gating, protocols=protocols, weights=frozen, tau=tau,
                        weights_name=None if weights is None else str(weights))
 
@@ -367,7 +423,7 @@ def weights_from_runs(run_dirs: Sequence[Path]) -> DifficultyWeights:
 
 def score_folder(run: RunFolder, *, seed: int = 0, gating: Gating = Gating.WITHIN) -> Scores:
     """The scores of a run folder already read (:func:`~tracebench.run.load_run`)."""
-    return score_cases(run.manifest, ((run.cases[case_id], run.verdicts[case_id]) for case_id in run.verdicts),
+    return score_cases(run.manifest, ((run.cases[case_id], run.outcomes(case_id)) for case_id in run.verdicts),
                        root=run.root, seed=seed, gating=gating)
 
 
@@ -381,20 +437,28 @@ def _slot_means(rows: list[_Row], seed: int) -> tuple[dict[Operator, float | Non
     table = np.array([[np.nan if getattr(r, op) is None else getattr(r, op) for op in OPERATORS] for r in rows],
                      dtype=float).reshape(len(rows), len(OPERATORS))
     slot_of = np.array([r.slot for r in rows])
+    nested = any(r.inner is not None for r in rows)  # --samples: samples resampled within each case
+    inner = [_inner_array([r.inner[j] if r.inner else (getattr(r, op),) for r in rows]) for j, op in enumerate(OPERATORS)] \
+        if nested else None
     operators: dict[Operator, float | None] = {}
     ci95: dict[str, tuple[float, float] | None] = {}
     resampled: list = []  # per operator with a score: its resampled slot-averaged means
     resamples = 1000
     for j, op in enumerate(OPERATORS):
-        strata = [table[(slot_of == s) & ~np.isnan(table[:, j]), j] for s in slots]
-        strata = [values for values in strata if len(values)]
+        masks = [(slot_of == s) & ~np.isnan(table[:, j]) for s in slots]
+        masks = [mask for mask in masks if mask.any()]
+        strata = [table[mask, j] for mask in masks]
         if not strata:
             operators[op], ci95[op] = None, None
             continue
         operators[op] = round(float(fmean(float(np.mean(values)) for values in strata)), 4)
         total = np.zeros(resamples)
         for k, values in enumerate(strata):
-            draws = np.random.default_rng([seed, j, k]).integers(0, len(values), (resamples, len(values)))
+            rng = np.random.default_rng([seed, j, k])
+            if inner is not None:
+                total += _nested_means(values, inner[j][masks[k]], rng, resamples)
+                continue
+            draws = rng.integers(0, len(values), (resamples, len(values)))
             total += np.mean(values[draws], axis=-1)
         resampled.append(total / len(strata))
         ci95[op] = _interval(resampled[-1], resamples)
@@ -409,13 +473,16 @@ def _interval(resampled, resamples: int) -> tuple[float, float]:
     return round(low, 4), round(high, 4)
 
 
-def score_cases(manifest: RunManifest, cases: Iterable[tuple[Case, Mapping[str, Outcome]]], *, root: Path,
+def score_cases(manifest: RunManifest,
+                cases: Iterable[tuple[Case, Mapping[str, Outcome] | Sequence[Mapping[str, Outcome]]]], *, root: Path,
                 seed: int = 0, gating: Gating = Gating.WITHIN, protocols: Sequence[str] = (),
                 weights: DifficultyWeights | None = None, tau: float = 70.0,
                 weights_name: str | None = None) -> Scores:
     """The scores of a run's cases with their outcomes, in run order, consumed one at a time;
     ``protocols`` adds the neighbours' protocols (``score/_protocols.py``; ``weights`` and ``tau``
-    for LongBanana's P@tau)."""
+    for LongBanana's P@tau). A case's outcomes may be a sequence, one mapping per sample (``trace
+    run --samples K``): the case then scores the mean over its samples, and the intervals resample
+    the samples within each resampled case."""
     tally = ProtocolTally(protocols, weights, tau, weights_name)
     total = abstained = 0
     rows: list[_Row] = []
@@ -423,29 +490,48 @@ def score_cases(manifest: RunManifest, cases: Iterable[tuple[Case, Mapping[str, 
     rejections: dict[Operator, list[float]] = defaultdict(list)
     cluttered = False
     reporting = targets = found = distractors = taken = 0
-    for case, outcomes in cases:
-        total += len(outcomes)
-        abstained += sum(not outcome.answered for outcome in outcomes.values())
-        tally.add(case, outcomes)
-        instances = instance_scores(case, outcomes, gating)
+    sample_count, spreads, disagreeing = 1, [], 0
+    for case, given in cases:
+        samples = (given,) if isinstance(given, Mapping) else tuple(given)
+        for outcomes in samples:
+            total += len(outcomes)
+            abstained += sum(not outcome.answered for outcome in outcomes.values())
+        tally.add(case, samples[0] if len(samples) == 1 else samples)
+        each = [instance_scores(case, outcomes, gating) for outcomes in samples]
+        instances = each[0] if len(each) == 1 else _sample_means(each)
         terms = {t.symbol: t for t in case.terms}
         if case.clutter is not None:
             cluttered = True
             for q in case.checklist:
-                outcome = outcomes.get(q.id)
-                if q.aspect == REJECTION and outcome is not None and outcome.answered:
-                    rejections[q.op].append(outcome.value)  # type: ignore[arg-type]
-            info = read_generation_info(Path(root) / IMAGES_DIR, case.id)
-            if info is not None and info.used_references is not None:
-                used = set(info.used_references)
-                reporting += 1
-                targets += len(case.clutter.pooled)
-                found += sum(p.image in used for p in case.clutter.pooled)
-                distractors += len(case.distractors)
-                taken += sum(d.image in used for d in case.distractors)
-        per_case = case_scores(instances)
+                values = [o.value for outcomes in samples if (o := outcomes.get(q.id)) is not None and o.answered]
+                if q.aspect == REJECTION and values:
+                    rejections[q.op].append(values[0] if len(values) == 1 else fmean(values))  # type: ignore[arg-type]
+            for k in range(len(samples)):  # every generation's report of the references it used
+                info = read_generation_info(Path(root) / IMAGES_DIR, case.id, k)
+                if info is not None and info.used_references is not None:
+                    used = set(info.used_references)
+                    reporting += 1
+                    targets += len(case.clutter.pooled)
+                    found += sum(p.image in used for p in case.clutter.pooled)
+                    distractors += len(case.distractors)
+                    taken += sum(d.image in used for d in case.distractors)
+        inner = None
+        if len(samples) == 1:
+            per_case = case_scores(instances)
+        else:
+            sample_count = max(sample_count, len(samples))
+            per_sample = [case_scores(i) for i in each]
+            per_case = {key: fmean(values) for key in ("anchor", "disentangle", "apply", "compose", "overall")
+                        if (values := [p[key] for p in per_sample if key in p])}
+            inner = tuple(tuple(_round(p.get(key)) for p in per_sample)
+                          for key in ("anchor", "disentangle", "apply", "compose", "overall"))
+            overall = [p["overall"] for p in per_sample if "overall" in p]
+            if len(overall) >= 2:
+                spreads.append(pstdev(overall))
+            disagreeing += _samples_disagree(samples)
         rows.append(_Row(case.slot, case.application, input_bin(len(case.references)), len(case.distractors),
-                         *(_round(per_case.get(op.value)) for op in OPERATORS), _round(per_case.get("overall"))))
+                         *(_round(per_case.get(op.value)) for op in OPERATORS), _round(per_case.get("overall")),
+                         inner))
         for (op, target), value in instances.items():
             term = terms.get(target)
             if op == Operator.DISENTANGLE and term is not None and term.subtype:
@@ -454,9 +540,16 @@ def score_cases(manifest: RunManifest, cases: Iterable[tuple[Case, Mapping[str, 
                 entity_scores[term.source_entities].append(value)
     if not rows:
         raise TraceError(f"{root}: no verdicts to score")
+    nested = sample_count > 1
+
+    def inner_of(name: str, index: int) -> list | None:
+        return [r.inner[index] if r.inner else (getattr(r, name),) for r in rows
+                if getattr(r, name) is not None] if nested else None
+
     ci95: dict[str, tuple[float, float] | None] = {
-        op.value: _ci([getattr(r, op) for r in rows if getattr(r, op) is not None], seed) for op in OPERATORS}
-    ci95["overall"] = _ci([r.overall for r in rows if r.overall is not None], seed)
+        op.value: _ci([getattr(r, op) for r in rows if getattr(r, op) is not None], seed, inner_of(op, j))
+        for j, op in enumerate(OPERATORS)}
+    ci95["overall"] = _ci([r.overall for r in rows if r.overall is not None], seed, inner_of("overall", 4))
     case_weighted = CaseWeighted(
         operators={op: _mean([getattr(r, op) for r in rows if getattr(r, op) is not None]) for op in OPERATORS},
         overall=_mean([r.overall for r in rows if r.overall is not None]), ci95=ci95)
@@ -490,7 +583,25 @@ def score_cases(manifest: RunManifest, cases: Iterable[tuple[Case, Mapping[str, 
         selection=SelectionScore(cases=reporting, search=round(found / targets, 4) if targets else None, targets=targets,
                                  distractors_used=round(taken / distractors, 4) if distractors else None,
                                  distractors=distractors) if reporting else None,
+        samples=SampleSpread(samples=sample_count, spread=_mean(spreads), cases=len(spreads),
+                             disagree=round(disagreeing / len(rows), 4)) if nested else None,
     )
+
+
+def _sample_means(each: Sequence[Mapping[Instance, float]]) -> dict[Instance, float]:
+    """Operator instance -> its mean over the samples that scored it."""
+    keys = dict.fromkeys(key for instances in each for key in instances)
+    return {key: fmean(instances[key] for instances in each if key in instances) for key in keys}
+
+
+def _samples_disagree(samples: Sequence[Mapping[str, Outcome]]) -> bool:
+    """Whether some question passed in one sample and failed in another (abstentions aside)."""
+    seen: dict[str, set] = {}
+    for outcomes in samples:
+        for qid, outcome in outcomes.items():
+            if outcome.answered:
+                seen.setdefault(qid, set()).add(outcome.status)
+    return any(len(statuses) > 1 for statuses in seen.values())
 
 
 def format_scores(scores: Scores) -> str:
@@ -507,6 +618,12 @@ def format_scores(scores: Scores) -> str:
         lines.append(f"{op:12s} {shown}  {str(list(ci)) if ci else '':18s}  "
                      f"{'n/a' if other is None else f'{other:.4f}'}{' (overall)' if op == 'avg' else ''}")
     lines.append(f"cases {scores.cases}, abstentions {scores.abstentions.count} ({scores.abstentions.share:.1%})")
+    if scores.samples is not None:
+        spread = "n/a" if scores.samples.spread is None else f"{scores.samples.spread:.4f}"
+        disagree = "n/a" if scores.samples.disagree is None else f"{scores.samples.disagree:.1%}"
+        lines.append(f"samples {scores.samples.samples} a case (scores: their mean; intervals resample samples within "
+                     f"cases): per-case spread (SD of the overall score) {spread}; cases whose samples disagree "
+                     f"{disagree}")
     for spec, models in (scores.run.judge_models or {}).items():
         lines.append(f"judge {spec} answered as {', '.join(models)}")
     for name, p in (scores.protocols or {}).items():

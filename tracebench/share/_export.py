@@ -43,6 +43,8 @@ GENERATION = "generation"
 VERDICTS_COLUMN = "verdicts"
 TREE = "diagnosis_tree"
 NODE_IMAGES = "node_images"
+SAMPLE_IMAGES = "sample_images"  # trace run --samples K: the later generations' images (images/<id>~<k>.png)
+SAMPLE_GENERATIONS = "sample_generations"  # and what their generators said of them (GenerationInfo, with sample)
 
 
 class ExportSummary:
@@ -67,11 +69,14 @@ def case_features() -> dict[str, Any]:
     return {**features_of(Case), REFERENCE_IMAGES: datasets.List(datasets.Image())}
 
 
-def run_features(with_trees: bool) -> dict[str, Any]:
+def run_features(with_trees: bool, samples: bool = False) -> dict[str, Any]:
     datasets = hf()
     features = {**case_features(), GENERATED_IMAGE: datasets.Image(),
                 GENERATION: features_of(GenerationInfo),
                 VERDICTS_COLUMN: datasets.List(features_of(Verdict))}
+    if samples:  # trace run --samples: every later generation, its image and what was said of it
+        features[SAMPLE_IMAGES] = datasets.List(datasets.Image())
+        features[SAMPLE_GENERATIONS] = datasets.List(features_of(GenerationInfo))
     if with_trees:
         features[TREE] = datasets.Value("string")
         features[NODE_IMAGES] = datasets.List(datasets.Image())
@@ -206,7 +211,7 @@ def _export_run(run_dir: Path, stage: Path, diagnosis: Path | None, sources: Cou
         nodes = _NodeImages(Path(diagnosis), run_dir)
         section["diagnosis"] = identity.model_dump(mode="json")
         section["summary"] = SUMMARY.read(diagnosis).model_dump(mode="json")
-    shards = _Shards(stage, run_features(trees is not None))
+    shards = _Shards(stage, run_features(trees is not None, bool(manifest.samples)))
     verdicts = _by_case(iter(stream), run_dir)
     for case in read_cases(bench):
         row = _case_row(bench, case, sources)
@@ -216,6 +221,12 @@ def _export_run(run_dir: Path, stage: Path, diagnosis: Path | None, sources: Cou
         info = read_generation_info(run_dir / IMAGES_DIR, case.id)
         row[GENERATION] = None if info is None else row_of(info)
         row[VERDICTS_COLUMN] = [row_of(v) for v in verdicts.take(case.id)]
+        if manifest.samples:
+            found = [(k, generated_image(run_dir, case.id, k)) for k in range(1, manifest.samples)]
+            row[SAMPLE_IMAGES] = [_image(run_dir, f"{IMAGES_DIR}/{path.name}",
+                                         f"{run_dir}: case {case.id}: sample {k}'s image") for k, path in found if path]
+            row[SAMPLE_GENERATIONS] = [row_of(info) for k in range(1, manifest.samples)
+                                       if (info := read_generation_info(run_dir / IMAGES_DIR, case.id, k))]
         if trees is not None:
             tree = trees.get(case.id)
             row[TREE], row[NODE_IMAGES] = (None, []) if tree is None else nodes.tree(tree)

@@ -24,11 +24,11 @@ from ..errors import TraceError
 from ..jsonfiles import problems_of, record_line, write_json
 from ..records import (CASES, DIAGNOSIS_MANIFEST, GENERATION_SUFFIX, RUN_MANIFEST, SAMPLE_MANIFEST, SUMMARY, TREES,
                        Case, DiagnosisManifest, DiagnosisSummary, DiagnosticTree, GenerationInfo, RunManifest,
-                       SampleManifest, Verdict, case_problem, read_cases)
+                       SAMPLE_SEPARATOR, SampleManifest, Verdict, case_problem, read_cases, sample_name)
 from ..safepaths import inside
 from ._card import CARD_FILE, read_card
 from ._export import (FORMAT, GENERATED_IMAGE, GENERATION, IMAGES_DIR, NODE_FOLDER, NODE_IMAGES, REFERENCE_IMAGES,
-                      SPLIT, TREE, VERDICTS_COLUMN, hf)
+                      SAMPLE_GENERATIONS, SAMPLE_IMAGES, SPLIT, TREE, VERDICTS_COLUMN, hf)
 
 __all__ = ["ImportSummary", "import_dataset", "BENCHMARK_DIR", "DIAGNOSIS_DIR"]
 
@@ -200,8 +200,8 @@ def _import_run(folder: Path, out: Path, section: dict, cases_dir: Path | None) 
         cases = written = judged = 0
         given = read_cases(Path(cases_dir)) if reuse else None  # a reused benchmark: row i must be its case i
         for where, row in _rows(folder):
-            _columns(row, (GENERATED_IMAGE, GENERATION, VERDICTS_COLUMN) + ((TREE, NODE_IMAGES) if trees else ()),
-                     where)
+            _columns(row, (GENERATED_IMAGE, GENERATION, VERDICTS_COLUMN) + ((TREE, NODE_IMAGES) if trees else ())
+                     + ((SAMPLE_IMAGES, SAMPLE_GENERATIONS) if manifest.samples else ()), where)
             if bench is not None:
                 case = bench.add(row, where)
             else:
@@ -212,15 +212,19 @@ def _import_run(folder: Path, out: Path, section: dict, cases_dir: Path | None) 
                                      f"{cases_dir} (the rows and the benchmark differ)")
             cases += 1
             asked = {q.id for q in case.checklist}
-            seen: set[str] = set()
+            seen: set[tuple[str, int | None]] = set()
             for k, data in enumerate(row[VERDICTS_COLUMN] or []):
                 verdict = _record(Verdict, data, f"{where}: {VERDICTS_COLUMN}[{k}]")
                 if verdict.case_id != case.id or verdict.question_id not in asked:
                     raise TraceError(f"{where}: {VERDICTS_COLUMN}[{k}]: a verdict on {verdict.case_id}'s question "
                                      f"{verdict.question_id!r}, not one case {case.id} asks")
-                if verdict.question_id in seen:
-                    raise TraceError(f"{where}: {VERDICTS_COLUMN}[{k}]: question {verdict.question_id!r} twice")
-                seen.add(verdict.question_id)
+                if (verdict.sample or 0) >= (manifest.samples or 1):
+                    raise TraceError(f"{where}: {VERDICTS_COLUMN}[{k}].sample: {verdict.sample}, but the run made "
+                                     f"{manifest.samples or 1} samples a case")
+                if (verdict.question_id, verdict.sample) in seen:
+                    sample = f" of sample {verdict.sample}" if verdict.sample else ""
+                    raise TraceError(f"{where}: {VERDICTS_COLUMN}[{k}]: question {verdict.question_id!r}{sample} twice")
+                seen.add((verdict.question_id, verdict.sample))
                 verdicts.write(record_line(verdict))
                 written += 1
             judged += bool(seen)
@@ -235,6 +239,8 @@ def _import_run(folder: Path, out: Path, section: dict, cases_dir: Path | None) 
                 if info.case_id != case.id:
                     raise TraceError(f"{where}: {GENERATION}.case_id: {info.case_id!r}, not the row's case {case.id}")
                 write_json(images / f"{case.id}{GENERATION_SUFFIX}", info)
+            if manifest.samples:
+                _sample_files(row, where, images, case.id, manifest.samples)
             if trees is not None and row[TREE] is not None:
                 trees.write(_tree_line(row, where, diag, case.id))
         if given is not None and next(given, None) is not None:
@@ -253,6 +259,28 @@ def _import_run(folder: Path, out: Path, section: dict, cases_dir: Path | None) 
         if trees is not None:
             _diagnosis_files(section, card, diag, out, final_bench)
     return ImportSummary("run", judged, out, final_bench, written, out / DIAGNOSIS_DIR if trees else None)
+
+
+def _sample_files(row: dict, where: str, images: Path, case_id: str, samples: int) -> None:
+    """The later samples' images and generation records of a row (``trace run --samples``), written
+    where the run holds them (``images/<case id>~<k>.png``); a name that is not one is refused."""
+    for k, image in enumerate(row[SAMPLE_IMAGES] or []):
+        what = f"{where}: {SAMPLE_IMAGES}[{k}]"
+        data = _image_bytes(image, what)
+        name = Path(str(image.get("path") or "")).name
+        stem, suffix = name.rsplit(".", 1) if "." in name else (name, "")
+        base, _, index = stem.partition(SAMPLE_SEPARATOR)
+        if base != case_id or not index.isdigit() or not 1 <= int(index) < samples or f".{suffix}" not in _SUFFIXES:
+            raise TraceError(f"{what}: {name!r} is not the image of a later sample of case {case_id} "
+                             f"({case_id}{SAMPLE_SEPARATOR}K.png, K from 1 to {samples - 1})")
+        inside(images, name, what, "run folder").write_bytes(data)
+    for k, data in enumerate(row[SAMPLE_GENERATIONS] or []):
+        what = f"{where}: {SAMPLE_GENERATIONS}[{k}]"
+        info = _record(GenerationInfo, data, what)
+        if info.case_id != case_id or not info.sample or info.sample >= samples:
+            raise TraceError(f"{what}: case {info.case_id!r} sample {info.sample}, not a later sample of the row's "
+                             f"case {case_id}")
+        write_json(images / f"{sample_name(case_id, info.sample)}{GENERATION_SUFFIX}", info)
 
 
 def _tree_line(row: dict, where: str, diag: Path, case_id: str) -> str:

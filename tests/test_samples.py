@@ -1,0 +1,221 @@
+"""Several samples per case (trace run --samples K): K generations of every case, each with its own
+recorded seed and judged; a case scores the mean over its samples, intervals resample samples
+within cases; and every reader (score, compare, agree, merge, rejudge, export, report, diagnose)
+reads the K generations. Checked against runs of one sample made apart and against known truth."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from statistics import fmean
+
+import pytest
+
+from openai_server import OpenAIStub
+from test_cli import run_trace
+from tracebench.providers import ModelSettings
+from tracebench.providers._local import sample_seed
+from tracebench.records import RUN_MANIFEST, read_cases
+from tracebench.run import load_run, run_benchmark, shard_of
+from tracebench.score import case_scores, instance_scores, score_run
+from tracebench.score._score import _ci
+
+GENERATOR = "synthetic:noise:0.2"  # every question flips with probability 0.2, drawn with the sample's seed
+SETTINGS = ModelSettings(max_retries=0, timeout=30.0)
+
+
+@pytest.fixture(scope="module")
+def small(shared_folder):
+    """16 cases of slot levels 1-4 (the benchmark of test_at_scale)."""
+    from tracebench.sample import sample_benchmark
+
+    return shared_folder("small-1-4-4", lambda out: sample_benchmark(out, slots=(1, 2, 3, 4), per_slot=4, seed=2,
+                                                                      applications=False))
+
+
+@pytest.fixture(scope="module")
+def sampled(small, shared_folder):
+    """The zoo's noisy generator judged by the oracle, 3 samples a case (read only)."""
+    return shared_folder("small-samples-3", lambda out: run_benchmark(small, out, generator=GENERATOR,
+                                                                      judges=["oracle"], settings=SETTINGS, samples=3))
+
+
+@pytest.fixture(scope="module")
+def apart(small, shared_folder):
+    """The same three generations made as three runs of one sample each (sample 0, 1, 2)."""
+    def make(out: Path) -> None:
+        for k in range(3):
+            run_benchmark(small, out / str(k), generator=GENERATOR, judges=["oracle"],
+                          settings=replace(SETTINGS, sample=k))
+
+    return shared_folder("small-samples-apart", make)
+
+
+def _lines(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "verdicts.jsonl").read_text().splitlines()]
+
+
+def test_k_samples_are_the_k_generations_made_apart_with_recorded_seeds(small, sampled, apart):
+    manifest = RUN_MANIFEST.read(sampled)
+    assert manifest.samples == 3 and manifest.sample_seeds == (0, sample_seed(0, 1), sample_seed(0, 2))
+    assert len(set(manifest.sample_seeds)) == 3
+    cases = list(read_cases(small))
+    lines = _lines(sampled)
+    assert len(lines) == 3 * sum(len(c.checklist) for c in cases) == manifest.verdicts
+    for k in range(3):  # sample k's verdicts and image are what a run of generation k alone gives
+        mine = [{key: v for key, v in line.items() if key != "sample"} for line in lines
+                if line.get("sample", 0) == k]
+        assert mine == _lines(apart / str(k))
+        for case in cases:
+            name = case.id if k == 0 else f"{case.id}~{k}"
+            assert (sampled / "images" / f"{name}.png").read_bytes() == \
+                (apart / str(k) / "images" / f"{case.id}.png").read_bytes()
+    assert "sample" not in lines[0] and {line.get("sample") for line in lines} == {None, 1, 2}
+    # the samples differ: the noise is drawn with each sample's seed
+    assert any((sampled / "images" / f"{c.id}.png").read_bytes() != (sampled / "images" / f"{c.id}~1.png").read_bytes()
+               for c in cases)
+
+
+def test_one_sample_is_the_run_of_before_byte_for_byte(small, apart, tmp_path):
+    run_benchmark(small, tmp_path / "one", generator=GENERATOR, judges=["oracle"], settings=SETTINGS, samples=1)
+    assert (tmp_path / "one" / "verdicts.jsonl").read_bytes() == (apart / "0" / "verdicts.jsonl").read_bytes()
+    assert (tmp_path / "one" / "run.json").read_text().replace(str(tmp_path / "one"), "") == \
+        (apart / "0" / "run.json").read_text().replace(str(apart / "0"), "")
+    assert "samples" not in json.loads((tmp_path / "one" / "run.json").read_text())
+
+
+def test_a_case_scores_the_mean_over_its_samples(small, sampled, apart):
+    scores = score_run(sampled)
+    separate = [load_run(apart / str(k)) for k in range(3)]
+    overall = []
+    for case in read_cases(small):
+        per_sample = [case_scores(instance_scores(case, run.verdicts[case.id]))["overall"] for run in separate]
+        overall.append(round(fmean(per_sample), 4))
+    assert scores.case_weighted.overall == round(fmean(overall), 4)
+    assert scores.cases == 16
+    assert scores.samples is not None and scores.samples.samples == 3 and scores.samples.cases == 16
+    assert 0 < scores.samples.spread < 0.5 and 0 < scores.samples.disagree <= 1
+    # the same numbers from the folder read whole as from the stream
+    from tracebench.score import score_folder
+
+    assert score_folder(load_run(sampled)) == scores
+    plain = score_run(apart / "0")
+    assert plain.samples is None and "samples" not in plain.model_dump(mode="json")
+
+
+def test_the_nested_interval_resamples_cases_not_samples():
+    import numpy as np
+
+    rng = np.random.default_rng(4)
+    centres = rng.uniform(0.2, 0.8, 60)
+    inner = [tuple(float(np.clip(c + rng.normal(0, 0.02), 0, 1)) for _ in range(4)) for c in centres]
+    means = [fmean(values) for values in inner]
+    # samples alike within each case: the interval of case means, as wide as one sample's would be ...
+    nested = _ci(means, 0, inner)
+    plain = _ci(means, 0)
+    naive = _ci([v for values in inner for v in values], 0)  # K samples taken for K times the cases
+    width = lambda ci: ci[1] - ci[0]  # noqa: E731
+    assert width(nested) > 1.5 * width(naive)
+    assert abs(width(nested) - width(plain)) < 0.25 * width(plain)
+    # ... and with identical samples the very interval of the case means (the same case draws)
+    assert _ci(means, 7, [(m, m, m) for m in means]) == _ci(means, 7)
+
+
+def test_shards_of_a_sampled_run_merge_to_it_and_a_rejudge_keeps_its_samples(small, sampled, tmp_path):
+    for i in (1, 2):
+        run_benchmark(small, tmp_path / f"s{i}", generator=GENERATOR, judges=["oracle"], settings=SETTINGS,
+                      samples=3, shard=(i, 2))
+    merged = run_trace("merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(tmp_path / "m"))
+    assert merged.returncode == 0, merged.stderr
+    assert (tmp_path / "m" / "verdicts.jsonl").read_bytes() == (sampled / "verdicts.jsonl").read_bytes()
+    assert sorted(p.name for p in (tmp_path / "m" / "images").iterdir()) == \
+        sorted(p.name for p in (sampled / "images").iterdir())
+    one = tmp_path / "one"
+    run_benchmark(small, one, generator=GENERATOR, judges=["oracle"], settings=SETTINGS, shard=(2, 2))
+    refused = run_trace("merge", str(tmp_path / "s1"), str(one), "--out", str(tmp_path / "x"))
+    assert refused.returncode == 2 and "samples" in refused.stderr and not (tmp_path / "x").exists()
+    again = run_trace("rejudge", str(sampled), "--judge", "oracle", "--out", str(tmp_path / "rj"))
+    assert again.returncode == 0, again.stderr
+    assert (tmp_path / "rj" / "verdicts.jsonl").read_bytes() == (sampled / "verdicts.jsonl").read_bytes()
+    assert RUN_MANIFEST.read(tmp_path / "rj").sample_seeds == RUN_MANIFEST.read(sampled).sample_seeds
+
+
+def test_a_budget_stops_between_cases_and_the_resumed_run_is_the_whole_one(small, sampled, tmp_path):
+    base = ["run", str(small), "--generator", GENERATOR, "--judge", "oracle", "--samples", "3",
+            "--out", str(tmp_path / "run")]
+    first = run_trace(*base, "--max-calls", "20")  # a case takes 6 calls: 3 cases fit
+    assert first.returncode == 3, first.stderr
+    manifest = RUN_MANIFEST.read(tmp_path / "run")
+    assert manifest.cases == 3 and sum(manifest.calls.values()) == 18
+    held = {}
+    for line in _lines(tmp_path / "run"):
+        held.setdefault(line["case_id"], set()).add(line.get("sample", 0))
+    assert all(samples == {0, 1, 2} for samples in held.values())  # each case with all its samples
+    other = run_trace("run", str(small), "--generator", GENERATOR, "--judge", "oracle", "--samples", "2",
+                      "--out", str(tmp_path / "run"))
+    assert other.returncode == 2 and "samples" in other.stderr
+    last = run_trace(*base)
+    assert last.returncode == 0, last.stderr
+    assert (tmp_path / "run" / "verdicts.jsonl").read_bytes() == (sampled / "verdicts.jsonl").read_bytes()
+    bad = run_trace(*base[:-2], "--samples", "0", "--out", str(tmp_path / "bad"))
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--samples" in bad.stderr
+    assert not (tmp_path / "bad").exists()
+
+
+def test_the_judge_is_examined_on_every_sample_against_the_truth(sampled):
+    result = run_trace("agree", "--truth", str(sampled), "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["questions"] == RUN_MANIFEST.read(sampled).verdicts and data["accuracy"] == 1.0
+    twice = run_trace("agree", "--cases", str(RUN_MANIFEST.read(sampled).cases_dir), "--judge", str(sampled),
+                      "--judge", str(sampled), "--json")
+    assert twice.returncode == 0, twice.stderr
+    assert json.loads(twice.stdout)["n"] == RUN_MANIFEST.read(sampled).verdicts
+
+
+def test_a_sampled_run_exports_imports_and_reports_its_samples(sampled, tmp_path):
+    from test_report_page import unpack
+
+    pytest.importorskip("datasets")
+    exported = run_trace("export", str(sampled), "--out", str(tmp_path / "ex"))
+    assert exported.returncode == 0, exported.stderr
+    imported = run_trace("import", str(tmp_path / "ex"), "--out", str(tmp_path / "im"))
+    assert imported.returncode == 0, imported.stderr
+    assert (tmp_path / "im" / "verdicts.jsonl").read_bytes() == (sampled / "verdicts.jsonl").read_bytes()
+    for image in (sampled / "images").iterdir():
+        assert (tmp_path / "im" / "images" / image.name).read_bytes() == image.read_bytes()
+    report = run_trace("report", str(sampled), "--out", str(tmp_path / "page.html"))
+    assert report.returncode == 0, report.stderr
+    page = (tmp_path / "page.html").read_text()
+    spread = score_run(sampled).samples
+    assert 'data-samples="3"' in page and f"{spread.spread:.4f}" in page and f"{100 * spread.disagree:.1f}%" in page
+    _, bodies = unpack(page)
+    assert len(bodies) == 16 and all(body.count('data-sample="') == 3 for body in bodies.values())
+    assert all("sample 2, oracle:" in body for body in bodies.values())  # each judge line names its sample
+
+
+def test_a_diagnosis_of_a_sampled_run_generates_its_roots_again(sampled, tmp_path):
+    result = run_trace("diagnose", str(sampled), "--out", str(tmp_path / "diag"), "--cases", "failing")
+    assert result.returncode == 0, result.stderr
+    from tracebench.records import DIAGNOSIS_MANIFEST, TREES
+
+    assert DIAGNOSIS_MANIFEST.read(tmp_path / "diag").roots_from_run is False
+    failing = {case_id for case_id, outcomes in load_run(sampled).verdicts.items()
+               if any(o.failed for o in outcomes.values())}
+    diagnosed = {tree.case_id for tree in TREES.read(tmp_path / "diag")}
+    assert diagnosed and diagnosed <= failing
+
+
+def test_later_samples_of_a_served_generator_are_sent_their_own_seed(small, tmp_path):
+    with OpenAIStub(lambda request: "unused") as stub:
+        result = run_trace("run", str(small), "--generator", "openai:image-model", "--judge", "oracle", "--base-url",
+                           stub.base_url, "--max-retries", "0", "--generator-option", "seed=7", "--samples", "2",
+                           "--shard", "1/8", "--out", str(tmp_path / "run"))
+        assert result.returncode == 3, result.stderr  # the stub's image holds no truth: the oracle abstains
+        edits = [r for r in stub.received if r.path == "/v1/images/edits"]
+    seeds = [int(r.raw.split(b'name="seed"')[1].split(b"\r\n\r\n", 1)[1].split(b"\r\n", 1)[0]) for r in edits]
+    manifest = RUN_MANIFEST.read(tmp_path / "run")
+    assert manifest.sample_seeds == (7, sample_seed(7, 1)) and manifest.samples == 2
+    assert edits and sorted(seeds) == sorted([7, sample_seed(7, 1)] * (len(edits) // 2))
+    assert len(edits) == 2 * sum(shard_of(c.id, 8) == 1 for c in read_cases(small))  # two generations a case

@@ -281,7 +281,7 @@ class RunManifest(_Sparse):
 
     _omitted_when_none: ClassVar[tuple[str, ...]] = ("max_images", "collage", "not_applicable", "collaged", "scale",
                                                      "rejudged_from", "unfinished", "judge_models",
-                                                     "judge_model_changes", "generator_options")
+                                                     "judge_model_changes", "generator_options", "cost")
 
     tool: str
     cases_dir: str = Field(description="the benchmark folder the run read")
@@ -336,8 +336,12 @@ class RunManifest(_Sparse):
     judge_model_changes: tuple[str, ...] | None = Field(default=None, description="changes accepted with "
                                                         "--allow-model-change: 'spec: before -> after'")
     unfinished: int | None = Field(default=None, description="cases the last invocation left undone because its "
-                                   "budget of calls was spent (trace run --max-calls); the same command resumes "
+                                   "budget was spent (trace run --max-calls, --max-cost); the same command resumes "
                                    "them. Absent when every case is done")
+    cost: float | None = Field(default=None, ge=0, description="with trace run --max-cost: what the last "
+                               "invocation's calls cost, in the price file's currency (tokens as the servers "
+                               "counted them, else estimated by the rules of docs/evaluate.md, cost); absent "
+                               "without a budget in money")
 
 
 # ---------------------------------------------------------------------------------- diagnosis

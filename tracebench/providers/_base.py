@@ -78,12 +78,15 @@ class Generation:
 class Reply:
     """A judge's raw reply, the tokens it cost (0 when the server does not say), and the model
     that answered as the server reported it: its name and ``system_fingerprint`` (None when the
-    server does not say, and for judges that are no served model)."""
+    server does not say, and for judges that are no served model); ``usage``: its input and
+    output tokens as the server counted them (what ``trace run --max-cost`` prices)."""
 
     text: str
     tokens: int = 0
     model: str | None = None
     fingerprint: str | None = None
+    usage: tuple[int, int] | None = None  # (input, output) tokens the server reported; None when it did not say
+
 
     @property
     def identity(self) -> str | None:

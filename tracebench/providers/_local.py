@@ -164,9 +164,15 @@ class SyntheticGenerator(Generator):
 
         self.profile = parse_profile(profile_spec)
         self.library = library
-        self.seed = seed
+        self.base_seed = seed  # the run's seed; each generation of a case draws with its own (:attr:`seed`)
         self.spec = f"synthetic:{self.profile}"
         self._index = None
+
+    @property
+    def seed(self) -> int:
+        """The seed of the generation asked (:attr:`sample`), read when generating: a Ray worker
+        making every generation of a case (trace diagnose --repeats) is told the sample per call."""
+        return sample_seed(self.base_seed, self.sample)
 
     def key(self, case, references):
         return {"adapter": "synthetic", "profile": str(self.profile), "case": case.model_dump(mode="json"),

@@ -29,7 +29,7 @@ from typing import Any, Callable
 from ..errors import TraceError
 from ._base import Generator, Judge, Provider
 from ._config import ModelConfig, ModelSettings, resolve_spec
-from ._local import CommandGenerator, FolderGenerator, OracleJudge, SyntheticGenerator, sample_seed
+from ._local import CommandGenerator, FolderGenerator, OracleJudge, SyntheticGenerator
 from ._openai import OpenAIImages, OpenAIJudge
 
 __all__ = ["ENTRY_POINT_GROUPS", "make_generator", "make_judge"]
@@ -49,8 +49,7 @@ _GENERATORS: dict[str, Factory] = {
     "openai": lambda rest, config, settings: OpenAIImages(rest, config),
     "folder": _folder,
     "command": lambda rest, config, settings: CommandGenerator(rest),
-    "synthetic": lambda rest, config, settings: SyntheticGenerator(rest, settings.library,
-                                                                   sample_seed(settings.seed, settings.sample)),
+    "synthetic": lambda rest, config, settings: SyntheticGenerator(rest, settings.library, settings.seed),
 }
 _JUDGES: dict[str, Factory] = {
     "openai": lambda rest, config, settings: OpenAIJudge(rest, config),

@@ -21,6 +21,10 @@ A judge call whose image is not in the cache (a generation still to make, or an 
 generator makes without a model call) cannot be looked up: it is counted as a call to make, so
 the estimate is an upper bound there. With a price file (``--price-file``) the counts become an
 estimated cost per model and in all.
+
+``trace run --max-cost`` (:class:`CostBudget`) admits each case by the same rules applied to it
+alone (:class:`CostModel`), and charges each call made: by the tokens the server counted when it
+said (a reply's ``usage``), else by these rules with the image made.
 """
 
 from __future__ import annotations

@@ -243,6 +243,9 @@ def test_a_budget_in_money_stops_at_the_first_case_it_cannot_hold_and_the_same_c
         budget = sum(estimate(c) for c in cases[:6]) * 0.999  # not six whole estimates
         base = ["run", str(small), "--generator", GENERATOR, "--judge", "openai:oracle", "--base-url",
                 stub.base_url, "--max-retries", "0", "--price-file", str(prices), "--out", str(out)]
+        dry = run_trace(*base, "--max-cost", f"{budget:.6f}", "--dry-run")
+        assert dry.returncode == 0 and "the estimate is over it" in dry.stdout and judge.calls == 0
+        assert not out.exists()
         first = run_trace(*base, "--max-cost", f"{budget:.6f}")
         assert first.returncode == 3, first.stderr
         manifest = RUN_MANIFEST.read(out)
@@ -316,6 +319,7 @@ def test_a_budget_in_money_smaller_than_one_case_starts_nothing(run_bench, tmp_p
 @pytest.mark.parametrize("given, problem", [
     (["--max-cost", "1"], "--max-cost: give --price-file"),
     (["--max-cost", "1", "--price-file", "JUDGE_ONLY"], "no price for synthetic:global-interference"),
+    (["--max-cost", "1", "--price-file", "JUDGE_ONLY", "--dry-run"], "no price for synthetic:global-interference"),
     (["--max-cost", "0", "--price-file", "PRICES"], "--max-cost"),
     (["--max-cost", "-2", "--price-file", "PRICES"], "--max-cost"),
     (["--max-cost", "nan", "--price-file", "PRICES"], "--max-cost"),

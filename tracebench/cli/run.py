@@ -80,6 +80,10 @@ def run(args) -> int:
                                  max_images=args.max_images, collage=args.collage, dry_run=True, prices=prices,
                                  max_cost=args.max_cost)
         print(format_estimate(estimate, args.out))
+        if args.max_cost is not None:
+            print(f"--max-cost {args.max_cost:g}: the estimate " + (
+                "fits" if estimate.total <= args.max_cost else
+                "is over it; the run would stop where it is spent (exit 3), and the same command go on"))
         return 0
     manifest = run_benchmark(args.cases_dir, args.out, generator=args.generator, judges=args.judge,
                              settings=settings, concurrency=args.concurrency, shard=args.shard,

@@ -579,27 +579,28 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
     elif out.is_dir() and any(not p.name.startswith(TEMPORARY_PREFIX) for p in out.iterdir()):
         raise TraceError(f"--out {out}: is not empty and not a run folder (no {RUN_FILE}); choose another --out")
     previous = _existing(out, checklists, retry_abstained)
-    todo_now = (case for case in read_cases(cases_dir)
+
+    def todo_now() -> Iterator[Case]:  # the cases still to make, read again from their file
+        return (case for case in read_cases(cases_dir)
                 if case.id in checklists and case.id not in previous and (collage or case.id not in beyond))
-    if dry_run:
-        from ._cost import estimate_cost, generated_size
 
-        return estimate_cost(todo_now, references=ReferenceFiles(cases_dir), generator=gen, judges=judge_list,
-                             judge_batch=judge_batch, cache=Cache(cache_dir or out / CACHE_DIR), done=len(previous),
-                             not_applicable=0 if collage else len(beyond), prices=prices,
-                             generated_size=generated_size(gen.options),
-                             collaged=frozenset(beyond) if collage else frozenset())
+    from ._cost import CostBudget, CostModel, estimate_cost, generated_size
+
     budget = None
-    if max_cost is not None:
-        from ._cost import CostBudget, CostModel, generated_size
-
+    if max_cost is not None:  # every model that makes calls priced (a dry run with a budget refuses alike)
         budget = CostBudget(max_cost, prices, CostModel(
             references=ReferenceFiles(cases_dir), generator=gen, judges=judge_list, judge_batch=judge_batch,
             cache=Cache(cache_dir or out / CACHE_DIR), generated=generated_size(gen.options),
             collaged=frozenset(beyond) if collage else frozenset()))
-        if missing := budget.missing(next(todo_now, None)):
+        if missing := budget.missing(next(todo_now(), None)):
             raise TraceError(f"--max-cost: the price file has no price for {', '.join(missing)} (give each model "
                              f"that makes calls a table, an empty one for a free model)")
+    if dry_run:
+        return estimate_cost(todo_now(), references=ReferenceFiles(cases_dir), generator=gen, judges=judge_list,
+                             judge_batch=judge_batch, cache=Cache(cache_dir or out / CACHE_DIR), done=len(previous),
+                             not_applicable=0 if collage else len(beyond), prices=prices,
+                             generated_size=generated_size(gen.options),
+                             collaged=frozenset(beyond) if collage else frozenset())
     out.mkdir(parents=True, exist_ok=True)
     # the identity first: a run killed before its end can only be resumed by the same run
     RUN_MANIFEST.write(out, identity)

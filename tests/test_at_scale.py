@@ -316,6 +316,18 @@ def test_a_budget_in_money_smaller_than_one_case_starts_nothing(run_bench, tmp_p
     assert not (tmp_path / "b").exists() and not (tmp_path / "c").exists()
 
 
+def test_merged_shards_count_what_every_shard_left_and_spent(run_bench, tmp_path):
+    from tracebench.run import merge_runs
+    from tracebench.run._cost import Price
+
+    prices = {GENERATOR: Price(per_image=0.01), "oracle": Price()}
+    shards = [run_benchmark(run_bench, tmp_path / f"shard{i}", generator=GENERATOR, judges=["oracle"], shard=(i, 2),
+                            max_cost=0.015, prices=prices, progress=False) for i in (1, 2)]
+    assert [(m.cases, m.cost) for m in shards] == [(1, 0.01), (1, 0.01)]  # one image each fits, not two
+    merged = merge_runs([tmp_path / "shard1", tmp_path / "shard2"], tmp_path / "merged")
+    assert merged.unfinished == len(list(read_cases(run_bench))) - 2 and merged.cost == 0.02
+
+
 @pytest.mark.parametrize("given, problem", [
     (["--max-cost", "1"], "--max-cost: give --price-file"),
     (["--max-cost", "1", "--price-file", "JUDGE_ONLY"], "no price for synthetic:global-interference"),

@@ -618,6 +618,8 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
     gen, judge_list = make_providers(generator, judges, settings)
     if executor not in ("local", "ray"):
         raise TraceError(f"--executor: {executor!r} is neither local nor ray")
+    if workers < 1:  # as trace run: refused whatever the executor
+        raise TraceError(f"--workers: {workers} must be at least 1")
     # one set of workers for every round (a bad --workers or a missing extra: one line, nothing written)
     workers_pool = RayGenerator(generator, settings, gen, workers=workers, gpus=gpus_per_worker,
                                 address=ray_address) if executor == "ray" else None

@@ -158,6 +158,21 @@ def test_image_tokens_follow_openais_worked_examples():
     assert text_tokens("abcde") == 2
 
 
+def test_the_size_option_is_the_size_of_images_not_made_yet(tiny_bench, tmp_path):
+    from tracebench.run._cost import ASSUMED_SIZE, generated_size, image_tokens
+
+    assert generated_size({"size": "512x512"}) == (512, 512)
+    assert generated_size({"size": "auto"}) == generated_size({}) == ASSUMED_SIZE
+    judged = {}
+    for size in (None, "512x512"):  # nothing is called in a dry run: the URL need not answer
+        settings = ModelSettings(base_url="http://127.0.0.1:9/v1", generator_options={"size": size} if size else {})
+        judged[size] = run_benchmark(tiny_bench, tmp_path / "run", generator="openai:image-model",
+                                     judges=["openai:oracle"], settings=settings, dry_run=True).input_tokens
+    cases = len(list(read_cases(tiny_bench)))
+    assert judged[None]["openai:oracle"] - judged["512x512"]["openai:oracle"] == \
+        cases * (image_tokens(ASSUMED_SIZE) - image_tokens((512, 512)))
+
+
 def test_a_dry_run_counts_what_a_run_would_cost_and_calls_nothing(small, tmp_path):
     from tracebench.run._cost import OUTPUT_TOKENS_PER_QUESTION, image_tokens
 

@@ -152,7 +152,7 @@ def run_incomplete(command: str, out: Path, manifest, *, max_calls: int | None =
             budgets.append(f"--max-calls{f' {max_calls}' if max_calls is not None else ''}: "
                            f"{sum(manifest.calls.values())} calls made")
         if max_cost is not None:
-            budgets.append(f"--max-cost {max_cost:g}: about {manifest.cost or 0:.4f} spent")
+            budgets.append(f"--max-cost {max_cost:.15g}: about {manifest.cost or 0:.4f} spent")
         flags = " or ".join(flag for flag in ("--max-calls", "--max-cost") if any(b.startswith(flag) for b in budgets))
         print(f"{command}: the budget was spent ({'; '.join(budgets)}): {manifest.cases} cases done{abstained}, "
               f"{manifest.unfinished} left; go on with: {shlex.join(argv)} (a larger or no {flags}; cached "

@@ -81,7 +81,7 @@ def run(args) -> int:
                                  max_cost=args.max_cost)
         print(format_estimate(estimate, args.out))
         if args.max_cost is not None:
-            print(f"--max-cost {args.max_cost:g}: the estimate " + (
+            print(f"--max-cost {args.max_cost:.15g}: the estimate " + (
                 "fits" if estimate.total <= args.max_cost else
                 "is over it; the run would stop where it is spent (exit 3), and the same command go on"))
         return 0

@@ -23,18 +23,27 @@ GENERATOR = "synthetic:global-interference"
 
 
 class Judge:
-    """The oracle behind a chat endpoint, answering as ``model`` with ``fingerprint`` (changeable)."""
+    """The oracle behind a chat endpoint, answering as ``model`` with ``fingerprint`` (changeable);
+    it counts ``prompt_tokens`` input tokens a call (None: its replies say nothing of usage) and
+    notes the (input, output) tokens of each reply in ``usage``."""
 
-    def __init__(self, bench: Path) -> None:
+    def __init__(self, bench: Path, prompt_tokens: int | None = 0) -> None:
         self.inner = _oracle_handler({c.id: c for c in read_cases(bench)}, flaky=False)
         self.fingerprint = "fp_1"
         self.calls = 0
+        self.prompt_tokens = prompt_tokens
+        self.usage: list[tuple[int, int]] = []
         self.lock = threading.Lock()
 
     def __call__(self, request):
+        body = completion(self.inner(request), model="judge-v1", prompt_tokens=self.prompt_tokens or 0)
         with self.lock:
             self.calls += 1
-        return 200, completion(self.inner(request), model="judge-v1") | {"system_fingerprint": self.fingerprint}
+            if self.prompt_tokens is None:
+                del body["usage"]
+            else:
+                self.usage.append((body["usage"]["prompt_tokens"], body["usage"]["completion_tokens"]))
+        return 200, body | {"system_fingerprint": self.fingerprint}
 
 
 def _whole(run: Path, bench: Path) -> dict[str, int]:
@@ -149,6 +158,21 @@ def test_image_tokens_follow_openais_worked_examples():
     assert text_tokens("abcde") == 2
 
 
+def test_the_size_option_is_the_size_of_images_not_made_yet(tiny_bench, tmp_path):
+    from tracebench.run._cost import ASSUMED_SIZE, generated_size, image_tokens
+
+    assert generated_size({"size": "512x512"}) == (512, 512)
+    assert generated_size({"size": "auto"}) == generated_size({}) == ASSUMED_SIZE
+    judged = {}
+    for size in (None, "512x512"):  # nothing is called in a dry run: the URL need not answer
+        settings = ModelSettings(base_url="http://127.0.0.1:9/v1", generator_options={"size": size} if size else {})
+        judged[size] = run_benchmark(tiny_bench, tmp_path / "run", generator="openai:image-model",
+                                     judges=["openai:oracle"], settings=settings, dry_run=True).input_tokens
+    cases = len(list(read_cases(tiny_bench)))
+    assert judged[None]["openai:oracle"] - judged["512x512"]["openai:oracle"] == \
+        cases * (image_tokens(ASSUMED_SIZE) - image_tokens((512, 512)))
+
+
 def test_a_dry_run_counts_what_a_run_would_cost_and_calls_nothing(small, tmp_path):
     from tracebench.run._cost import OUTPUT_TOKENS_PER_QUESTION, image_tokens
 
@@ -195,6 +219,150 @@ def test_a_dry_run_counts_what_a_run_would_cost_and_calls_nothing(small, tmp_pat
     refused = run_trace(*base, "--dry-run", "--price-file", str(bad))
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
     assert "bad.toml" in refused.stderr and "input_per_milion" in refused.stderr
+
+
+PRICES = ('["synthetic:global-interference"]\nper_image = 0.01\n'
+          '["openai:oracle"]\ninput_per_million = 100.0\noutput_per_million = 1000.0\nper_call = 0.001\n')
+
+
+def _judge_cost(tokens_in: int, tokens_out: int) -> float:
+    """One call to the judge priced by PRICES."""
+    return 0.001 + tokens_in * 100.0 / 1e6 + tokens_out * 1000.0 / 1e6
+
+
+def _estimated(case, bench: Path, base_url: str, made: tuple[int, int] = (1024, 1024)) -> tuple[int, int]:
+    """A judge call's (input, output) tokens by the documented rules, recomputed here; ``made``: the
+    generated image's size (1024 x 1024 while it is not made)."""
+    from PIL import Image
+
+    from tracebench.providers import make_judge
+    from tracebench.run._cost import OUTPUT_TOKENS_PER_QUESTION, image_tokens
+
+    served = make_judge("openai:oracle", ModelSettings(base_url=base_url))
+    tokens = (-(-len(served.prompt_text(case, case.checklist)) // 4) + image_tokens(made)
+              + sum(image_tokens(Image.open(bench / r.path).size) for r in case.references))
+    return tokens, OUTPUT_TOKENS_PER_QUESTION * len(case.checklist)
+
+
+def test_a_budget_in_money_stops_at_the_first_case_it_cannot_hold_and_the_same_command_goes_on(small, tmp_path):
+    """The servers' token counts are what is spent; a case starts only when its estimate fits."""
+    cases = list(read_cases(small))
+    judge = Judge(small, prompt_tokens=1000)  # fewer than estimated: the spent cost is the server's, not the rule's
+    prices = tmp_path / "prices.toml"
+    prices.write_text(PRICES)
+    out = tmp_path / "run"
+    with OpenAIStub(judge) as stub:
+        def estimate(case) -> float:  # a case not started: its generation and its judge call, by the rules
+            return 0.01 + _judge_cost(*_estimated(case, small, stub.base_url))
+
+        budget = round(sum(estimate(c) for c in cases[:6]) * 0.999, 6)  # not six whole estimates
+        base = ["run", str(small), "--generator", GENERATOR, "--judge", "openai:oracle", "--base-url",
+                stub.base_url, "--max-retries", "0", "--price-file", str(prices), "--out", str(out)]
+        dry = run_trace(*base, "--max-cost", str(budget), "--dry-run")
+        assert dry.returncode == 0 and "the estimate is over it" in dry.stdout and judge.calls == 0
+        assert not out.exists()
+        first = run_trace(*base, "--max-cost", str(budget))
+        assert first.returncode == 3, first.stderr
+        manifest = RUN_MANIFEST.read(out)
+        done = _whole(out, small)  # each case whole or absent
+        assert len(done) == manifest.cases and 6 <= manifest.cases < len(cases)
+        assert list(done) == [c.id for c in cases[:manifest.cases]]  # the cases in order, up to the first refused
+        # what was spent: one image a case and one judge call a case, priced by the tokens the server counted
+        assert judge.calls == manifest.cases == len(judge.usage)
+        spent = 0.01 * manifest.cases + sum(_judge_cost(*usage) for usage in judge.usage)
+        assert manifest.cost == pytest.approx(spent, abs=1e-6) and spent <= budget
+        assert spent + estimate(cases[manifest.cases]) > budget  # the next case did not fit
+        assert manifest.unfinished == len(cases) - manifest.cases
+        line = first.stderr.strip()
+        assert len(line.splitlines()) == 1, line
+        assert f"--max-cost {budget:.15g}: about {manifest.cost:.4f} spent" in line
+        assert f"{manifest.cases} cases done, {manifest.unfinished} left" in line and "go on with" in line
+
+        second = run_trace(*base, "--max-cost", str(budget))  # the same command: another budget, cached calls free
+        assert second.returncode in (0, 3) and len(_whole(out, small)) > manifest.cases
+        last = run_trace(*base, "--max-cost", "1000")
+        assert last.returncode == 0, last.stderr
+        assert RUN_MANIFEST.read(out).unfinished is None and judge.calls == len(cases)  # no case judged twice
+        whole = run_trace("run", str(small), "--generator", GENERATOR, "--judge", "openai:oracle", "--base-url",
+                          stub.base_url, "--out", str(tmp_path / "whole"))
+        assert whole.returncode == 0, whole.stderr
+        assert "cost" not in json.loads((tmp_path / "whole" / "run.json").read_text())  # no budget, no field
+        # cache hits are free: a new folder over the full cache needs no budget for any case
+        free = run_trace(*base[:-1], str(tmp_path / "free"), "--cache", str(out / "cache"), "--max-cost", "0.000001")
+        assert free.returncode == 0, free.stderr
+        assert RUN_MANIFEST.read(tmp_path / "free").cost == 0 and RUN_MANIFEST.read(tmp_path / "free").cases == len(cases)
+    assert (out / "verdicts.jsonl").read_bytes() == (tmp_path / "whole" / "verdicts.jsonl").read_bytes()
+
+
+def test_a_judge_that_reports_no_tokens_is_charged_the_estimate_of_each_call(tiny_bench, tmp_path):
+    from PIL import Image
+
+    from tracebench.run import read_prices
+
+    judge = Judge(tiny_bench, prompt_tokens=None)  # its replies say nothing of usage
+    prices = tmp_path / "prices.toml"
+    prices.write_text(PRICES.replace("synthetic:global-interference", "synthetic:perfect"))
+    with OpenAIStub(judge) as stub:
+        manifest = run_benchmark(tiny_bench, tmp_path / "run", generator="synthetic:perfect", judges=["openai:oracle"],
+                                 settings=ModelSettings(base_url=stub.base_url, max_retries=0), progress=False,
+                                 max_cost=5.0, prices=read_prices(prices))
+        cases = list(read_cases(tiny_bench))
+        # each call as estimated with the image it judged (its real size), as the dry run's rules say
+        made = {c.id: Image.open(tmp_path / "run" / "images" / f"{c.id}.png").size for c in cases}
+        expected = sum(0.01 + _judge_cost(*_estimated(c, tiny_bench, stub.base_url, made[c.id])) for c in cases)
+    assert manifest.cases == len(cases) and manifest.unfinished is None and judge.calls == len(cases)
+    assert manifest.cost == pytest.approx(expected, abs=1e-6)
+
+
+def test_a_budget_in_money_smaller_than_one_case_starts_nothing(run_bench, tmp_path):
+    from tracebench.errors import TraceError
+    from tracebench.run._cost import Price
+
+    prices = {GENERATOR: Price(per_image=0.01), "oracle": Price()}  # an empty table: a free model
+    manifest = run_benchmark(run_bench, tmp_path / "run", generator=GENERATOR, judges=["oracle"], max_cost=0.0099,
+                             prices=prices, progress=False)
+    assert manifest.cases == 0 and manifest.calls == {} and manifest.unfinished == len(list(read_cases(run_bench)))
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["cost"] == 0
+    with pytest.raises(TraceError, match=r"^--max-cost: .*no price for oracle"):
+        run_benchmark(run_bench, tmp_path / "b", generator=GENERATOR, judges=["oracle"], max_cost=1.0,
+                      prices={GENERATOR: Price(per_image=0.01)}, progress=False)
+    with pytest.raises(TraceError, match=r"^--max-cost: give --price-file"):
+        run_benchmark(run_bench, tmp_path / "c", generator=GENERATOR, judges=["oracle"], max_cost=1.0, progress=False)
+    assert not (tmp_path / "b").exists() and not (tmp_path / "c").exists()
+
+
+def test_merged_shards_count_what_every_shard_left_and_spent(run_bench, tmp_path):
+    from tracebench.run import merge_runs
+    from tracebench.run._cost import Price
+
+    prices = {GENERATOR: Price(per_image=0.01), "oracle": Price()}
+    shards = [run_benchmark(run_bench, tmp_path / f"shard{i}", generator=GENERATOR, judges=["oracle"], shard=(i, 2),
+                            max_cost=0.015, prices=prices, progress=False) for i in (1, 2)]
+    assert [(m.cases, m.cost) for m in shards] == [(1, 0.01), (1, 0.01)]  # one image each fits, not two
+    merged = merge_runs([tmp_path / "shard1", tmp_path / "shard2"], tmp_path / "merged")
+    assert merged.unfinished == len(list(read_cases(run_bench))) - 2 and merged.cost == 0.02
+
+
+@pytest.mark.parametrize("given, problem", [
+    (["--max-cost", "1"], "--max-cost: give --price-file"),
+    (["--max-cost", "1", "--price-file", "JUDGE_ONLY"], "no price for synthetic:global-interference"),
+    (["--max-cost", "1", "--price-file", "JUDGE_ONLY", "--dry-run"], "no price for synthetic:global-interference"),
+    (["--max-cost", "0", "--price-file", "PRICES"], "--max-cost"),
+    (["--max-cost", "-2", "--price-file", "PRICES"], "--max-cost"),
+    (["--max-cost", "nan", "--price-file", "PRICES"], "--max-cost"),
+    (["--max-cost", "ten", "--price-file", "PRICES"], "--max-cost"),
+    (["--price-file", "PRICES"], "--price-file"),
+])
+def test_a_bad_budget_in_money_is_one_line_and_writes_nothing(small, tmp_path, given, problem):
+    files = {"PRICES": PRICES, "JUDGE_ONLY": PRICES.split('["openai:oracle"]')[0].replace(
+        "synthetic:global-interference", "openai:oracle").replace("per_image", "per_call")}
+    for name, text in files.items():
+        (tmp_path / f"{name}.toml").write_text(text)
+    given = [str(tmp_path / f"{g}.toml") if g in files else g for g in given]
+    result = run_trace("run", str(small), "--generator", GENERATOR, "--judge", "openai:oracle", "--base-url",
+                       "http://127.0.0.1:9/v1", "--out", str(tmp_path / "run"), *given)
+    assert result.returncode == 2 and problem in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
 
 
 @pytest.fixture(scope="module")

@@ -1,10 +1,12 @@
-"""``trace run --executor ray``: a real Ray cluster on loopback (``ray start --head``), the zoo
-rendered by a python: generator in Ray workers (examples/plugins/slow_zoo.py). The verdicts
-equal the in-process run's; a worker killed mid-run is replaced and nothing is lost; a driver
-killed with SIGKILL resumes to the same verdicts."""
+"""``trace run --executor ray`` and ``trace diagnose --executor ray``: a real Ray cluster on
+loopback (``ray start --head``), the zoo rendered by a python: generator in Ray workers
+(examples/plugins/slow_zoo.py). The verdicts equal the in-process run's; a worker killed mid-run
+is replaced and nothing is lost; a driver killed with SIGKILL resumes to the same verdicts; a
+diagnosis's rounds and repeats share one set of workers and give the in-process trees."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -18,6 +20,7 @@ import ray  # noqa: F401 - the ray extra (README: the tests install it); never s
 
 from test_cli import _trace_executable, run_trace
 from tracebench.errors import TraceError
+from tracebench.records import read_cases
 from tracebench.run import run_benchmark
 
 
@@ -120,10 +123,49 @@ def test_a_driver_killed_resumes_to_the_same_verdicts(bench, local, cluster, tmp
     assert (out / "verdicts.jsonl").read_bytes() == (local / "verdicts.jsonl").read_bytes()
 
 
-def test_ray_options_are_checked_before_anything_runs(bench, tmp_path, monkeypatch):
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_diagnosis_through_ray_workers_gives_the_in_process_trees(bench, local, cluster, tmp_path):
+    """Every round and every repeat made by one set of two workers (two set-ups in all), each
+    repeat with its own seed: the trees, the summary and every node image as in process."""
+    from tracebench.diagnose import diagnose_run
+
+    slots = {c.id: c.slot for c in read_cases(bench)}
+    failing = {json.loads(line)["case_id"] for line in (local / "verdicts.jsonl").read_text().splitlines()
+               if json.loads(line)["verdict"] == "fail"}
+    chosen = ",".join(sorted(failing, key=lambda c: (slots[c], c))[:2])  # the two smallest trees: a quick test
+    diagnose_run(local, tmp_path / "here", cases=chosen, repeats=2, progress=False)
+    set_up = _lines(cluster["pids"])
+    there = tmp_path / "ray"
+    done = subprocess.run([*_trace_executable(), "diagnose", str(local), "--cases", chosen, "--repeats", "2",
+                           "--executor", "ray", "--ray-address", cluster["address"], "--workers", "2",
+                           "--concurrency", "2", "--out", str(there)], check=False, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert _lines(cluster["pids"]) - set_up == 2  # one set of workers for all the rounds, set up once each
+    for name in ("trees.jsonl", "summary.json"):
+        assert (there / name).read_bytes() == (tmp_path / "here" / name).read_bytes()
+    images = {name: data for name, data in _files(tmp_path / "here" / "rounds").items() if "/images/" in name}
+    assert images and {name: data for name, data in _files(there / "rounds").items() if "/images/" in name} == images
+    # the repeats are other generations: a node's second image is not its first
+    later = {name.replace("/run-2/", "/run/"): data for name, data in images.items() if "/run-2/" in name}
+    assert any(images.get(name) not in (None, data) for name, data in later.items())
+
+
+def test_ray_options_are_checked_before_anything_runs(bench, local, tmp_path, monkeypatch):
     bad = run_trace("run", str(bench), "--generator", PLUGIN, "--judge", "oracle", "--executor", "ray",
                     "--workers", "0", "--out", str(tmp_path / "a"))
     assert bad.returncode == 2 and "--workers" in bad.stderr and not (tmp_path / "a").exists()
+    bad = run_trace("diagnose", str(local), "--executor", "ray", "--workers", "0", "--out", str(tmp_path / "d"))
+    assert bad.returncode == 2 and "--workers" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "d").exists()
     monkeypatch.setitem(sys.modules, "ray", None)  # an install without the extra
     with pytest.raises(TraceError, match=r"pip install 'tracebench\[ray\]'"):
         run_benchmark(bench, tmp_path / "b", generator=PLUGIN, judges=["oracle"], executor="ray")
+    from tracebench.diagnose import diagnose_run
+
+    with pytest.raises(TraceError, match=r"^--executor ray needs Ray: pip install 'tracebench\[ray\]'"):
+        diagnose_run(local, tmp_path / "e", executor="ray")
+    assert not (tmp_path / "e").exists()

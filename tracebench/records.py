@@ -293,7 +293,7 @@ class RunManifest(_Sparse):
     _omitted_when_none: ClassVar[tuple[str, ...]] = ("max_images", "collage", "not_applicable", "collaged", "scale",
                                                      "rejudged_from", "unfinished", "judge_models",
                                                      "judge_model_changes", "generator_options", "samples",
-                                                     "sample_seeds")
+                                                     "sample_seeds", "cost")
 
     tool: str
     cases_dir: str = Field(description="the benchmark folder the run read")
@@ -348,13 +348,17 @@ class RunManifest(_Sparse):
     judge_model_changes: tuple[str, ...] | None = Field(default=None, description="changes accepted with "
                                                         "--allow-model-change: 'spec: before -> after'")
     unfinished: int | None = Field(default=None, description="cases the last invocation left undone because its "
-                                   "budget of calls was spent (trace run --max-calls); the same command resumes "
+                                   "budget was spent (trace run --max-calls, --max-cost); the same command resumes "
                                    "them. Absent when every case is done")
     samples: int | None = Field(default=None, ge=2, description="trace run --samples K: generations of each case, each "
                                 "judged (a case scores the mean over them); absent for one")
     sample_seeds: tuple[int, ...] | None = Field(default=None, description="with samples: the seed each generation "
                                                  "was made with (0 .. K-1), for a generator that takes one (the "
                                                  "synthetic zoo, or a seed generator option); absent otherwise")
+    cost: float | None = Field(default=None, ge=0, description="with trace run --max-cost: what the last "
+                               "invocation's calls cost, in the price file's currency (tokens as the servers "
+                               "counted them, else estimated by the rules of docs/evaluate.md, cost); absent "
+                               "without a budget in money")
 
 
 # ---------------------------------------------------------------------------------- diagnosis

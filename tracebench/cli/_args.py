@@ -14,7 +14,7 @@ from typing import Iterable
 from ..formula import space_bounds
 from ..replies import DEFAULT_MAX_REPLY_BYTES
 
-__all__ = ["EXIT_STATUSES", "INCOMPLETE", "add_model_options", "model_settings", "report_incomplete", "shard", "slot_levels"]
+__all__ = ["EXIT_STATUSES", "INCOMPLETE", "add_executor_options", "add_model_options", "model_settings", "report_incomplete", "shard", "slot_levels"]
 
 EXIT_STATUSES = ("exit status: 0 done; 2 bad input (one line on stderr naming the place, nothing written); "
                  "3 done, but some model calls gave no usable answer (run, diagnose, tag: one line on stderr with the "
@@ -60,6 +60,18 @@ def add_model_options(p: argparse.ArgumentParser, *, cache_default: str, default
                    help="seed of synthetic generators" + (inherit or " (default 0)"))
     p.add_argument("--retry-abstained", action="store_true", help="ask again where a verdict is an abstention")
     p.add_argument("--cache", type=Path, help=f"cache folder (default {cache_default})")
+
+
+def add_executor_options(p: argparse.ArgumentParser) -> None:
+    """Where images are made (run, diagnose): here, or by Ray workers."""
+    p.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="where images are made: local (here) or ray (Ray workers, each building the generator "
+                        "once; cache, resume, judges and verdicts stay here); needs pip install 'tracebench[ray]'")
+    p.add_argument("--workers", type=int, default=1, metavar="N", help="--executor ray: Ray workers (default 1)")
+    p.add_argument("--gpus-per-worker", type=float, default=0.0, metavar="G",
+                   help="--executor ray: GPUs each worker holds (default 0)")
+    p.add_argument("--ray-address", metavar="ADDR", help="--executor ray: the cluster to join (ray start --head "
+                   "prints it); default: a local cluster for the command")
 
 
 def generator_option(text: str) -> tuple[str, object]:
@@ -123,18 +135,27 @@ def slot_levels(spec: str) -> tuple[int, ...]:
     return tuple(sorted(levels))
 
 
-def run_incomplete(command: str, out: Path, manifest) -> int:
+def run_incomplete(command: str, out: Path, manifest, *, max_calls: int | None = None,
+                   max_cost: float | None = None) -> int:
     """The exit status of a finished run (``trace run``, ``trace rejudge``): 3 with the count,
     the main reasons and the retry command when questions abstained, or when ensemble members
-    were silent where the others answered; else 0."""
+    were silent where the others answered; 3 with what is left when a budget (``max_calls``,
+    ``max_cost``) was spent; else 0."""
     from ..run import abstention_reasons, vote_abstention_reasons
 
     if manifest.unfinished:  # the budget ran out: what is done is kept, the same command goes on
         argv = ["trace", *sys.argv[1:]]
         abstained = f" ({manifest.abstentions} questions abstained; --retry-abstained asks them again)" \
             if manifest.abstentions else ""
-        print(f"{command}: the budget of calls (--max-calls) was spent: {manifest.cases} cases done{abstained}, "
-              f"{manifest.unfinished} left; go on with: {shlex.join(argv)} (a larger or no --max-calls; cached "
+        budgets = []
+        if max_calls is not None or max_cost is None:
+            budgets.append(f"--max-calls{f' {max_calls}' if max_calls is not None else ''}: "
+                           f"{sum(manifest.calls.values())} calls made")
+        if max_cost is not None:
+            budgets.append(f"--max-cost {max_cost:.15g}: about {manifest.cost or 0:.4f} spent")
+        flags = " or ".join(flag for flag in ("--max-calls", "--max-cost") if any(b.startswith(flag) for b in budgets))
+        print(f"{command}: the budget was spent ({'; '.join(budgets)}): {manifest.cases} cases done{abstained}, "
+              f"{manifest.unfinished} left; go on with: {shlex.join(argv)} (a larger or no {flags}; cached "
               f"calls are free)", file=sys.stderr)
         return INCOMPLETE
     if manifest.abstentions:

@@ -6,7 +6,13 @@ import json
 from pathlib import Path
 
 from ..errors import TraceError
-from ._args import EXIT_STATUSES, add_model_options, model_settings, report_incomplete
+from ._args import (
+    EXIT_STATUSES,
+    add_executor_options,
+    add_model_options,
+    model_settings,
+    report_incomplete,
+)
 
 
 def register(sub) -> None:
@@ -32,6 +38,7 @@ def register(sub) -> None:
     p.add_argument("--gating", choices=("within", "cross"), default="within",
                    help="which dependencies fail a question, as trace score --gating (default within, the paper)")
     add_model_options(p, cache_default="DIAG_DIR/cache", defaults_from="the run's")
+    add_executor_options(p)  # one set of Ray workers makes the images of every round and repeat
     p.add_argument("--export-nodes", type=Path, metavar="DIR",
                    help="write every node of the whole trees as a benchmark folder (trace sample's format, with "
                         "nodes.jsonl), for generating them elsewhere and coming back with --generator folder:DIR")
@@ -86,7 +93,9 @@ def run(args) -> int:
     summary = diagnose_run(args.run_dir, args.out, cases=args.cases, generator=args.generator, judges=args.judge,
                            strategy=args.strategy, settings=settings, concurrency=args.concurrency,
                            judge_batch=args.judge_batch, cache_dir=args.cache, shard=args.shard,
-                           retry_abstained=args.retry_abstained, gating=args.gating, repeats=args.repeats)
+                           retry_abstained=args.retry_abstained, gating=args.gating, repeats=args.repeats,
+                           executor=args.executor, workers=args.workers, gpus_per_worker=args.gpus_per_worker,
+                           ray_address=args.ray_address)
     if args.json:
         print(json.dumps(summary.model_dump(mode="json"), indent=2))
     else:

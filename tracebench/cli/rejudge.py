@@ -44,4 +44,4 @@ def run(args) -> int:
     calls = ", ".join(f"{spec}: {n}" for spec, n in manifest.calls.items()) or "none"
     print(f"{args.out}: {manifest.cases} cases of {args.run_dir} re-judged, {manifest.verdicts} verdicts, "
           f"{manifest.abstentions} abstentions; calls {calls}; cache hits {manifest.cache_hits}")
-    return run_incomplete("trace rejudge", args.out, manifest)
+    return run_incomplete("trace rejudge", args.out, manifest, max_calls=args.max_calls)

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ._args import EXIT_STATUSES, add_generator_options, add_model_options, model_settings, run_incomplete
+from ._args import (
+    EXIT_STATUSES,
+    add_executor_options,
+    add_generator_options,
+    add_model_options,
+    model_settings,
+    run_incomplete,
+)
 
 
 def register(sub) -> None:
@@ -36,24 +43,22 @@ def register(sub) -> None:
                    help="generate K images of each case, each with its own recorded seed (to generators that take "
                         "one), and judge each; a case scores the mean over its samples, intervals resample samples "
                         "within cases (default 1)")
+    p.add_argument("--max-cost", type=_amount, default=None, metavar="AMOUNT",
+                   help="a budget in money for this invocation, in the currency of --price-file (which must price "
+                        "every model that makes calls): a case starts only when its estimated cost fits what is "
+                        "left; when it is spent the run stops cleanly, keeps what is done and exits 3 saying what "
+                        "is left and what was spent (docs/evaluate.md, cost); the same command goes on")
     p.add_argument("--dry-run", action="store_true",
                    help="make no call and write nothing: print the cases, images to generate, judge calls, images "
                         "sent and estimated tokens the run would still take (cached calls are free); with "
                         "--price-file, an estimated cost (docs/evaluate.md, cost)")
     p.add_argument("--price-file", type=Path, metavar="FILE",
                    help="prices per model spec (TOML: [\"openai:MODEL\"] input_per_million, output_per_million, "
-                        "per_call, per_image) for --dry-run's cost")
+                        "per_call, per_image) for --dry-run's cost and --max-cost's budget")
     p.add_argument("--allow-model-change", action="store_true",
                    help="resume even when a judge's server now reports another model or system_fingerprint than "
                         "the run's verdicts so far (recorded in run.json); without it the run stops, one line")
-    p.add_argument("--executor", choices=("local", "ray"), default="local",
-                   help="where images are made: local (here) or ray (Ray workers, each building the generator "
-                        "once; cache, resume, judges and verdicts stay here); needs pip install 'tracebench[ray]'")
-    p.add_argument("--workers", type=int, default=1, metavar="N", help="--executor ray: Ray workers (default 1)")
-    p.add_argument("--gpus-per-worker", type=float, default=0.0, metavar="G",
-                   help="--executor ray: GPUs each worker holds (default 0)")
-    p.add_argument("--ray-address", metavar="ADDR", help="--executor ray: the cluster to join (ray start --head "
-                   "prints it); default: a local cluster for the run")
+    add_executor_options(p)
     add_generator_options(p)
     add_model_options(p, cache_default="RUN_DIR/cache")
     p.add_argument("--out", type=Path, required=True, help="the run folder (resumed if it holds the same run)")
@@ -62,26 +67,33 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from ..errors import TraceError
-    from ..run import run_benchmark
+    from ..run import read_prices, run_benchmark
 
     settings = model_settings(args)
-    if args.price_file is not None and not args.dry_run:
-        raise TraceError("--price-file: it prices a --dry-run; give --dry-run too")
+    if args.price_file is not None and not args.dry_run and args.max_cost is None:
+        raise TraceError("--price-file: it prices a --dry-run or a --max-cost budget; give one of them too")
+    if args.max_cost is not None and args.price_file is None:
+        raise TraceError("--max-cost: give --price-file FILE, the prices the budget is counted in")
+    prices = None if args.price_file is None else read_prices(args.price_file)
     if args.dry_run:
-        from ..run import format_estimate, read_prices
+        from ..run import format_estimate
 
         estimate = run_benchmark(args.cases_dir, args.out, generator=args.generator, judges=args.judge,
                                  settings=settings, shard=args.shard, judge_batch=args.judge_batch,
                                  retry_abstained=args.retry_abstained, cache_dir=args.cache, ensemble=args.ensemble,
-                                 max_images=args.max_images, collage=args.collage, dry_run=True, samples=args.samples,
-                                 prices=None if args.price_file is None else read_prices(args.price_file))
+                                 max_images=args.max_images, collage=args.collage, dry_run=True, prices=prices,
+                                 max_cost=args.max_cost, samples=args.samples)
         print(format_estimate(estimate, args.out))
+        if args.max_cost is not None:
+            print(f"--max-cost {args.max_cost:.15g}: the estimate " + (
+                "fits" if estimate.total <= args.max_cost else
+                "is over it; the run would stop where it is spent (exit 3), and the same command go on"))
         return 0
     manifest = run_benchmark(args.cases_dir, args.out, generator=args.generator, judges=args.judge,
                              settings=settings, concurrency=args.concurrency, shard=args.shard,
                              judge_batch=args.judge_batch, retry_abstained=args.retry_abstained,
                              cache_dir=args.cache, ensemble=args.ensemble, max_images=args.max_images,
-                             collage=args.collage, max_calls=args.max_calls,
+                             collage=args.collage, max_calls=args.max_calls, max_cost=args.max_cost, prices=prices,
                              allow_model_change=args.allow_model_change, executor=args.executor,
                              workers=args.workers, gpus_per_worker=args.gpus_per_worker, ray_address=args.ray_address,
                              samples=args.samples)
@@ -94,4 +106,17 @@ def run(args) -> int:
               f"the generator accepts (left out, never a fail; --collage sends them as one grid image)")
     if manifest.collaged:
         print(f"{manifest.collaged} cases sent as one grid image (more than {manifest.max_images} references)")
-    return run_incomplete("trace run", args.out, manifest)
+    return run_incomplete("trace run", args.out, manifest, max_calls=args.max_calls, max_cost=args.max_cost)
+
+
+def _amount(text: str) -> float:
+    import argparse
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an amount (such as 25 or 2.50)") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} must be a positive amount")
+    return value

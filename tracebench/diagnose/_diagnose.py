@@ -44,7 +44,7 @@ from ..records import (CASES, DIAGNOSIS_MANIFEST, NODES, SUMMARY, TREES, Case, D
 from ..resources import data_hash
 from ..safepaths import MAX_ID, inside, safe_id_problem
 from ..outcomes import ABSTAINED, Outcome, majority_verdicts
-from ..providers import ModelSettings, synthetic_profile, with_endpoints
+from ..providers import ModelSettings, RayGenerator, synthetic_profile, with_endpoints
 from ..run import (abstention_reason, generated_image, library_of, make_providers, run_benchmark, shard_of,
                    stream_run)
 from ..cache import sha256
@@ -569,10 +569,16 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
                  concurrency: int = 8, judge_batch: str | None = None, cache_dir: Path | None = None,
                  shard: tuple[int, int] | None = None, retry_abstained: bool = False,
                  progress: bool | None = None, window: int | None = None,
-                 gating: Gating | str = Gating.WITHIN, repeats: int = 1) -> DiagnosisSummary:
+                 gating: Gating | str = Gating.WITHIN, repeats: int = 1, executor: str = "local",
+                 workers: int = 1, gpus_per_worker: float = 0.0, ray_address: str | None = None) -> DiagnosisSummary:
     """Diagnose the cases of a run folder into ``out`` (see the module docstring); ``window``
     roots at a time (:data:`WINDOW`); ``gating`` as ``trace score --gating``; ``repeats``
-    generations of every node (the root's first is the run's), decided by majority."""
+    generations of every node (the root's first is the run's), decided by majority.
+
+    ``executor``: ``local`` (the nodes' images made here) or ``ray``, as ``trace run``'s: one set of
+    ``workers`` Ray actors (:class:`~tracebench.providers.RayGenerator`), started at the first
+    round, makes the images of every round and every repeat (each call says which generation it
+    asks), and is stopped at the end."""
     window = window or WINDOW
     gating = Gating(gating)
     if strategy not in STRATEGIES:
@@ -601,6 +607,13 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
     # a bad spec or a missing key is an error before anything is written; specs compared as resolved
     # (a models-file name or an @URL suffix names the same model as the run's plain spec)
     gen, judge_list = make_providers(generator, judges, settings)
+    if executor not in ("local", "ray"):
+        raise TraceError(f"--executor: {executor!r} is neither local nor ray")
+    if workers < 1:  # as trace run: refused whatever the executor
+        raise TraceError(f"--workers: {workers} must be at least 1")
+    # one set of workers for every round (a bad --workers or a missing extra: one line, nothing written)
+    workers_pool = RayGenerator(generator, settings, gen, workers=workers, gpus=gpus_per_worker,
+                                address=ray_address) if executor == "ray" else None
     seed = settings.seed if gen.spec.startswith("synthetic:") else None
     generator_spec, judge_specs = gen.spec, tuple(j.spec for j in judge_list)
     roots_from_run = (generator_spec == manifest.generator and judge_specs == tuple(manifest.judges)
@@ -658,7 +671,8 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
                           settings=replace(settings, sample=s), concurrency=concurrency, judge_batch=judge_batch,
                           cache_dir=cache_dir or out / CACHE_DIR, retry_abstained=retry_abstained, progress=progress,
                           ensemble=ensemble, collage=collage, max_images=manifest.max_images if same_generator else None,
-                          collage_cases=frozenset(c.id for c in batch if c.id in collage_always))
+                          collage_cases=frozenset(c.id for c in batch if c.id in collage_always),
+                          executor=workers_pool or "local")
             got, why = _round_verdicts(run_dir)
             images = {c.id: str(p.relative_to(out)) for c in batch if (p := generated_image(run_dir, c.id))}
             made.append((got, images, why))
@@ -706,7 +720,11 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
             canonical.cache_clear()
 
     tally = _SummaryTally()
-    TREES.write(out, map(tally.add, trees()))
+    try:
+        TREES.write(out, map(tally.add, trees()))
+    finally:
+        if workers_pool is not None:
+            workers_pool.stop()
     for stale in (out / ROUNDS_DIR).iterdir() if (out / ROUNDS_DIR).is_dir() else ():
         if stale.name not in used and stale.name.isdigit():  # rounds of an earlier version's plan
             shutil.rmtree(stale)

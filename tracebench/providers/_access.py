@@ -16,7 +16,8 @@ class, the zoo), a call goes through :class:`ModelAccess`:
   timeout is transient;
 - **failures**: whatever a call raises becomes :class:`CallFailed` (an abstention with a
   one-line reason, never a fail), with every secret of the provider scrubbed out;
-- **counters**: calls per spec, retries, cache hits, tokens, failures;
+- **counters**: calls per spec, retries, cache hits, tokens, failures; a ``meter`` (``trace run
+  --max-cost``) is told of every call sent, answered or failed, with its reply;
 - **stopping early**: when a provider's first calls all fail the same way (the endpoint
   refused the key or does not know the model, or :data:`STOP_AFTER` identical failures
   before any success: a wrong URL, a 400 for an unknown model, a broken command), no
@@ -155,7 +156,7 @@ class _Replicas:
 def _limits_owner(provider: Provider) -> Provider:
     """The provider whose concurrency limits and breaker a call counts against: itself, or for
     a copy made by :meth:`Generator.with_sample`, the generator it was copied from."""
-    shared = provider.__dict__.get("_shared")
+    shared = provider.__dict__.get("_twins")
     return shared["limits"] if shared else provider
 
 
@@ -180,8 +181,11 @@ class ModelAccess:
     """Calls of one command (a run, a diagnosis round, a tagging run) through its providers."""
 
     def __init__(self, cache: Cache | None = None, *, concurrency: int = 8, max_retries: int = 4,
-                 backoff: tuple[float, float] = (0.5, 30.0), max_calls: int | None = None) -> None:
+                 backoff: tuple[float, float] = (0.5, 30.0), max_calls: int | None = None, meter=None) -> None:
         self.cache = cache
+        # told of every counted call sent (answered or failed; a retried call once): ``meter.generated(generator)``
+        # and ``meter.judged(judge, case, questions, image, references, reply or None)`` (tracebench.run's CostMeter)
+        self.meter = meter
         self.max_calls = max_calls  # a budget of calls (cache hits are free): past it nothing more is sent
         self.spent = False  # whether the budget ran out (a case was not started, or a call refused for it)
         self.refused = False  # whether a call was refused for the budget (one a started case needed)
@@ -315,7 +319,16 @@ class ModelAccess:
                 self.stats.cache_hits += 1
                 used = hit[0].get("used_references")
                 return Generation(hit[1], None if used is None else tuple(used))
-        made = await self.call(generator, lambda: generator.call(case, references), count=parts is not None)
+        try:
+            made = await self.call(generator, lambda: generator.call(case, references), count=parts is not None)
+        except NotSent:
+            raise
+        except CallFailed:
+            if self.meter is not None and parts is not None:
+                self.meter.generated(generator)  # sent, and maybe billed: a failed call costs what it would have
+            raise
+        if self.meter is not None and parts is not None:
+            self.meter.generated(generator)
         if key is not None:
             meta = {"generator": generator.spec}
             if made.used_references is not None:
@@ -344,10 +357,15 @@ class ModelAccess:
         try:
             reply = await self.call(judge, lambda: judge.call(case, questions, image, references))
         except CallFailed as err:
+            if self.meter is not None and not isinstance(err, NotSent):
+                self.meter.judged(judge, case, questions, image, references, None)
             err.cache_key = key  # type: ignore[attr-defined]
             raise
         reply = Reply(scrub(reply.text, judge.secrets()), reply.tokens,  # before it is parsed, cached or stored
-                      *(None if v is None else scrub(v, judge.secrets()) for v in (reply.model, reply.fingerprint)))
+                      *(None if v is None else scrub(v, judge.secrets()) for v in (reply.model, reply.fingerprint)),
+                      reply.usage)
+        if self.meter is not None:
+            self.meter.judged(judge, case, questions, image, references, reply)
         self.stats.tokens += reply.tokens
         self._answered(judge, reply)
         if self.cache is not None and keep(reply.text):

@@ -79,12 +79,15 @@ class Generation:
 class Reply:
     """A judge's raw reply, the tokens it cost (0 when the server does not say), and the model
     that answered as the server reported it: its name and ``system_fingerprint`` (None when the
-    server does not say, and for judges that are no served model)."""
+    server does not say, and for judges that are no served model); ``usage``: its input and
+    output tokens as the server counted them (what ``trace run --max-cost`` prices)."""
 
     text: str
     tokens: int = 0
     model: str | None = None
     fingerprint: str | None = None
+    usage: tuple[int, int] | None = None  # (input, output) tokens the server reported; None when it did not say
+
 
     @property
     def identity(self) -> str | None:
@@ -185,7 +188,7 @@ class Generator(Provider):
     def _shared_state(self) -> dict:
         """What the copies of :meth:`with_sample` share: whether it is set up, the lock of that, and
         whose limits its calls count against (``ModelAccess``)."""
-        return self.__dict__.setdefault("_shared", {"set_up": False, "lock": None, "limits": self})
+        return self.__dict__.setdefault("_twins", {"set_up": False, "lock": None, "limits": self})
 
     def mark_set_up(self) -> None:
         """Record that ``setup`` has run (a Ray worker sets it up before its first call)."""

@@ -173,9 +173,15 @@ class SyntheticGenerator(Generator):
 
         self.profile = parse_profile(profile_spec)
         self.library = library
-        self.seed = seed
+        self.base_seed = seed  # the run's seed; each generation of a case draws with its own (:attr:`seed`)
         self.spec = f"synthetic:{self.profile}"
         self._index = None
+
+    @property
+    def seed(self) -> int:
+        """The seed of the generation asked (:attr:`sample`), read when generating: a Ray worker
+        making every generation of a case (trace diagnose --repeats) is told the sample per call."""
+        return sample_seed(self.base_seed, self.sample)
 
     def key(self, case, references):
         return {"adapter": "synthetic", "profile": str(self.profile), "case": case.model_dump(mode="json"),
@@ -183,8 +189,8 @@ class SyntheticGenerator(Generator):
 
     def sample_seed(self) -> int:
         """The seed this generation is drawn with: the run's for the first, one derived from it
-        for a later one (:func:`sample_seed`)."""
-        return sample_seed(self.seed, self.sample)
+        for a later one (:func:`sample_seed`; what ``run.json`` records as ``sample_seeds``)."""
+        return self.seed
 
     def check(self) -> None:
         index = self._library_index()

@@ -88,6 +88,7 @@ class ChatReply:
     tokens: int = 0
     model: str | None = None  # the model the server says answered, and its system_fingerprint
     fingerprint: str | None = None
+    usage: tuple[int, int] | None = None  # (prompt, completion) tokens, when the server counted any
 
 
 class OpenAIClients(Provider):
@@ -154,8 +155,8 @@ class OpenAIClients(Provider):
         usage = body.get("usage")
         tokens = usage.get("total_tokens") if isinstance(usage, dict) else None
         return ChatReply(content, refusal if isinstance(refusal, str) and refusal else None,
-                         tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > 0 else 0,
-                         _said(body.get("model")), _said(body.get("system_fingerprint")))
+                         tokens if _count(tokens) and tokens > 0 else 0,
+                         _said(body.get("model")), _said(body.get("system_fingerprint")), _usage(usage))
 
     async def image(self, *, edit: bool, **request) -> bytes:
         """One image from ``images.edit`` or ``images.generate``, decoded from the body the server
@@ -341,7 +342,22 @@ class OpenAIJudge(OpenAIClients, Judge):
             response_format={"type": "json_schema", "json_schema": {"name": "verdicts", "schema": schema}})
         if reply.refusal:
             raise CallFailed(f"refusal: {reply.refusal}")
-        return Reply(reply.content or "", reply.tokens, reply.model, reply.fingerprint)
+        return Reply(reply.content or "", reply.tokens, reply.model, reply.fingerprint, reply.usage)
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _usage(usage: object) -> tuple[int, int] | None:
+    """(prompt, completion) tokens of a reply's ``usage``; None when it gives no such counts, or
+    counts none (a server that fills the field with zeros, as ``trace serve`` does)."""
+    if not isinstance(usage, dict):
+        return None
+    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    if not (_count(prompt) and _count(completion)) or prompt + completion == 0:
+        return None
+    return prompt, completion
 
 
 def _said(value: object) -> str | None:

@@ -6,13 +6,17 @@ everything it owns without Ray: the cache (a cached case is never sent to a work
 the judges, the verdicts and the counters; a worker only turns a case and its references into
 an image. A worker that dies is restarted by Ray and its case sent again (``max_restarts`` and
 ``max_task_retries`` unbounded), so a run loses nothing; a driver killed at any point resumes as
-any run does.
+any run does. ``trace diagnose`` keeps one set of workers for all its rounds
+(:meth:`RayGenerator.serving`): each round's run makes its images on them, and each call says
+which generation of the case it asks (``sample``, ``--repeats``), which the worker's generator
+is given before it generates.
 
 Ray is the ``ray`` extra (``pip install 'tracebench[ray]'``), imported only here.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 from typing import Any, Sequence
@@ -70,15 +74,32 @@ class RayGenerator(Generator):
         if gpus < 0:
             raise TraceError(f"--gpus-per-worker: {gpus} must be 0 or more")
         self.ray = ray_module()
-        self.local, self.settings, self.given = local, settings, spec
-        self.spec = local.spec
-        self.max_images, self.options, self.sample = local.max_images, local.options, local.sample
-        self.sees_truth = local.sees_truth
+        self.settings, self.given = settings, spec
+        self._serve(local)
         self.workers, self.gpus, self.address = workers, gpus, address
         self.concurrency = 2 * workers  # one case working and one queued on every worker (each makes one at a time)
         self._actors: list[Any] = []
         self._busy: list[int] = []
         self._started_cluster = False
+        self._shared = False  # a view of another's workers (serving): closing it leaves them running
+
+    def _serve(self, local: Generator) -> None:
+        self.local = local
+        self.spec = local.spec
+        self.max_images, self.options, self.sample = local.max_images, local.options, local.sample
+        self.sees_truth = local.sees_truth
+
+    def serving(self, local: Generator) -> RayGenerator:
+        """These workers (started) making the images of ``local``, the same generator built for
+        another run (another ``sample``: trace diagnose's rounds and repeats); closing the view
+        leaves the workers running, for the next round."""
+        if local.spec != self.spec or dict(local.options) != dict(self.options):
+            raise TraceError(f"--executor ray: the workers make {self.spec}, not {local.spec}")
+        self.start()
+        view = copy.copy(self)  # the same actors and load counts, this run's generator in the driver
+        view._serve(local)
+        view._shared, view._started_cluster = True, False
+        return view
 
     def key(self, case, references):
         return self.local.key(case, references)
@@ -152,6 +173,11 @@ class RayGenerator(Generator):
         return self.ray.get([actor.pid.remote() for actor in self._actors])
 
     async def aclose(self) -> None:
+        if not self._shared:
+            self.stop()
+
+    def stop(self) -> None:
+        """Stop the workers, and the cluster if this generator started it."""
         for actor in self._actors:
             self.ray.kill(actor)
         self._actors.clear()

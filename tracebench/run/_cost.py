@@ -21,11 +21,17 @@ A judge call whose image is not in the cache (a generation still to make, or an 
 generator makes without a model call) cannot be looked up: it is counted as a call to make, so
 the estimate is an upper bound there. With a price file (``--price-file``) the counts become an
 estimated cost per model and in all.
+
+``trace run --max-cost`` (:class:`CostBudget`) admits each case by the same rules applied to it
+alone (:class:`CostModel`), and charges each call made: by the tokens the server counted when it
+said (a reply's ``usage``), else by these rules with the image made.
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -35,8 +41,8 @@ from ..cache import Cache, cache_key
 from ..errors import TraceError
 from ..records import Case
 
-__all__ = ["ASSUMED_SIZE", "CostEstimate", "OUTPUT_TOKENS_PER_QUESTION", "Price", "estimate_cost", "format_estimate",
-           "image_tokens", "read_prices", "text_tokens"]
+__all__ = ["ASSUMED_SIZE", "CostBudget", "CostEstimate", "CostModel", "OUTPUT_TOKENS_PER_QUESTION", "Price",
+           "estimate_cost", "format_estimate", "generated_size", "image_tokens", "read_prices", "text_tokens"]
 
 ASSUMED_SIZE = (1024, 1024)  # a generated image not yet made: the usual default of image APIs
 OUTPUT_TOKENS_PER_QUESTION = 40
@@ -129,56 +135,142 @@ def _size(data: bytes) -> tuple[int, int] | None:
         return None
 
 
+def generated_size(options) -> tuple[int, int]:
+    """The size a generated image not made yet is taken to be: the ``size`` generation option
+    (``1024x1536``) when given, else :data:`ASSUMED_SIZE`."""
+    size = str(dict(options or {}).get("size", ""))
+    width, sep, height = size.lower().partition("x")
+    if sep and width.isdigit() and height.isdigit() and int(width) > 0 and int(height) > 0:
+        return int(width), int(height)
+    return ASSUMED_SIZE
+
+
+@dataclass
+class CaseCount:
+    """What one case's calls still to make take (:meth:`CostModel.case`)."""
+
+    generation: str = "local"  # local (no model call), cached or call
+    images_to_generator: int = 0
+    images_to_judges: int = 0
+    calls: Counter = field(default_factory=Counter)  # judge spec -> calls to make
+    cached: Counter = field(default_factory=Counter)  # judge spec -> calls in the cache
+    tokens_in: Counter = field(default_factory=Counter)
+    tokens_out: Counter = field(default_factory=Counter)
+
+
+class CostModel:
+    """The rules of the module docstring for one case at a time (what the dry run sums, what
+    ``--max-cost`` admits a case by) and for one judge call made (what it charges)."""
+
+    def __init__(self, *, references, generator, judges: Sequence, judge_batch: str, cache: Cache | None,
+                 generated: tuple[int, int] | None = None, collaged: frozenset[str] = frozenset(),
+                 samples: int = 1) -> None:
+        self.references, self.generator, self.judges = references, generator, list(judges)
+        # trace run --samples K: each case is generated K times, each generation judged (its own cache keys)
+        self.generators = [generator, *(generator.with_sample(k) for k in range(1, samples))]
+        self.judge_batch, self.cache, self.collaged = judge_batch, cache, collaged
+        self.generated = generated or ASSUMED_SIZE
+        self._sizes: OrderedDict[str, int] = OrderedDict()  # reference path -> its image tokens (the latest kept)
+
+    def _reference_tokens(self, case: Case, refs: Sequence[bytes]) -> int:
+        total = 0
+        for ref, data in zip(case.references, refs):
+            tokens = self._sizes.get(ref.path)
+            if tokens is None:
+                tokens = self._sizes[ref.path] = image_tokens(_size(data) or self.generated)
+                if len(self._sizes) > _KEPT_SIZES:
+                    self._sizes.popitem(last=False)
+            total += tokens
+        return total
+
+    def _made_tokens(self, image: bytes | None) -> int:
+        return image_tokens((_size(image) if image is not None else None) or self.generated)
+
+    def counts(self, case: Case) -> list[CaseCount]:
+        """:meth:`case` for each sample the run makes of ``case`` (one without ``--samples``)."""
+        return [self.case(case, generator) for generator in self.generators]
+
+    def case(self, case: Case, generator=None) -> CaseCount:
+        """The calls of ``case`` (of the generation ``generator`` makes, the first by default) not
+        in the cache, and their estimated tokens."""
+        from ..providers import collage_case, generation_key
+        from ._harness import _by_op  # the judge's batches, as the run makes them
+
+        count = CaseCount()
+        refs = [self.references.get(ref.path) for ref in case.references]
+        sent, given = collage_case(case, refs) if case.id in self.collaged else (case, refs)
+        key = generation_key(generator or self.generator, sent, given)
+        image = None
+        if key is not None:
+            hit = self.cache.get(key) if self.cache is not None else None
+            if hit is not None and hit[1] is not None:
+                count.generation, image = "cached", hit[1]
+            else:
+                count.generation, count.images_to_generator = "call", len(given)
+        ref_tokens = self._reference_tokens(case, refs)
+        made_tokens = self._made_tokens(image)
+        batches = [list(case.checklist)] if self.judge_batch == "case" else _by_op(case.checklist)
+        for judge in self.judges:
+            for batch in batches:
+                if image is not None and self.cache is not None and \
+                        self.cache.get(cache_key(**judge.key(case, batch, image, refs))) is not None:
+                    count.cached[judge.spec] += 1
+                    continue
+                count.calls[judge.spec] += 1
+                count.images_to_judges += len(refs) + 1
+                text = judge.prompt_text(case, batch)
+                if text is not None:  # a served judge: text and images in, answers out
+                    count.tokens_in[judge.spec] += text_tokens(text) + ref_tokens + made_tokens
+                    count.tokens_out[judge.spec] += OUTPUT_TOKENS_PER_QUESTION * len(batch)
+        return count
+
+    def judge_call(self, judge, case: Case, questions: Sequence, image: bytes, references: Sequence[bytes]
+                   ) -> tuple[int, int]:
+        """The estimated (input, output) tokens of one judge call, its generated image at hand."""
+        text = judge.prompt_text(case, questions)
+        if text is None:
+            return 0, 0
+        return (text_tokens(text) + self._reference_tokens(case, references) + self._made_tokens(image),
+                OUTPUT_TOKENS_PER_QUESTION * len(questions))
+
+
+_KEPT_SIZES = 4096  # reference sizes remembered: a run's memory does not grow with its benchmark
+
+
+def _judge_cost(price: Price, calls: int, tokens_in: int, tokens_out: int) -> float:
+    return calls * price.per_call + tokens_in * price.input_per_million / 1e6 + tokens_out * price.output_per_million / 1e6
+
+
+def _generation_cost(price: Price, calls: int) -> float:
+    return calls * (price.per_image + price.per_call)
+
+
 def estimate_cost(cases: Iterable[Case], *, references, generator, judges: Sequence, judge_batch: str,
                   cache: Cache, done: int, not_applicable: int, prices: dict[str, Price] | None,
-                  generated_size: tuple[int, int] | None = None, collaged: frozenset[str] = frozenset()) -> CostEstimate:
+                  generated_size: tuple[int, int] | None = None, collaged: frozenset[str] = frozenset(),
+                  samples: int = 1) -> CostEstimate:
     """Count what the ``cases`` still to make would cost (see the module docstring); a case of
-    ``collaged`` is sent its references as one grid image, as the run sends it."""
-    from ..providers import collage_case, generation_key
-    from ._harness import _by_op  # the judge's batches, as the run makes them
-
-    generated_size = generated_size or ASSUMED_SIZE
+    ``collaged`` is sent its references as one grid image, as the run sends it; with ``samples``
+    (``--samples K``) every case's K generations and their judge calls."""
+    model = CostModel(references=references, generator=generator, judges=judges, judge_batch=judge_batch, cache=cache,
+                      generated=generated_size, collaged=collaged, samples=samples)
     counts = {"cases": 0, "generations": 0, "generations_cached": 0, "generations_local": 0,
               "images_to_generator": 0, "images_to_judges": 0}
     calls = {j.spec: 0 for j in judges}
     cached = {j.spec: 0 for j in judges}
     tokens_in = {j.spec: 0 for j in judges}
     tokens_out = {j.spec: 0 for j in judges}
-    sizes: dict[str, int] = {}  # reference path -> its image tokens
     for case in cases:
         counts["cases"] += 1
-        refs = [references.get(ref.path) for ref in case.references]
-        sent, given = collage_case(case, refs) if case.id in collaged else (case, refs)
-        key = generation_key(generator, sent, given)
-        image = None
-        if key is None:
-            counts["generations_local"] += 1
-        else:
-            hit = cache.get(key)
-            if hit is not None and hit[1] is not None:
-                counts["generations_cached"] += 1
-                image = hit[1]
-            else:
-                counts["generations"] += 1
-                counts["images_to_generator"] += len(given)
-        ref_tokens = 0
-        for ref, data in zip(case.references, refs):
-            if ref.path not in sizes:
-                sizes[ref.path] = image_tokens(_size(data) or generated_size)
-            ref_tokens += sizes[ref.path]
-        made_tokens = image_tokens((_size(image) if image is not None else None) or generated_size)
-        batches = [list(case.checklist)] if judge_batch == "case" else _by_op(case.checklist)
-        for judge in judges:
-            for batch in batches:
-                if image is not None and cache.get(cache_key(**judge.key(case, batch, image, refs))) is not None:
-                    cached[judge.spec] += 1
-                    continue
-                calls[judge.spec] += 1
-                counts["images_to_judges"] += len(refs) + 1
-                text = judge.prompt_text(case, batch)
-                if text is not None:  # a served judge: text and images in, answers out
-                    tokens_in[judge.spec] += text_tokens(text) + ref_tokens + made_tokens
-                    tokens_out[judge.spec] += OUTPUT_TOKENS_PER_QUESTION * len(batch)
+        for count in model.counts(case):
+            counts[{"local": "generations_local", "cached": "generations_cached", "call": "generations"}[count.generation]] += 1
+            counts["images_to_generator"] += count.images_to_generator
+            counts["images_to_judges"] += count.images_to_judges
+            for spec in calls:
+                calls[spec] += count.calls[spec]
+                cached[spec] += count.cached[spec]
+                tokens_in[spec] += count.tokens_in[spec]
+                tokens_out[spec] += count.tokens_out[spec]
     cost = total = None
     unpriced: list[str] = []
     if prices is not None:
@@ -188,7 +280,7 @@ def estimate_cost(cases: Iterable[Case], *, references, generator, judges: Seque
             if price is None:
                 unpriced.append(generator.spec)
             else:
-                cost[generator.spec] = counts["generations"] * (price.per_image + price.per_call)
+                cost[generator.spec] = _generation_cost(price, counts["generations"])
         for judge in judges:
             if not calls[judge.spec]:
                 continue
@@ -196,12 +288,81 @@ def estimate_cost(cases: Iterable[Case], *, references, generator, judges: Seque
             if price is None:
                 unpriced.append(judge.spec)
                 continue
-            cost[judge.spec] = (calls[judge.spec] * price.per_call + tokens_in[judge.spec] * price.input_per_million / 1e6
-                                + tokens_out[judge.spec] * price.output_per_million / 1e6)
+            cost[judge.spec] = _judge_cost(price, calls[judge.spec], tokens_in[judge.spec], tokens_out[judge.spec])
         total = sum(cost.values())
     return CostEstimate(done=done, not_applicable=not_applicable, judge_calls=calls, judge_calls_cached=cached,
                         input_tokens=tokens_in, output_tokens=tokens_out, cost=cost, total=total,
                         unpriced=tuple(dict.fromkeys(unpriced)), **counts)
+
+
+class CostBudget:
+    """``trace run --max-cost``: a budget in money for one invocation, held by admitting whole
+    cases (the harness asks :meth:`admit` before starting one) and told of every call made (the
+    :class:`~tracebench.providers.ModelAccess` meter).
+
+    A case is admitted when the cost spent so far, plus what the cases in flight may still cost
+    (each reserved at its estimate when admitted, released when it ends), plus the case's own
+    estimate (:meth:`CostModel.case`, priced: its generation and every judge call not in the
+    cache) fits ``limit``. What is spent is charged call by call: a generation its ``per_image``
+    and ``per_call``; a judge call its ``per_call`` and its tokens, as the server counted them
+    (the reply's ``usage``) or, where it did not say, as estimated by the rules with the image
+    made. A call that failed is charged its estimate (it was sent); a retried call once."""
+
+    def __init__(self, limit: float, prices: dict[str, Price], model: CostModel) -> None:
+        self.limit, self.prices, self.model = limit, prices, model
+        self.spent = 0.0
+        self._reserved: dict[str, float] = {}
+
+    def missing(self, first: Case | None) -> list[str]:
+        """The models that make calls with no price: every judge, and the generator unless its
+        images are no model call (a folder); ``first``: a case the run would make."""
+        from ..providers import generation_key
+
+        specs = [j.spec for j in self.model.judges]
+        if first is not None:
+            refs = [self.model.references.get(ref.path) for ref in first.references]
+            if generation_key(self.model.generator, first, refs) is not None:
+                specs.insert(0, self.model.generator.spec)
+        return [spec for spec in dict.fromkeys(specs) if spec not in self.prices]
+
+    def estimate(self, case: Case) -> float:
+        """The most ``case`` may cost: its calls not in the cache, priced by the estimate."""
+        cost = 0.0
+        for count in self.model.counts(case):  # each sample's generation and judge calls (--samples)
+            if count.generation == "call":
+                cost += _generation_cost(self.prices[self.model.generator.spec], 1)
+            for spec, calls in count.calls.items():
+                cost += _judge_cost(self.prices[spec], calls, count.tokens_in[spec], count.tokens_out[spec])
+        return cost
+
+    def fits(self, cost: float) -> bool:
+        return self.spent + sum(self._reserved.values()) + cost <= self.limit * (1 + 1e-9)
+
+    def reserve(self, case_id: str, cost: float) -> None:
+        self._reserved[case_id] = cost
+
+    def release(self, case_id: str) -> None:
+        self._reserved.pop(case_id, None)
+
+    # -- the meter of ModelAccess ---------------------------------------------------------------
+
+    def generated(self, generator) -> None:
+        self.spent += _generation_cost(self.prices[generator.spec], 1)
+
+    def judged(self, judge, case: Case, questions: Sequence, image: bytes, references: Sequence[bytes], reply) -> None:
+        usage = _reported(reply)
+        tokens_in, tokens_out = usage or self.model.judge_call(judge, case, questions, image, references)
+        self.spent += _judge_cost(self.prices[judge.spec], 1, tokens_in, tokens_out)
+
+
+def _reported(reply) -> tuple[int, int] | None:
+    """The (input, output) tokens a reply's server counted, or None (no reply, or no usable count)."""
+    usage = getattr(reply, "usage", None)
+    if not isinstance(usage, tuple) or len(usage) != 2:
+        return None
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in usage) or sum(usage) == 0:
+        return None
+    return usage
 
 
 def format_estimate(estimate: CostEstimate, out: Path) -> str:

@@ -496,8 +496,9 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
                   progress: bool | None = None, ensemble: str | None = None, max_images: int | None = None,
                   collage: bool = False, collage_cases: frozenset[str] = frozenset(),
                   max_calls: int | None = None, allow_model_change: bool = False, dry_run: bool = False,
-                  prices: dict | None = None, executor: str = "local", workers: int = 1,
-                  gpus_per_worker: float = 0.0, ray_address: str | None = None, samples: int = 1):
+                  prices: dict | None = None, executor: str | RayGenerator = "local", workers: int = 1,
+                  gpus_per_worker: float = 0.0, ray_address: str | None = None, max_cost: float | None = None,
+                  samples: int = 1):
     """Generate and judge every case of ``cases_dir`` (or one shard of them) into ``out``;
     several judges combine by ``ensemble`` (:data:`~tracebench.outcomes.ENSEMBLES`; default: mean,
     median on a graded scale). The judges answer on ``settings.scale`` (:mod:`tracebench.scales`).
@@ -517,6 +518,11 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
     none is cut midway), and ``run.json`` says how many are left (``unfinished``): the same
     command resumes them.
 
+    ``max_cost``: a budget in money for this invocation, in the currency of ``prices`` (which must
+    price every model that makes calls): a case starts only when the cost spent so far, what the
+    cases in flight may still cost and its own estimate fit (:class:`~tracebench.run.CostBudget`);
+    then as for ``max_calls``, and ``run.json`` records the cost spent (``cost``).
+
     Judges are pinned: every vote records the model the server reported and its
     ``system_fingerprint``, ``run.json`` the set seen (``judge_models``). A resumed run whose
     judge now reports another stops with a TraceError before that case is kept, unless
@@ -524,7 +530,9 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
 
     ``executor``: ``local`` (generate here) or ``ray`` (``workers`` Ray actors make the images,
     each with ``gpus_per_worker`` GPUs, on the cluster at ``ray_address`` or a local one;
-    :class:`~tracebench.providers.RayGenerator`); everything else stays here.
+    :class:`~tracebench.providers.RayGenerator`); everything else stays here. A started
+    ``RayGenerator`` given as ``executor``: its workers make this run's images and are left running
+    (trace diagnose's rounds share one set).
 
     ``dry_run``: nothing is called or written; the :class:`~tracebench.run.CostEstimate` of
     what the run would still make is returned instead (``prices``: a price file's, for a cost)."""
@@ -546,6 +554,10 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
         raise TraceError(f"--max-images: {max_images} must be at least 1")
     if max_calls is not None and max_calls < 1:
         raise TraceError(f"--max-calls: {max_calls} must be at least 1")
+    if max_cost is not None and not (isinstance(max_cost, (int, float)) and 0 < max_cost < float("inf")):
+        raise TraceError(f"--max-cost: {max_cost} must be a positive amount")
+    if max_cost is not None and prices is None:
+        raise TraceError("--max-cost: give --price-file FILE, the prices the budget is counted in")
     order: list[str] = []
     inputs: dict[str, int] = {}  # case id -> its references
     checklists: dict[str, tuple[int, int]] = {}
@@ -568,7 +580,7 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
     settings = settings or ModelSettings()
     if settings.library is None:
         settings = replace(settings, library=library_of(cases_dir))
-    if executor not in ("local", "ray"):
+    if not isinstance(executor, RayGenerator) and executor not in ("local", "ray"):
         raise TraceError(f"--executor: {executor!r} is neither local nor ray")
     if executor == "ray" and not isinstance(generator, str):
         raise TraceError("--executor ray: the images are an earlier run's; there is nothing to generate")
@@ -579,7 +591,9 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
     if samples > 1 and settings.sample:
         raise TraceError(f"--samples: a run of generation {settings.sample} of each case makes one sample")
     gen, judge_list = make_providers(generator, judges, settings)
-    if executor == "ray":
+    if isinstance(executor, RayGenerator):
+        gen = executor.serving(gen)
+    elif executor == "ray":
         gen = RayGenerator(generator, settings, gen, workers=workers, gpus=gpus_per_worker, address=ray_address)
     scale = Scale(settings.scale or "binary")
     source = gen.manifest if isinstance(gen, RunImages) else None  # trace rejudge: the run whose images these are
@@ -624,21 +638,34 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
     elif out.is_dir() and any(not p.name.startswith(TEMPORARY_PREFIX) for p in out.iterdir()):
         raise TraceError(f"--out {out}: is not empty and not a run folder (no {RUN_FILE}); choose another --out")
     previous = _existing(out, checklists, retry_abstained)
-    if dry_run:
-        from ._cost import estimate_cost
 
-        todo = (case for case in read_cases(cases_dir)
+    def todo_now() -> Iterator[Case]:  # the cases still to make, read again from their file
+        return (case for case in read_cases(cases_dir)
                 if case.id in checklists and case.id not in previous and (collage or case.id not in beyond))
-        return estimate_cost(todo, references=ReferenceFiles(cases_dir), generator=gen, judges=judge_list,
+
+    from ._cost import CostBudget, CostModel, estimate_cost, generated_size
+
+    budget = None
+    if max_cost is not None:  # every model that makes calls priced (a dry run with a budget refuses alike)
+        budget = CostBudget(max_cost, prices, CostModel(
+            references=ReferenceFiles(cases_dir), generator=gen, judges=judge_list, judge_batch=judge_batch,
+            cache=Cache(cache_dir or out / CACHE_DIR), generated=generated_size(gen.options),
+            collaged=frozenset(beyond) if collage else frozenset(), samples=samples))
+        if missing := budget.missing(next(todo_now(), None)):
+            raise TraceError(f"--max-cost: the price file has no price for {', '.join(missing)} (give each model "
+                             f"that makes calls a table, an empty one for a free model)")
+    if dry_run:
+        return estimate_cost(todo_now(), references=ReferenceFiles(cases_dir), generator=gen, judges=judge_list,
                              judge_batch=judge_batch, cache=Cache(cache_dir or out / CACHE_DIR), done=len(previous),
                              not_applicable=0 if collage else len(beyond), prices=prices,
-                             collaged=frozenset(beyond) if collage else frozenset())
+                             generated_size=generated_size(gen.options),
+                             collaged=frozenset(beyond) if collage else frozenset(), samples=samples)
     out.mkdir(parents=True, exist_ok=True)
     # the identity first: a run killed before its end can only be resumed by the same run
     RUN_MANIFEST.write(out, identity)
     (out / IMAGES_DIR).mkdir(exist_ok=True)
     access = ModelAccess(Cache(cache_dir or out / CACHE_DIR), concurrency=concurrency, max_retries=settings.max_retries,
-                         max_calls=max_calls)
+                         max_calls=max_calls, meter=budget)
     runner = _Runner(out, cases_dir, gen, judge_list, access, judge_batch, ensemble,
                      frozenset(beyond) if collage else frozenset(), scale, samples)
     if progress is None:
@@ -682,13 +709,18 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
             reserved: dict[str, int] = {}  # --max-calls: the most calls each case in flight may still make
 
             async def admitted(case: Case) -> bool:
-                """Whether the budget leaves room for every call of the case (cases in flight waited
+                """Whether the budgets leave room for every call of the case (cases in flight waited
                 for when it is close): a case is done whole or not started, never cut midway."""
                 nonlocal pending
                 need = _most_calls(case, gen, judge_list, judge_batch, samples)
+                cost = budget.estimate(case) if budget is not None else 0.0
                 while True:
-                    if sum(access.stats.calls.values()) + sum(reserved.values()) + need <= max_calls:
+                    calls_fit = max_calls is None or sum(access.stats.calls.values()) + sum(reserved.values()) + need \
+                        <= max_calls
+                    if calls_fit and (budget is None or budget.fits(cost)):
                         reserved[case.id] = need
+                        if budget is not None:
+                            budget.reserve(case.id, cost)
                         return True
                     if not pending:
                         access.spent = True
@@ -701,6 +733,8 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
                     await one(case)
                 finally:
                     reserved.pop(case.id, None)
+                    if budget is not None:
+                        budget.release(case.id)
 
             try:
                 for case in todo():  # at most 2 x concurrency cases in flight: memory stays flat
@@ -709,9 +743,10 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
                     if len(pending) >= 2 * concurrency:
                         finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                         _settle(finished)
-                    if max_calls is not None and not await admitted(case):
+                    budgeted = max_calls is not None or budget is not None
+                    if budgeted and not await admitted(case):
                         break
-                    pending.add(asyncio.ensure_future(counted(case) if max_calls is not None else one(case)))
+                    pending.add(asyncio.ensure_future(counted(case) if budgeted else one(case)))
                 if pending:
                     finished, pending = await asyncio.wait(pending)
                     _settle(finished)
@@ -764,6 +799,7 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
         "not_applicable": None if limit is None or collage else len(beyond),
         "collaged": sum(1 for case_id in beyond if case_id in done) if limit is not None and collage else None,
         "unfinished": todo_count - len(done) if access.spent and todo_count > len(done) else None,
+        "cost": None if budget is None else round(budget.spent, 6),
         "judge_models": _seen_models(pinned, access.stats.identities), "judge_model_changes": tuple(accepted.values()) or None})
     RUN_MANIFEST.write(out, manifest)
     if access.stopped is not None:

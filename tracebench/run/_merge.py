@@ -64,7 +64,10 @@ def merge_runs(runs: list[Path], out: Path) -> RunManifest:
             "abstentions": sum(not v.outcome.answered for v in ordered),
             "votes_abstained": dict(_abstained_votes(ordered)),
             "not_applicable": _total(m.not_applicable for m in manifests),
-            "collaged": _total(m.collaged for m in manifests)})
+            "collaged": _total(m.collaged for m in manifests),
+            # what the shards' last invocations left and spent, all of them (not the first shard's alone)
+            "unfinished": _total(m.unfinished for m in manifests),
+            "cost": None if (spent := _total(m.cost for m in manifests)) is None else round(spent, 6)})
         RUN_MANIFEST.write(root, manifest)
     return manifest
 

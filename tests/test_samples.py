@@ -219,3 +219,19 @@ def test_later_samples_of_a_served_generator_are_sent_their_own_seed(small, tmp_
     assert manifest.sample_seeds == (7, sample_seed(7, 1)) and manifest.samples == 2
     assert edits and sorted(seeds) == sorted([7, sample_seed(7, 1)] * (len(edits) // 2))
     assert len(edits) == 2 * sum(shard_of(c.id, 8) == 1 for c in read_cases(small))  # two generations a case
+
+
+def test_the_dry_run_counts_every_sample_and_the_cache_of_each(small, sampled, apart, tmp_path):
+    cases = len(list(read_cases(small)))
+    fresh = run_benchmark(small, tmp_path / "new", generator=GENERATOR, judges=["oracle"], settings=SETTINGS,
+                          samples=3, dry_run=True)
+    assert (fresh.cases, fresh.generations, fresh.judge_calls) == (cases, 3 * cases, {"oracle": 3 * cases})
+    assert not (tmp_path / "new").exists()
+    whole = run_benchmark(small, tmp_path / "new", generator=GENERATOR, judges=["oracle"], settings=SETTINGS,
+                          samples=3, dry_run=True, cache_dir=sampled / "cache")
+    assert (whole.generations, whole.generations_cached, whole.judge_calls_cached) == (0, 3 * cases,
+                                                                                       {"oracle": 3 * cases})
+    first = run_benchmark(small, tmp_path / "new", generator=GENERATOR, judges=["oracle"], settings=SETTINGS,
+                          samples=3, dry_run=True, cache_dir=apart / "0" / "cache")  # sample 0 alone is cached
+    assert (first.generations, first.generations_cached, first.judge_calls) == (2 * cases, cases,
+                                                                                {"oracle": 2 * cases})

@@ -3,7 +3,7 @@
 Tests drive the real ``openai`` client against it, so retries, timeouts, headers and
 response parsing are the ones used against real models. It implements
 ``POST /v1/chat/completions``, ``POST /v1/images/edits`` (multipart; answered with
-``stub.image``, a small PNG) and ``GET /v1/models``; what a chat request gets back is
+``stub.image``, a small PNG, or with the error ``stub.image_error`` when set) and ``GET /v1/models``; what a chat request gets back is
 decided by ``stub.handler(request_json)``, which returns one of:
 
 - ``"text"``: a 200 chat completion whose message content is the text;
@@ -114,6 +114,7 @@ class OpenAIStub:
                  retry_after_ms: int | None = 1) -> None:
         self.handler: Handler = handler or (lambda request: "{}")
         self.image = _small_png()
+        self.image_error: tuple[int, str] | None = None  # the images endpoint's answer instead, when set
         self.models = models
         self.retry_after_ms = retry_after_ms
         self.received: list[Received] = []
@@ -204,6 +205,9 @@ def _handler_class(stub: OpenAIStub) -> type[BaseHTTPRequestHandler]:
             raw = self.rfile.read(int(self.headers.get("content-length") or 0))
             if self.path == "/v1/images/edits":
                 stub._record(Received("POST", self.path, self._headers(), None, raw))
+                if stub.image_error is not None:
+                    self._send(stub.image_error[0], error(*stub.image_error))
+                    return
                 self._send(200, {"created": int(time.time()),
                                  "data": [{"b64_json": base64.b64encode(stub.image).decode()}]})
                 return

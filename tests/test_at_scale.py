@@ -400,6 +400,24 @@ def test_generator_options_reach_the_images_endpoint_and_are_part_of_the_run(tin
     assert refused.returncode == 2 and "prompt" in refused.stderr and not (tmp_path / "d").exists()
 
 
+def test_a_server_refusing_a_generation_option_stops_the_run_with_one_line(tiny_bench, tmp_path):
+    with OpenAIStub(lambda request: "unused") as stub:
+        stub.image_error = (400, "Unrecognized request argument supplied: seed")
+        base = ["run", str(tiny_bench), "--generator", "openai:image-model", "--judge", "oracle", "--base-url",
+                stub.base_url, "--max-retries", "0", "--concurrency", "1"]
+        refused = run_trace(*base, "--generator-option", "seed=7", "--out", str(tmp_path / "a"))
+        assert refused.returncode == 2, refused.stderr
+        assert refused.stderr.count("\n") == 1 and "refuses the generation option seed" in refused.stderr
+        assert "Traceback" not in refused.stderr
+        assert len([r for r in stub.received if r.path == "/v1/images/edits"]) == 1  # stopped at the first
+        assert RUN_MANIFEST.read(tmp_path / "a").cases == 0
+        # a 400 about something else is the case's abstention, as before: the run goes on
+        stub.image_error = (400, "Your request was rejected by the safety system")
+        other = run_trace(*base, "--generator-option", "seed=7", "--out", str(tmp_path / "b"))
+        assert other.returncode == 3, other.stderr
+        assert len([r for r in stub.received if r.path == "/v1/images/edits"]) == 3
+
+
 def test_a_command_generator_reads_the_options(tiny_bench, tmp_path):
     seen = tmp_path / "seen.jsonl"
     script = ("import json, os, shutil, sys; case = json.load(sys.stdin); "

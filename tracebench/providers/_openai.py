@@ -264,6 +264,17 @@ class OpenAIImages(OpenAIClients, Generator):
         return {"adapter": "openai-images", "model": self.model, "base_url": self.base_url, "prompt": case.prompt,
                 "images": [digest(r) for r in references]}
 
+    def failure(self, err: Exception) -> CallFailed | None:
+        """A request the server refuses (400, 422) naming a generation option is no case's
+        failure but the run's: every request carries it. It stops the run (one line, exit 2)."""
+        failed = translate_openai_error(err)
+        if failed is not None and getattr(err, "status_code", None) in (400, 422) and self.options:
+            named = [name for name in self.options if name in str(err)]
+            if named:
+                return EndpointRefused(f"{failed}; the server refuses the generation option {', '.join(named)} "
+                                       f"(--generator-option, or the models file's options)")
+        return failed
+
     def check_options(self) -> None:
         for name in self.options:
             if name in _SET_BY_US:

@@ -21,7 +21,7 @@ import ray  # noqa: F401 - the ray extra (README: the tests install it); never s
 from test_cli import _trace_executable, run_trace
 from tracebench.errors import TraceError
 from tracebench.records import read_cases
-from tracebench.run import run_benchmark
+from tracebench.run import run_benchmark, shard_of
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -152,6 +152,25 @@ def test_a_diagnosis_through_ray_workers_gives_the_in_process_trees(bench, local
     # the repeats are other generations: a node's second image is not its first
     later = {name.replace("/run-2/", "/run/"): data for name, data in images.items() if "/run-2/" in name}
     assert any(images.get(name) not in (None, data) for name, data in later.items())
+
+
+def test_samples_made_by_ray_workers_are_the_in_process_samples(bench, cluster, tmp_path):
+    """--samples through the workers: each call carries its generation, the workers make all of
+    them with one set-up each, and the run equals the sampled run made in process."""
+    few = {c.id for c in list(read_cases(bench))[:3]}
+    shard = next(n for n in range(2, 9) if 0 < sum(shard_of(c, n) == 1 for c in few) and
+                 sum(shard_of(c.id, n) == 1 for c in read_cases(bench)) <= 4)
+    run_benchmark(bench, tmp_path / "here", generator=PLUGIN, judges=["oracle"], samples=2, shard=(1, shard),
+                  progress=False)
+    set_up = _lines(cluster["pids"])
+    done = subprocess.run([*_ray_run(bench, tmp_path / "ray", cluster["address"])[:-2], "--samples", "2",
+                           "--shard", f"1/{shard}", "--out", str(tmp_path / "ray")], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert _lines(cluster["pids"]) - set_up == 2
+    assert (tmp_path / "ray" / "verdicts.jsonl").read_bytes() == (tmp_path / "here" / "verdicts.jsonl").read_bytes()
+    assert _files(tmp_path / "ray" / "images") == _files(tmp_path / "here" / "images")
+    assert any(name.endswith("~1.png") for name in _files(tmp_path / "ray" / "images"))
 
 
 def test_ray_options_are_checked_before_anything_runs(bench, local, tmp_path, monkeypatch):

@@ -38,7 +38,7 @@ class SlowZoo(Generator):
         seconds = float(os.environ.get("SLOW_ZOO_SECONDS", "0"))
         if seconds:
             await asyncio.to_thread(time.sleep, seconds)  # the worker is held, as by a GPU
-        # the generation asked (trace diagnose --repeats): read when generating, as a Ray worker makes them all
+        # the generation asked (trace run --samples, trace diagnose --repeats), read when generating
         self.zoo.sample = self.sample
         return await self.zoo.call(case, references)
 

@@ -153,13 +153,6 @@ class _Replicas:
         return min(range(count), key=lambda k: (self.in_flight[k], (k - start) % count))
 
 
-def _limits_owner(provider: Provider) -> Provider:
-    """The provider whose concurrency limits and breaker a call counts against: itself, or for
-    a copy made by :meth:`Generator.with_sample`, the generator it was copied from."""
-    shared = provider.__dict__.get("_twins")
-    return shared["limits"] if shared else provider
-
-
 def generation_parts(generator: Generator, case: Case, references: Sequence[bytes]) -> dict | None:
     """What a generation depends on (its cache key's parts), or None for a generator whose
     images are no model call (a folder, the zoo)."""
@@ -202,7 +195,7 @@ class ModelAccess:
     async def call(self, provider: Provider, attempt: Callable[[], Awaitable[T]], *, count: bool = True) -> T:
         """``attempt()`` under the provider's limit, retried on transient failures; raises
         :class:`CallFailed` with a scrubbed one-line reason."""
-        owner = id(_limits_owner(provider))  # a generator's samples share its limits (Generator.with_sample)
+        owner = id(provider)
         replicas = self._replicas.get(owner)
         if replicas is None:
             replicas = self._replicas[owner] = _Replicas(len(provider.replicas),

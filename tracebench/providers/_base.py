@@ -17,14 +17,14 @@ thread), or :class:`Judge` and ``ask``.
 from __future__ import annotations
 
 import asyncio
-import copy
 import inspect
 from abc import ABC, abstractmethod
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from types import MappingProxyType
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from ..cache import sha256
 from ..records import Case, Endpoint, Question
@@ -32,10 +32,24 @@ from ..records import Case, Endpoint, Question
 COLLAGE_ID = "collage"  # the source id of the one reference a collaged case is sent (providers/_collage.py)
 
 __all__ = ["CallFailed", "EndpointRefused", "NotSent", "Generation", "Generator", "generator_view", "used_references", "Judge", "Provider", "RateLimited", "Reply", "Transient",
-           "current_replica"]
+           "asking", "current_replica", "current_sample"]
 
 # which replica (index into Provider.replicas) the wrapper chose for the call being made
 current_replica: ContextVar[int] = ContextVar("current_replica", default=0)
+# which generation of each case the call being made asks (trace run --samples); None: the generator's own
+current_sample: ContextVar[int | None] = ContextVar("current_sample", default=None)
+
+
+@contextmanager
+def asking(sample: int | None) -> Iterator[None]:
+    """Within the block, every generator is asked generation ``sample`` of a case (its
+    ``sample`` reads it, as its cache key and seed do); None leaves each generator its own. Set
+    per call, so the K generations of ``trace run --samples K`` are one generator's calls."""
+    token = current_sample.set(sample)
+    try:
+        yield
+    finally:
+        current_sample.reset(token)
 
 
 class CallFailed(Exception):
@@ -134,11 +148,23 @@ class Generator(Provider):
     (the wrapper adds it to the key), so a generator that samples gives another image; the
     synthetic zoo draws it with another seed, a ``command:`` sees it in $TRACEBENCH_SAMPLE."""
 
-    sample: int = 0
+    _sample: int = 0  # the generation asked when none is asked per call (ModelSettings.sample)
     max_images: int | None = None  # the most reference images it accepts (None: no limit); the models file may say
     options: Mapping[str, Any] = MappingProxyType({})  # generation options (trace run --generator-option, the
     # models file's options): size, quality, seed, steps ...; part of every generation's cache key
     sees_truth: bool = False  # whether generate() is given the case's clutter truth (the zoo, which draws it)
+
+    @property
+    def sample(self) -> int:
+        """Which generation of each case is asked: the one a call asks (:func:`asking`: ``trace run
+        --samples``, a Ray worker told per call), else the generator's own (0, or a diagnosis
+        round's repeat)."""
+        asked = current_sample.get()
+        return self._sample if asked is None else asked
+
+    @sample.setter
+    def sample(self, value: int) -> None:
+        self._sample = value
 
     def key(self, case: Case, references: Sequence[bytes]) -> dict[str, Any] | None:
         """What the output depends on (the cache key's parts); None: not worth caching (reading a
@@ -177,32 +203,17 @@ class Generator(Provider):
             return sample_seed(seed, self.sample)
         return None
 
-    def with_sample(self, sample: int) -> Generator:
-        """This generator asked for generation ``sample`` of each case (``trace run --samples``): a
-        copy sharing its clients, its model (set up once for all) and its concurrency limits."""
-        self._shared_state()
-        twin = copy.copy(self)
-        twin.sample = sample
-        return twin
-
-    def _shared_state(self) -> dict:
-        """What the copies of :meth:`with_sample` share: whether it is set up, the lock of that, and
-        whose limits its calls count against (``ModelAccess``)."""
-        return self.__dict__.setdefault("_twins", {"set_up": False, "lock": None, "limits": self})
-
     def mark_set_up(self) -> None:
         """Record that ``setup`` has run (a Ray worker sets it up before its first call)."""
-        self._shared_state()["set_up"] = True
+        self._set_up = True
 
     async def call(self, case: Case, references: Sequence[bytes]) -> Generation:
-        state = self._shared_state()
-        if not state["set_up"]:
-            if state["lock"] is None:
-                state["lock"] = asyncio.Lock()
-            async with state["lock"]:  # concurrent first calls: one setup
-                if not state["set_up"]:
+        if not self.__dict__.get("_set_up"):
+            lock = self.__dict__.setdefault("_setup_lock", asyncio.Lock())
+            async with lock:  # concurrent first calls: one setup
+                if not self.__dict__.get("_set_up"):
                     await asyncio.to_thread(self.setup)
-                    state["set_up"] = True
+                    self._set_up = True
         result = await _await(self.generate, self.view(case), references)
         used = None
         if isinstance(result, Generation):

@@ -22,7 +22,7 @@ import os
 from typing import Any, Sequence
 
 from ..errors import TraceError
-from ._base import CallFailed, Generation, Generator
+from ._base import CallFailed, Generation, Generator, asking
 
 __all__ = ["RayGenerator", "ray_module"]
 
@@ -44,7 +44,6 @@ class _Worker:
         self.generator = make_generator(spec, settings)
         self.generator.setup()
         self.generator.mark_set_up()  # its calls need not set it up again
-        self.samples: dict[int, Any] = {self.generator.sample: self.generator}
 
     def pid(self) -> int:
         return os.getpid()
@@ -53,10 +52,8 @@ class _Worker:
                        sample: int = 0) -> tuple[bytes, tuple[str, ...] | None]:
         from ..records import Case
 
-        generator = self.samples.get(sample)
-        if generator is None:  # trace run --samples: the same model asked for another generation
-            generator = self.samples[sample] = self.generator.with_sample(sample)
-        made = await generator.call(Case.model_validate_json(case_json), references)
+        with asking(sample):  # the generation asked (trace run --samples, trace diagnose --repeats)
+            made = await self.generator.call(Case.model_validate_json(case_json), references)
         return made.image, made.used_references
 
 
@@ -104,11 +101,6 @@ class RayGenerator(Generator):
     def key(self, case, references):
         return self.local.key(case, references)
 
-    def with_sample(self, sample: int) -> Generator:
-        twin = super().with_sample(sample)  # the same workers, asked for generation ``sample``
-        twin.local = self.local.with_sample(sample)  # type: ignore[attr-defined]
-        return twin
-
     def sample_seed(self) -> int | None:
         return self.local.sample_seed()
 
@@ -142,7 +134,7 @@ class RayGenerator(Generator):
             self._started_cluster = True
         remote = ray.remote(num_cpus=0 if self.gpus else 1, num_gpus=self.gpus, max_restarts=-1,
                             max_task_retries=-1, max_concurrency=1)(_Worker)
-        # filled in place: the copies of with_sample (trace run --samples) share the workers
+        # filled in place: views of these workers (serving) share the lists
         self._actors[:] = [remote.remote(self.given, self.settings) for _ in range(self.workers)]
         self._busy[:] = [0] * self.workers
 

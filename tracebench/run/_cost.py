@@ -166,8 +166,7 @@ class CostModel:
                  generated: tuple[int, int] | None = None, collaged: frozenset[str] = frozenset(),
                  samples: int = 1) -> None:
         self.references, self.generator, self.judges = references, generator, list(judges)
-        # trace run --samples K: each case is generated K times, each generation judged (its own cache keys)
-        self.generators = [generator, *(generator.with_sample(k) for k in range(1, samples))]
+        self.samples = samples  # trace run --samples K: each case generated K times, each judged (own cache keys)
         self.judge_batch, self.cache, self.collaged = judge_batch, cache, collaged
         self.generated = generated or ASSUMED_SIZE
         self._sizes: OrderedDict[str, int] = OrderedDict()  # reference path -> its image tokens (the latest kept)
@@ -188,18 +187,25 @@ class CostModel:
 
     def counts(self, case: Case) -> list[CaseCount]:
         """:meth:`case` for each sample the run makes of ``case`` (one without ``--samples``)."""
-        return [self.case(case, generator) for generator in self.generators]
+        from ..providers import asking
 
-    def case(self, case: Case, generator=None) -> CaseCount:
-        """The calls of ``case`` (of the generation ``generator`` makes, the first by default) not
-        in the cache, and their estimated tokens."""
+        if self.samples == 1:
+            return [self.case(case)]
+        counts = []
+        for k in range(self.samples):
+            with asking(k):  # generation k's cache keys
+                counts.append(self.case(case))
+        return counts
+
+    def case(self, case: Case) -> CaseCount:
+        """The calls of ``case`` not in the cache, and their estimated tokens."""
         from ..providers import collage_case, generation_key
         from ._harness import _by_op  # the judge's batches, as the run makes them
 
         count = CaseCount()
         refs = [self.references.get(ref.path) for ref in case.references]
         sent, given = collage_case(case, refs) if case.id in self.collaged else (case, refs)
-        key = generation_key(generator or self.generator, sent, given)
+        key = generation_key(self.generator, sent, given)
         image = None
         if key is not None:
             hit = self.cache.get(key) if self.cache is not None else None

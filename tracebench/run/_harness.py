@@ -43,7 +43,7 @@ from ..scales import outcome as scaled_outcome
 from ..templating import template_hash
 from ..outcomes import ABSTAINED, ENSEMBLES, Outcome, Status, combine, majority_verdicts
 from ..providers import (JUDGE_TEMPLATES, CallFailed, Generator, ImageBytes, Judge, ModelAccess, ModelSettings, RayGenerator, Reply, RunImages,
-                         ReferenceFiles, clip, collage_case, image_suffix, make_generator, make_judge)
+                         ReferenceFiles, asking, clip, collage_case, image_suffix, make_generator, make_judge)
 from ..sample import read_cases, read_sample_manifest
 from ..cache import TEMPORARY_PREFIX, Cache, file_sha256, write_atomic
 from ..safepaths import inside
@@ -135,7 +135,7 @@ class _Runner:
         self.collaged = collaged  # the cases sent their references as one grid image
         self.references = ReferenceFiles(cases_dir)
         self.generator, self.judges, self.access = generator, judges, access
-        self.generators = [generator, *(generator.with_sample(k) for k in range(1, samples))]  # --samples K
+        self.samples = samples  # --samples K: each case generated K times by the one generator
         self.judge_batch = judge_batch
         self.ensemble = ensemble
         self.abstentions = 0
@@ -150,7 +150,8 @@ class _Runner:
         if collaged:
             sent, given = collage_case(case, references)
         try:
-            made = await self.access.generate(self.generators[sample], sent, given)
+            with asking(sample if self.samples > 1 else None):  # the generation asked (its key, seed, name)
+                made = await self.access.generate(self.generator, sent, given)
         except CallFailed as err:
             return None, f"generation failed: {err}"
         data = ImageBytes(made.image)  # hashed and encoded once for all the judge calls of the case
@@ -185,7 +186,7 @@ class _Runner:
         """The verdicts of a case: of each of its samples in turn (one, without ``--samples``)."""
         references = [self.references.get(ref.path) for ref in case.references]
         verdicts = []
-        for sample in range(len(self.generators)):
+        for sample in range(self.samples):
             verdicts += await self.sample(case, references, sample)
         return verdicts
 
@@ -243,7 +244,10 @@ def _sample_seeds(generator: Generator, samples: int) -> tuple[int, ...] | None:
     """The seed of each of a run's samples (``run.json``), for a generator that takes one."""
     if samples < 2:
         return None
-    seeds = [generator.with_sample(k).sample_seed() if k else generator.sample_seed() for k in range(samples)]
+    seeds = []
+    for k in range(samples):
+        with asking(k):
+            seeds.append(generator.sample_seed())
     return None if any(seed is None for seed in seeds) else tuple(seeds)  # type: ignore[arg-type]
 
 

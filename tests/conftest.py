@@ -184,6 +184,16 @@ def _benchmark(tmp_path_factory, per_slot: int, seed: int, applications: bool) -
 
 
 @pytest.fixture(scope="session")
+def small_bench(tmp_path_factory) -> Path:
+    """16 cases of slot levels 1-4 (seed 2), no applications: budgets, resumes, shards, samples and
+    Ray runs, quick to draw."""
+    from tracebench.sample import sample_benchmark
+
+    return made_once(tmp_path_factory, "small-1-4-4", lambda out: sample_benchmark(
+        out, slots=(1, 2, 3, 4), per_slot=4, seed=2, applications=False))
+
+
+@pytest.fixture(scope="session")
 def diagnosis_bench(tmp_path_factory) -> Path:
     """6 cases a slot level, with application cases (seed 5): trees of every depth."""
     return _benchmark(tmp_path_factory, per_slot=6, seed=5, applications=True)

@@ -58,12 +58,9 @@ def _whole(run: Path, bench: Path) -> dict[str, int]:
 
 
 @pytest.fixture(scope="module")
-def small(shared_folder):
-    """16 cases of slot levels 1-4: enough for budgets, resumes and shards, quick to draw."""
-    from tracebench.sample import sample_benchmark
-
-    return shared_folder("small-1-4-4", lambda out: sample_benchmark(out, slots=(1, 2, 3, 4), per_slot=4, seed=2,
-                                                                      applications=False))
+def small(small_bench):
+    """16 cases of slot levels 1-4 (conftest's small_bench)."""
+    return small_bench
 
 
 def test_a_budget_of_calls_stops_cleanly_and_the_same_command_goes_on(small, tmp_path):

@@ -63,12 +63,9 @@ def cluster(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def bench(shared_folder):
-    """16 cases of slot levels 1-4 (the same as tests/test_at_scale.py's)."""
-    from tracebench.sample import sample_benchmark
-
-    return shared_folder("small-1-4-4", lambda out: sample_benchmark(out, slots=(1, 2, 3, 4), per_slot=4, seed=2,
-                                                                      applications=False))
+def bench(small_bench):
+    """16 cases of slot levels 1-4 (conftest's small_bench)."""
+    return small_bench
 
 
 @pytest.fixture(scope="module")

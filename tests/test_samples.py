@@ -26,12 +26,9 @@ SETTINGS = ModelSettings(max_retries=0, timeout=30.0)
 
 
 @pytest.fixture(scope="module")
-def small(shared_folder):
-    """16 cases of slot levels 1-4 (the benchmark of test_at_scale)."""
-    from tracebench.sample import sample_benchmark
-
-    return shared_folder("small-1-4-4", lambda out: sample_benchmark(out, slots=(1, 2, 3, 4), per_slot=4, seed=2,
-                                                                      applications=False))
+def small(small_bench):
+    """16 cases of slot levels 1-4 (conftest's small_bench)."""
+    return small_bench
 
 
 @pytest.fixture(scope="module")

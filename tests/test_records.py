@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from test_cli import run_trace
 from tracebench.diagnose import diagnose_run, export_nodes
@@ -328,3 +330,15 @@ def test_the_ensemble_rules():
     assert mean_vote([PASSED, FAILED, FAILED, ABSTAINED]) == Outcome.of("fail", 1 / 3)  # abstentions left out
     assert mean_vote([ABSTAINED, ABSTAINED]) == ABSTAINED and mean_vote([FAILED, ABSTAINED]) == FAILED
     assert majority([PASSED, FAILED]) == ABSTAINED and majority([PASSED, PASSED, FAILED]) == PASSED
+
+
+@settings(deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("abcdef"), st.sampled_from("abcdef")), max_size=12))
+def test_the_cycle_check_agrees_with_networkx(edges):
+    """checklist_problem decides acyclicity without networkx (kept off the sampling path) and asks
+    networkx only to name a cycle: the two must agree on every graph."""
+    import networkx as nx
+
+    from tracebench.records import _acyclic
+
+    assert _acyclic(edges) == nx.is_directed_acyclic_graph(nx.DiGraph(edges))

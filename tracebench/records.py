@@ -581,15 +581,34 @@ def checklist_problem(case: Case) -> str | None:
             if parent not in ids:
                 return f"checklist: {q.id} depends on {parent!r}, which the case does not ask"
             edges.append((parent, q.id))
-    if not edges:
+    if not edges or _acyclic(edges):
         return None
-    import networkx as nx
+    import networkx as nx  # only to name the cycle: every case tracebench writes has none
 
     try:
         cycle = nx.find_cycle(nx.DiGraph(edges))
     except nx.NetworkXNoCycle:
         return None
     return "checklist: dependency cycle " + " -> ".join([u for u, _ in cycle] + [cycle[0][0]])
+
+
+def _acyclic(edges: list[tuple[str, str]]) -> bool:
+    """Whether the dependency graph has no cycle (Kahn's order: every question ordered)."""
+    children: dict[str, list[str]] = {}
+    waiting: dict[str, int] = {}
+    for parent, child in edges:
+        children.setdefault(parent, []).append(child)
+        waiting[child] = waiting.get(child, 0) + 1
+        waiting.setdefault(parent, 0)
+    ready = [node for node, count in waiting.items() if not count]
+    ordered = 0
+    while ready:
+        ordered += 1
+        for child in children.get(ready.pop(), ()):
+            waiting[child] -= 1
+            if not waiting[child]:
+                ready.append(child)
+    return ordered == len(waiting)
 
 
 GENERATION_SUFFIX = ".json"  # images/<case id>.json: the GenerationInfo beside a generated image

@@ -41,6 +41,7 @@ from ..library import staged_output
 from ..scales import GRADED_ENSEMBLE
 from ..records import (CASES, DIAGNOSIS_MANIFEST, NODES, SUMMARY, TREES, Case, DiagnosisManifest, DiagnosisSummary,
                        DiagnosticEdge, DiagnosticNode, DiagnosticTree, NodeOccurrence, SampleManifest, VERDICTS)
+from ..gcpolicy import fewer_collections
 from ..resources import data_hash
 from ..safepaths import MAX_ID, inside, safe_id_problem
 from ..outcomes import ABSTAINED, Outcome, majority_verdicts
@@ -116,6 +117,7 @@ def _short(key: str) -> bytes:
     return bytes.fromhex(key[:32])
 
 
+@fewer_collections()  # the plan's many objects all live on: collector passes would find nothing
 def plan_trees(roots: Sequence[Case], names: dict[bytes, str] | None = None) -> TreePlan:
     """Build the trees and their sub-cases; identical sub-cases (within or across trees) are one.
     ``names``: sub-case key (:func:`_short`) -> id of the sub-cases planned before (an earlier

@@ -27,6 +27,7 @@ from tqdm import tqdm
 from .. import __version__
 from ..checklist import QUESTION_FILE, compile_checklist
 from ..errors import TraceError
+from ..gcpolicy import fewer_collections
 from ..formula import Expr, parse, slot_count, space_bounds, template_of, to_text
 from ..library import read_valid_library, staged_output
 from ..realize import PROMPT_FILES, realize
@@ -280,6 +281,7 @@ def write_benchmark(out: Path, cases: Iterable[Case | Written], *, source: Calla
     return manifest
 
 
+@fewer_collections()  # the cases' objects, in the writer and its forked workers
 def sample_benchmark(out: Path, *, slots: tuple[int, ...], per_slot: int | None = None, seed: int = 0,
                      library: Path | None = None, applications: bool = True,
                      progress: bool | None = None, strict: bool = False,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar, Iterator, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, model_serializer
+from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import TraceError
 from .jsonfiles import JsonFile, JsonLinesFile
@@ -34,19 +34,26 @@ class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _is_none(value: object) -> bool:
+    return value is None
+
+
 class _Sparse(_Record):
-    """A record some of whose fields are written only when set, so files without them keep their bytes."""
+    """A record some of whose fields are written only when set, so files without them keep their
+    bytes: each field named in ``_omitted_when_none`` is left out of the JSON while it is None
+    (pydantic's ``exclude_if``, set here once per class, so serialising stays in pydantic-core)."""
 
     _omitted_when_none: ClassVar[tuple[str, ...]] = ()
 
-    @model_serializer(mode="wrap")
-    def _omit_unset(self, handler):
-        data = handler(self)
-        if isinstance(data, dict):
-            for name in self._omitted_when_none:
-                if data.get(name) is None:
-                    data.pop(name, None)
-        return data
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        missing = [name for name in cls._omitted_when_none if name not in cls.model_fields]
+        if missing:
+            raise TypeError(f"{cls.__name__}._omitted_when_none names no field {missing}")
+        for name in cls._omitted_when_none:
+            cls.model_fields[name].exclude_if = _is_none
+        cls.model_rebuild(force=True)
 
 
 class Reference(_Record):

@@ -143,6 +143,46 @@ def test_judges_against_each_other_and_krippendorff(world):
     assert again == result  # seeded bootstrap
 
 
+@pytest.mark.parametrize("levels,continuous", [(2, True), (5, False)])
+def test_the_bootstrap_distributions_are_scipys(monkeypatch, levels, continuous):
+    """Every metric's resamples, computed all at once, are number for number those of
+    scipy.stats.bootstrap(..., vectorized=False) calling the metric on each resample of cases
+    (sklearn's kappa, SciPy's correlations): the intervals are SciPy's percentile bootstrap."""
+    import warnings
+
+    from scipy import stats
+
+    from tracebench.report import _agree
+
+    monkeypatch.setattr(_agree, "RESAMPLES", 100)  # both ways: SciPy's draw is per resample count
+    rng = np.random.default_rng(levels)
+    n = 30
+    counts = rng.integers(0, 4, (n, levels, levels)).astype(float)
+    counts[:3] = 0
+    counts[3, 0, 0] = 1  # a case answered alike throughout
+    values = [0.0, 1 / 3, 0.5, 2 / 3, 1.0]
+    scores = {}
+    for k, op in enumerate(OPERATORS):
+        has = rng.random(n) < (0.15, 0.6, 1.0, 0.9)[k % 4]
+        xs = rng.random(n) if continuous else rng.choice(values, n)
+        ys = np.where(rng.random(n) < 0.7, xs, rng.random(n) if continuous else rng.choice(values, n))
+        scores[op] = (has, xs, ys)
+    grid = sorted({0.0, 1.0} | {(k + 1) / levels for k in range(levels - 2)})
+    pair = _agree._Pair("a", "b", [f"c{k}" for k in range(n)], grid, counts, scores)
+    resamples = _agree._Resamples(pair, seed=3)
+    metrics = [(m, None) for m in _agree.CHECKLIST_METRICS] + [
+        (m, op) for op in OPERATORS for m in ("pearson", "spearman", "kendall", "mae")]
+    for metric, op in metrics:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            expected = stats.bootstrap((np.arange(n),), _agree._statistic(pair, metric, op), n_resamples=100,
+                                       vectorized=False, method="percentile",
+                                       random_state=np.random.default_rng(3)).bootstrap_distribution
+        got = resamples.distribution(metric, op)
+        assert np.array_equal(got, expected, equal_nan=True), (metric, op)
+        assert np.isfinite(got).any(), (metric, op)
+
+
 def test_diagnosis_agreement(world, tmp_path):
     diag = tmp_path / "diag"
     diagnose_run(world["root"] / "judge", diag, strategy="adaptive", settings=SETTINGS)

@@ -23,6 +23,7 @@ from tracebench.run import run_benchmark
 from tracebench.sample import read_cases, sample_benchmark
 from tracebench.score import OPERATORS, score_run
 from tracebench.serve import ZooServer
+from tracebench.zoo import generate, parse_profile
 
 SETTINGS = ModelSettings(max_retries=3, timeout=30.0)
 
@@ -141,10 +142,9 @@ def test_scores_read_as_a_stream_equal_scores_of_the_run_held_whole(bench, tmp_p
 
 
 _KILLING_GENERATOR = r"""
-import json, os, signal, sys
+import json, os, shutil, signal, sys
 from pathlib import Path
 from tracebench.records import Case
-from tracebench.zoo import generate, parse_profile
 data = json.loads(sys.stdin.read())
 for ref in data["references"]:  # absolute copies on stdin; a case record's paths are relative to its folder
     assert Path(ref["path"]).is_absolute() and Path(ref["path"]).is_file()
@@ -163,8 +163,9 @@ if os.environ.get("KILL_AT") and n == int(os.environ["KILL_AT"]):
     shell = os.getppid()
     trace = int(Path(f"/proc/{shell}/stat").read_text().split()[3])
     os.kill(trace, signal.SIGKILL)   # a real kill -9 of `trace run`, mid-run
-png, _ = generate(case, parse_profile("global-interference"))
-Path(os.environ["TRACEBENCH_OUTPUT"]).write_bytes(png)
+# the zoo's image of the case (global-interference), drawn beforehand by the test: a process
+# that imports and loads the zoo for each case would spend most of the test starting up
+shutil.copyfile(Path(os.environ["IMAGES"]) / f"{case.id}.png", os.environ["TRACEBENCH_OUTPUT"])
 """
 
 
@@ -174,10 +175,14 @@ def test_kill_and_resume_gives_the_verdicts_of_an_uninterrupted_run(tmp_path):
     sample_benchmark(bench, slots=tuple(range(1, 9)), per_slot=2, seed=2, applications=False)
     script = tmp_path / "gen.py"
     script.write_text(_KILLING_GENERATOR)
+    (tmp_path / "images").mkdir()
+    for case in read_cases(bench):
+        (tmp_path / "images" / f"{case.id}.png").write_bytes(generate(case, parse_profile("global-interference"))[0])
     generator = f"command:{sys.executable} {script}"
     reference = tmp_path / "reference"
     args = [str(bench), "--generator", generator, "--judge", "oracle", "--concurrency", "2"]
     os.environ["COUNTER"] = str(tmp_path / "count-a")
+    os.environ["IMAGES"] = str(tmp_path / "images")
     try:
         assert run_trace("run", *args, "--out", str(reference)).returncode == 0
         os.environ["COUNTER"] = str(tmp_path / "count-b")
@@ -190,6 +195,7 @@ def test_kill_and_resume_gives_the_verdicts_of_an_uninterrupted_run(tmp_path):
     finally:
         os.environ.pop("KILL_AT", None)
         os.environ.pop("COUNTER", None)
+        os.environ.pop("IMAGES", None)
     assert RunManifest.model_validate_json((reference / "run.json").read_text()).abstentions == 0
     assert (tmp_path / "resumed" / "verdicts.jsonl").read_bytes() == (reference / "verdicts.jsonl").read_bytes()
     cases = len(list(read_cases(bench)))

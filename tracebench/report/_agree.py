@@ -238,7 +238,142 @@ def _statistic(pair: _Pair, metric: str, op: str | None):
 MIN_DEFINED = 0.9  # an interval needs the metric defined in at least this share of the resamples
 
 
-def _value(pair: _Pair, metric: str, op: str | None, seed: int) -> tuple[float | None, list[float] | None]:
+class _Resamples:
+    """The bootstrap resamples of a pair's cases, each metric computed on all of them at once.
+
+    The case indices are ``scipy.stats.bootstrap``'s own draw (``rng.integers(0, n, (RESAMPLES,
+    n))`` from ``np.random.default_rng(seed)``, one sample of ``n`` cases), and every metric is
+    computed from a resample with the same floating-point operations, in the same order, as
+    ``_statistic``'s function of it (sklearn's kappa, SciPy's Pearson, Spearman and Kendall, the
+    mean), so the distribution is the one ``scipy.stats.bootstrap(..., vectorized=False)`` gives,
+    number for number (tests/test_agree.py checks it), without a Python call per resample and
+    metric through their input checks."""
+
+    def __init__(self, pair: _Pair, seed: int) -> None:
+        n = len(pair.cases)
+        self.pair = pair
+        self.idx = np.random.default_rng(seed).integers(0, n, (RESAMPLES, n))
+        rows = np.arange(RESAMPLES)[:, None] * n
+        # how many times each case is drawn in each resample
+        self.times = np.bincount((self.idx + rows).ravel(), minlength=RESAMPLES * n).reshape(RESAMPLES, n)
+        self._tables: np.ndarray | None = None
+
+    def tables(self) -> np.ndarray:
+        """Per resample, the (a's level, b's level) question counts: whole numbers, so exact in any order."""
+        if self._tables is None:
+            counts = self.pair.counts
+            size = counts.shape[1]
+            flat = self.times.astype(float) @ counts.reshape(len(counts), size * size)
+            self._tables = flat.reshape(RESAMPLES, size, size)
+        return self._tables
+
+    def distribution(self, metric: str, op: str | None) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            if op is None:
+                return self._checklist(metric)
+            return self._operator(metric, op)
+
+    def _checklist(self, metric: str) -> np.ndarray:
+        tables = self.tables()
+        size = tables.shape[1]
+        total = tables.sum(axis=(1, 2))
+        nan = np.full(RESAMPLES, np.nan)
+        if metric == "agreement":
+            return np.where(total > 0, np.trace(tables, axis1=1, axis2=2) / total, nan)
+        if metric == "opposite_end":
+            return np.where(total > 0, (tables[:, 0, -1] + tables[:, -1, 0]) / total, nan)
+        # Cohen's kappa as sklearn.metrics.cohen_kappa_score computes it from the table
+        weights = "quadratic" if metric == "quadratic_kappa" else None
+        used = ((tables.sum(axis=2) + tables.sum(axis=1)) > 0).sum(axis=1)
+        sum0, sum1 = tables.sum(axis=1), tables.sum(axis=2)
+        expected = (sum0[:, :, None] * sum1[:, None, :]) / sum0.sum(axis=1)[:, None, None]
+        if weights is None:
+            w_mat = np.ones((size, size))
+            np.fill_diagonal(w_mat, 0)
+        else:
+            w_mat = np.zeros((size, size)) + np.arange(size)
+            w_mat = (w_mat - w_mat.T) ** 2
+        numerator = (w_mat * tables).sum(axis=(1, 2))  # whole numbers
+        weighted = np.ascontiguousarray(w_mat * expected)
+        denominator = np.array([np.sum(one) for one in weighted])  # each table's sum, in numpy's order for one
+        kappa = 1 - numerator / denominator
+        return np.where((used >= 2) & (denominator != 0), kappa, nan)
+
+    def _operator(self, metric: str, op: str) -> np.ndarray:
+        has, xs, ys = self.pair.scores[op]
+        keep = has[self.idx]  # (resample, draw): whether the drawn case has the operator
+        lengths = keep.sum(axis=1)
+        out = np.full(RESAMPLES, np.nan)
+        if metric == "kendall":
+            return self._kendall(has, xs, ys, lengths)
+        drawn = np.where(keep, self.idx, -1)
+        for length in np.unique(lengths):
+            rows = np.flatnonzero(lengths == length)
+            if length == 0 or (metric != "mae" and length < 3):
+                continue
+            picked = drawn[rows]
+            cases = picked[picked >= 0].reshape(len(rows), length)  # each resample's cases, in draw order
+            x, y = xs[cases], ys[cases]
+            if metric == "mae":
+                out[rows] = np.abs(x - y).mean(axis=1)
+                continue
+            varies = (np.ptp(x, axis=1) != 0) & (np.ptp(y, axis=1) != 0)
+            rows, x, y = rows[varies], x[varies], y[varies]
+            if metric == "pearson":
+                out[rows] = _pearson(x, y)
+            else:
+                out[rows] = [np.corrcoef(np.stack((rx, ry)))[1, 0] for rx, ry in zip(_ranks(x), _ranks(y))]
+        return out
+
+    def _kendall(self, has: np.ndarray, xs: np.ndarray, ys: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """scipy.stats.kendalltau (tau-b): its counts of discordant pairs and ties are whole numbers,
+        here counted over the distinct (x, y) values a resample draws, then its formula."""
+        cases = np.flatnonzero(has)
+        values, which = np.unique(np.stack((xs[cases], ys[cases]), axis=1), axis=0, return_inverse=True)
+        c = np.zeros((RESAMPLES, len(values)), dtype=np.int64)
+        for k, case in enumerate(cases):
+            c[:, which[k]] += self.times[:, case]
+        vx, vy = values[:, 0], values[:, 1]
+        sx = np.sign(vx[:, None] - vx[None, :])
+        sy = np.sign(vy[:, None] - vy[None, :])
+
+        def pairs(matrix: np.ndarray) -> np.ndarray:  # pairs of draws (i < j) whose values relate so
+            both = np.einsum("ri,ij,rj->r", c, matrix.astype(np.int64), c)
+            return (both - (c * np.diag(matrix).astype(np.int64)).sum(axis=1)) // 2
+
+        xtie, ytie = pairs(sx == 0), pairs(sy == 0)
+        ntie, dis = pairs((sx == 0) & (sy == 0)), pairs(sx * sy < 0)
+        tot = (lengths * (lengths - 1)) // 2
+        con_minus_dis = tot - xtie - ytie + ntie - 2 * dis
+        tau = con_minus_dis / np.sqrt(tot - xtie) / np.sqrt(tot - ytie)
+        tau = np.minimum(1., np.maximum(-1., tau))
+        defined = (lengths >= 3) & (xtie != tot) & (ytie != tot)
+        return np.where(defined, tau, np.nan)
+
+
+def _pearson(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """scipy.stats.pearsonr's statistic of each row (none constant, three values or more), by its operations."""
+    xmean = np.mean(x, axis=-1, keepdims=True)
+    ymean = np.mean(y, axis=-1, keepdims=True)
+    xm = x - xmean
+    ym = y - ymean
+    xmax = np.max(np.abs(xm), axis=-1, keepdims=True)
+    ymax = np.max(np.abs(ym), axis=-1, keepdims=True)
+    normxm = xmax * np.linalg.norm(xm / xmax, ord=2, axis=-1, keepdims=True)
+    normym = ymax * np.linalg.norm(ym / ymax, ord=2, axis=-1, keepdims=True)
+    r = np.vecdot(xm / normxm, ym / normym, axis=-1)
+    return np.clip(r, -1., 1.)
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    """Each row's ``scipy.stats.rankdata`` (ties get their average rank: halves, exact)."""
+    below = (x[:, None, :] < x[:, :, None]).sum(axis=2)
+    tied = (x[:, None, :] == x[:, :, None]).sum(axis=2)
+    return below + (tied + 1) / 2
+
+
+def _value(pair: _Pair, metric: str, op: str | None, seed: int,
+           resamples: _Resamples | None = None) -> tuple[float | None, list[float] | None]:
     """A metric on all cases, and its percentile bootstrap interval over cases: over the
     resamples where the metric is defined (a correlation is not when a resample's scores are
     constant), and none when that is less than 90% of them."""
@@ -249,13 +384,9 @@ def _value(pair: _Pair, metric: str, op: str | None, seed: int) -> tuple[float |
         return None, None
     if len(pair.cases) < 2:
         return round(value, 4), None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        result = stats.bootstrap((everything,), fn, n_resamples=RESAMPLES, vectorized=False, method="percentile",
-                                 confidence_level=0.95, random_state=np.random.default_rng(seed))
-    resamples = np.asarray(result.bootstrap_distribution)
-    defined = resamples[np.isfinite(resamples)]
-    if len(defined) < MIN_DEFINED * len(resamples):
+    resampled = (resamples or _Resamples(pair, seed)).distribution(metric, op)
+    defined = resampled[np.isfinite(resampled)]
+    if len(defined) < MIN_DEFINED * len(resampled):
         return round(value, 4), None
     low, high = np.percentile(defined, [2.5, 97.5])
     return round(value, 4), [round(float(low), 4), round(float(high), 4)]
@@ -265,13 +396,14 @@ def _compare(pair: _Pair, seed: int) -> dict[str, Any]:
     out: dict[str, Any] = {"a": pair.a, "b": pair.b, "cases": len(pair.cases), "n": int(pair.counts.sum()),
                            "levels": pair.levels, "operators": {}}
     ci: dict[str, Any] = {"operators": {}}
+    resamples = _Resamples(pair, seed) if len(pair.cases) >= 2 else None
     for metric in CHECKLIST_METRICS:
-        out[metric], ci[metric] = _value(pair, metric, None, seed)
+        out[metric], ci[metric] = _value(pair, metric, None, seed, resamples)
     for op in OPERATORS:
         out["operators"][op] = {"cases": int(pair.scores[op][0].sum())}
         ci["operators"][op] = {}
         for metric in ("pearson", "spearman", "kendall", "mae"):
-            out["operators"][op][metric], ci["operators"][op][metric] = _value(pair, metric, op, seed)
+            out["operators"][op][metric], ci["operators"][op][metric] = _value(pair, metric, op, seed, resamples)
     out["ci95"] = ci
     return out
 

@@ -25,9 +25,105 @@ def _trace_executable() -> list[str]:
     pytest.fail("the `trace` console script is not installed next to this Python")
 
 
-def run_trace(*args: str) -> subprocess.CompletedProcess:
-    # PYTHONPATH is passed on: under PYTHONPATH=<a worktree> the script runs that tree's code, not the installed one
-    return subprocess.run([*_trace_executable(), *args], capture_output=True, text=True, timeout=120)
+def run_trace(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``trace ARGS`` in a process of its own: its exit status, stdout and stderr.
+
+    The process is forked from this one, which has tracebench imported already, and runs what the
+    console script runs (``sys.exit(tracebench.cli.main())``) with ARGS and this process's
+    environment and folder: the command's code in a fresh process (its own memory, exit status,
+    file descriptors, signals), without the 0.3-0.6 s of imports a new interpreter pays before
+    each command (half the suite's CPU time was those). The console script itself still runs in
+    the tests that start it (``_trace_executable``: kills, Ctrl-C, servers, Ray) and in
+    ``test_the_console_script_runs_the_command``; ``TRACEBENCH_TEST_EXEC=1`` sends every command
+    through it, and a Ray run (``--executor``) always goes there (Ray does not survive a fork)."""
+    if os.environ.get("TRACEBENCH_TEST_EXEC") or "--executor" in args or not hasattr(os, "fork"):
+        # PYTHONPATH is passed on: under PYTHONPATH=<a worktree> the script runs that tree's code
+        return subprocess.run([*_trace_executable(), *args], capture_output=True, text=True, timeout=timeout)
+    return _forked(["trace", *args], timeout)
+
+
+def _forked(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
+    import selectors
+    import signal
+    import time
+
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the command's process: never returns into pytest
+        code = 1
+        try:
+            os.dup2(out_w, 1)
+            os.dup2(err_w, 2)
+            for fd in (out_r, out_w, err_r, err_w):
+                os.close(fd)
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.close(null)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            sys.stdin = open(0, encoding="utf-8", closefd=False)
+            sys.stdout = open(1, "w", encoding="utf-8", closefd=False)
+            sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False, buffering=1)
+            sys.argv = argv
+            from tracebench.cli import main
+
+            code = main(argv[1:])
+        except SystemExit as done:  # what sys.exit makes of it, as the interpreter would
+            if done.code is None or isinstance(done.code, int):
+                code = done.code or 0
+            else:
+                print(done.code, file=sys.stderr)
+        except BaseException:  # noqa: BLE001 - an uncaught error: the traceback and status 1, as python gives
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except BaseException:  # noqa: BLE001 - a closed pipe (trace templates | head)
+                    pass
+            os._exit(code if isinstance(code, int) else 1)
+    os.close(out_w)
+    os.close(err_w)
+    chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as selector:
+        for fd in chunks:
+            selector.register(fd, selectors.EVENT_READ)
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                for fd in chunks:
+                    os.close(fd)
+                raise subprocess.TimeoutExpired(argv, timeout)
+            for key, _ in selector.select(min(left, 1.0)):
+                data = os.read(key.fd, 1 << 16)
+                if data:
+                    chunks[key.fd].append(data)
+                else:
+                    selector.unregister(key.fd)
+    for fd in chunks:
+        os.close(fd)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    return subprocess.CompletedProcess(argv, code, b"".join(chunks[out_r]).decode("utf-8", "replace"),
+                                       b"".join(chunks[err_r]).decode("utf-8", "replace"))
+
+
+def test_the_console_script_runs_the_command(tmp_path):
+    """The installed script, as a user starts it: the same output and status as run_trace's."""
+    script = subprocess.run([*_trace_executable(), "parse", "C(f1, g_color)"], capture_output=True, text=True,
+                            timeout=120)
+    forked = run_trace("parse", "C(f1, g_color)")
+    assert (script.returncode, script.stdout, script.stderr) == (forked.returncode, forked.stdout, forked.stderr)
+    bad = subprocess.run([*_trace_executable(), "parse", "C(f1,"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and (bad.stdout, bad.stderr) == (run_trace("parse", "C(f1,").stdout,
+                                                                 run_trace("parse", "C(f1,").stderr)
 
 
 def test_parse_prints_canonical_form_and_slots():

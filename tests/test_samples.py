@@ -232,3 +232,31 @@ def test_the_dry_run_counts_every_sample_and_the_cache_of_each(small, sampled, a
                           samples=3, dry_run=True, cache_dir=apart / "0" / "cache")  # sample 0 alone is cached
     assert (first.generations, first.generations_cached, first.judge_calls) == (2 * cases, cases,
                                                                                 {"oracle": 2 * cases})
+
+
+# ------------------------------------------------------------------ review: the readers' remaining holes
+
+def _split_samples(cases) -> list[tuple]:
+    """Each case with two samples: every question passes in the first, fails in the second (each
+    case's mean is 0.5 on every operator: only the samples vary, never the cases)."""
+    from tracebench.outcomes import FAILED, PASSED
+
+    return [(case, ({q.id: PASSED for q in case.checklist}, {q.id: FAILED for q in case.checklist}))
+            for case in cases]
+
+
+def test_the_nested_intervals_resample_the_samples_within_each_case(small, sampled, tmp_path):
+    from tracebench.score import score_cases
+
+    assert _ci([0.5] * 40, 0) == (0.5, 0.5)  # the case means alone do not vary ...
+    low, high = _ci([0.5] * 40, 0, [(0.0, 1.0)] * 40)  # ... their samples do
+    assert low < 0.45 and high > 0.55
+    cases = list(read_cases(small))
+    scores = score_cases(RUN_MANIFEST.read(sampled), _split_samples(cases), root=tmp_path)
+    assert scores.avg == 0.5 and scores.case_weighted.overall == 0.5
+    for ci in (scores.ci95["avg"], scores.case_weighted.ci95["overall"]):  # the slot levels' table and the cases'
+        assert ci[0] < 0.5 < ci[1]
+    first = score_cases(RUN_MANIFEST.read(sampled), [(c, samples[0]) for c, samples in _split_samples(cases)],
+                        root=tmp_path)
+    assert first.ci95["avg"] == (1.0, 1.0)
+

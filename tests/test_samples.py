@@ -260,3 +260,22 @@ def test_the_nested_intervals_resample_the_samples_within_each_case(small, sampl
                         root=tmp_path)
     assert first.ci95["avg"] == (1.0, 1.0)
 
+
+def test_difficulty_weights_of_a_sampled_run_are_the_mean_over_its_samples(sampled):
+    from types import SimpleNamespace
+
+    from tracebench.outcomes import FAILED, PASSED
+    from tracebench.score import difficulty_weights, weights_from_runs
+
+    case = SimpleNamespace(id="c")
+    runs = [("a", "h", [(case, ({"q": PASSED, "r": PASSED}, {"q": FAILED, "r": PASSED}, {"q": PASSED}))]),
+            ("b", "h", [(case, {"q": FAILED})])]
+    weights = difficulty_weights(runs, tool="t").weights["c"]
+    assert weights == {"q": round(1 - fmean([2 / 3, 0.0]), 4), "r": 0.05}  # run a: 2 of 3 samples pass q; not a tie
+    run = load_run(sampled)
+    found = weights_from_runs([sampled]).weights
+    for case_id, samples in run.samples.items():
+        for qid, weight in found[case_id].items():
+            values = [s[qid].value for s in samples if qid in s and s[qid].answered]
+            assert weight == round(max(0.05, 1 - fmean(values)), 4)
+

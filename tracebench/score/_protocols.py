@@ -224,20 +224,28 @@ def _sample_mean(values: list[float]) -> float:
     return values[0] if len(values) == 1 else sum(values) / len(values)
 
 
-def difficulty_weights(runs: Sequence[tuple[str, str, Iterable[tuple[Case, Mapping[str, Outcome]]]]],
+def difficulty_weights(runs: Sequence[tuple[str, str, Iterable[tuple[Case, Mapping[str, Outcome]
+                                                             | Sequence[Mapping[str, Outcome]]]]]],
                        tool: str, floor: float = WEIGHT_FLOOR) -> DifficultyWeights:
     """P@tau's difficulty weights from reference runs given as (name, cases hash, their cases with
     outcomes): per item ``w_j = max(floor, 1 - mean value of j over the runs that answered it)``.
-    The runs must be of one benchmark."""
+    A case's outcomes may be one mapping per sample (``trace run --samples K``): a run's value of
+    an item is then the mean over the samples that answered it (the run counts once, as a run of
+    one sample does). The runs must be of one benchmark."""
     hashes = {h for _, h, _ in runs}
     if len(hashes) != 1:
         raise TraceError("--weights-from: the runs are of different benchmarks (their cases.jsonl differ)")
     sums: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for _, _, cases in runs:
-        for case, outcomes in cases:
-            for qid, outcome in outcomes.items():
-                if outcome.answered:
-                    sums[case.id][qid].append(outcome.value)  # type: ignore[arg-type]
+        for case, given in cases:
+            samples = (given,) if isinstance(given, Mapping) else tuple(given)
+            answered: dict[str, list[float]] = defaultdict(list)
+            for outcomes in samples:
+                for qid, outcome in outcomes.items():
+                    if outcome.answered:
+                        answered[qid].append(outcome.value)  # type: ignore[arg-type]
+            for qid, values in answered.items():
+                sums[case.id][qid].append(_sample_mean(values))
     weights = {cid: {qid: round(max(floor, 1 - fmean(vs)), 4) for qid, vs in sorted(qs.items())}
                for cid, qs in sorted(sums.items())}
     return DifficultyWeights(tool=tool, cases_hash=hashes.pop(), runs=tuple(name for name, _, _ in runs),

@@ -417,7 +417,7 @@ def weights_from_runs(run_dirs: Sequence[Path]) -> DifficultyWeights:
 
     streams = [stream_run(r) for r in run_dirs]
     return difficulty_weights([(str(Path(r).resolve()), s.manifest.cases_hash,
-                                ((item.case, item.outcomes) for item in s)) for r, s in zip(run_dirs, streams)],
+                                ((item.case, item.samples) for item in s)) for r, s in zip(run_dirs, streams)],
                               tool=f"tracebench {__version__}")
 
 

@@ -279,3 +279,24 @@ def test_difficulty_weights_of_a_sampled_run_are_the_mean_over_its_samples(sampl
             values = [s[qid].value for s in samples if qid in s and s[qid].answered]
             assert weight == round(max(0.05, 1 - fmean(values)), 4)
 
+
+def test_a_cluttered_case_counts_once_in_the_selection_scores_whatever_its_samples(tmp_path, sampled):
+    from tracebench.records import GenerationInfo
+    from tracebench.sample import sample_benchmark
+    from tracebench.sample._clutter import ClutterSpec
+    from tracebench.score import score_cases
+    from tracebench.jsonfiles import write_json
+
+    sample_benchmark(tmp_path / "bench", slots=(2,), per_slot=2, seed=3, applications=False,
+                     clutter=ClutterSpec(1, 1, pool=True))
+    cases = list(read_cases(tmp_path / "bench"))
+    images = tmp_path / "run" / "images"
+    images.mkdir(parents=True)
+    for case in cases:  # sample 0 used every reference, sample 1 none
+        write_json(images / f"{case.id}.json",
+                   GenerationInfo(case_id=case.id, used_references=tuple(r.image for r in case.references)))
+        write_json(images / f"{case.id}~1.json", GenerationInfo(case_id=case.id, used_references=(), sample=1))
+    selection = score_cases(RUN_MANIFEST.read(sampled), _split_samples(cases), root=tmp_path / "run").selection
+    assert selection.cases == len(cases) and selection.distractors == sum(len(c.distractors) for c in cases)
+    assert selection.distractors_used == 0.5 and selection.targets == sum(len(c.clutter.pooled) for c in cases)
+

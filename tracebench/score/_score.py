@@ -506,15 +506,15 @@ def score_cases(manifest: RunManifest,
                 values = [o.value for outcomes in samples if (o := outcomes.get(q.id)) is not None and o.answered]
                 if q.aspect == REJECTION and values:
                     rejections[q.op].append(values[0] if len(values) == 1 else fmean(values))  # type: ignore[arg-type]
-            for k in range(len(samples)):  # every generation's report of the references it used
-                info = read_generation_info(Path(root) / IMAGES_DIR, case.id, k)
-                if info is not None and info.used_references is not None:
-                    used = set(info.used_references)
-                    reporting += 1
-                    targets += len(case.clutter.pooled)
-                    found += sum(p.image in used for p in case.clutter.pooled)
-                    distractors += len(case.distractors)
-                    taken += sum(d.image in used for d in case.distractors)
+            used = [set(info.used_references) for k in range(len(samples))  # each generation's report
+                    if (info := read_generation_info(Path(root) / IMAGES_DIR, case.id, k)) is not None
+                    and info.used_references is not None]
+            if used:  # the case counts once, with the mean over the samples that reported (--samples)
+                reporting += 1
+                targets += len(case.clutter.pooled)
+                found += fmean(sum(p.image in u for p in case.clutter.pooled) for u in used)
+                distractors += len(case.distractors)
+                taken += fmean(sum(d.image in u for d in case.distractors) for u in used)
         inner = None
         if len(samples) == 1:
             per_case = case_scores(instances)

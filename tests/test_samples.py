@@ -300,3 +300,32 @@ def test_a_cluttered_case_counts_once_in_the_selection_scores_whatever_its_sampl
     assert selection.cases == len(cases) and selection.distractors == sum(len(c.distractors) for c in cases)
     assert selection.distractors_used == 0.5 and selection.targets == sum(len(c.clutter.pooled) for c in cases)
 
+
+@pytest.mark.parametrize("damage, message", [
+    ("padded", "is not the image of a later sample"),  # s~01.png: a name no reader of the run looks for
+    ("twice", "has an image already"),  # s~1.png and s~1.jpg: two images of one sample
+    ("first-record", "generation.sample"),
+])
+def test_an_import_refuses_a_sample_image_it_would_misname_or_give_twice(sampled, tmp_path, damage, message):
+    pytest.importorskip("datasets")
+    import pyarrow.parquet as pq
+
+    from tracebench.errors import TraceError
+    from tracebench.share import export_folder, import_dataset
+
+    export_folder(sampled, tmp_path / "ex")
+    shard = next((tmp_path / "ex" / "data").glob("*.parquet"))
+    table = pq.read_table(shard)
+    rows = table.to_pylist()
+    row = rows[0]
+    first, second = row["sample_images"]
+    if damage == "padded":
+        first["path"] = first["path"].replace("~1.", "~01.")
+    elif damage == "twice":
+        row["sample_images"] = [first, {**first, "path": first["path"].replace(".png", ".jpg")}]
+    else:
+        row["generation"] = {"case_id": row["id"], "used_references": None, "collage": False, "sample": 2}
+    pq.write_table(type(table).from_pylist(rows, schema=table.schema), shard)
+    with pytest.raises(TraceError, match=message):
+        import_dataset(tmp_path / "ex", tmp_path / "back")
+    assert not (tmp_path / "back").exists()

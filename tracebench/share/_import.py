@@ -238,6 +238,9 @@ def _import_run(folder: Path, out: Path, section: dict, cases_dir: Path | None) 
                 info = _record(GenerationInfo, row[GENERATION], f"{where}: {GENERATION}")
                 if info.case_id != case.id:
                     raise TraceError(f"{where}: {GENERATION}.case_id: {info.case_id!r}, not the row's case {case.id}")
+                if info.sample:  # the first generation's record; a later one's is in sample_generations
+                    raise TraceError(f"{where}: {GENERATION}.sample: {info.sample}, but the column holds the first "
+                                     f"generation's record ({SAMPLE_GENERATIONS} the later ones')")
                 write_json(images / f"{case.id}{GENERATION_SUFFIX}", info)
             if manifest.samples:
                 _sample_files(row, where, images, case.id, manifest.samples)
@@ -264,22 +267,35 @@ def _import_run(folder: Path, out: Path, section: dict, cases_dir: Path | None) 
 def _sample_files(row: dict, where: str, images: Path, case_id: str, samples: int) -> None:
     """The later samples' images and generation records of a row (``trace run --samples``), written
     where the run holds them (``images/<case id>~<k>.png``); a name that is not one is refused."""
+    given: dict[int, int] = {}  # sample -> the entry that gave its image (one image a sample)
     for k, image in enumerate(row[SAMPLE_IMAGES] or []):
         what = f"{where}: {SAMPLE_IMAGES}[{k}]"
         data = _image_bytes(image, what)
         name = Path(str(image.get("path") or "")).name
         stem, suffix = name.rsplit(".", 1) if "." in name else (name, "")
         base, _, index = stem.partition(SAMPLE_SEPARATOR)
-        if base != case_id or not index.isdigit() or not 1 <= int(index) < samples or f".{suffix}" not in _SUFFIXES:
+        # the index as the run names it (ASCII digits, no leading zero): "~01" or "~١" would be written
+        # under a name no reader of the run folder looks for
+        exact = index.isascii() and index.isdigit() and str(int(index)) == index
+        if base != case_id or not exact or not 1 <= int(index) < samples or f".{suffix}" not in _SUFFIXES:
             raise TraceError(f"{what}: {name!r} is not the image of a later sample of case {case_id} "
                              f"({case_id}{SAMPLE_SEPARATOR}K.png, K from 1 to {samples - 1})")
+        if int(index) in given:
+            raise TraceError(f"{what}: sample {index} of case {case_id} has an image already "
+                             f"({SAMPLE_IMAGES}[{given[int(index)]}])")
+        given[int(index)] = k
         inside(images, name, what, "run folder").write_bytes(data)
+    said: dict[int, int] = {}  # sample -> the entry that gave its generation record
     for k, data in enumerate(row[SAMPLE_GENERATIONS] or []):
         what = f"{where}: {SAMPLE_GENERATIONS}[{k}]"
         info = _record(GenerationInfo, data, what)
         if info.case_id != case_id or not info.sample or info.sample >= samples:
             raise TraceError(f"{what}: case {info.case_id!r} sample {info.sample}, not a later sample of the row's "
                              f"case {case_id}")
+        if info.sample in said:
+            raise TraceError(f"{what}: sample {info.sample} of case {case_id} has a generation record already "
+                             f"({SAMPLE_GENERATIONS}[{said[info.sample]}])")
+        said[info.sample] = k
         write_json(images / f"{sample_name(case_id, info.sample)}{GENERATION_SUFFIX}", info)
 
 

@@ -330,3 +330,17 @@ def test_an_import_refuses_a_sample_image_it_would_misname_or_give_twice(sampled
     with pytest.raises(TraceError, match=message):
         import_dataset(tmp_path / "ex", tmp_path / "back")
     assert not (tmp_path / "back").exists()
+
+
+def test_a_verdict_of_a_sample_the_run_did_not_make_is_an_error_not_one_more_sample(sampled, tmp_path):
+    import shutil
+
+    from tracebench.errors import TraceError
+
+    shutil.copytree(sampled, tmp_path / "run", ignore=shutil.ignore_patterns("cache", "images"))
+    lines = (tmp_path / "run" / "verdicts.jsonl").read_text().splitlines(keepends=True)
+    stray = {**json.loads(lines[0]), "sample": 3}  # a K=3 run: samples 0 .. 2
+    (tmp_path / "run" / "verdicts.jsonl").write_text(lines[0] + json.dumps(stray) + "\n" + "".join(lines[1:]))
+    for read in (score_run, load_run):
+        with pytest.raises(TraceError, match=r"verdicts.jsonl:2: sample: 3, but the run made 3 samples"):
+            read(tmp_path / "run")

@@ -687,10 +687,15 @@ def checked_run_verdicts(run_dir: Path, cases, cases_dir: Path, *,
     file tracebench writes, so a question twice is looked for within a case's lines and
     nothing is remembered from one case to the next (the memory of a large run's reader)."""
     path = VERDICTS.path(run_dir)
+    # the generations each case has (trace run --samples K: 0 .. K-1): a verdict of another is an error
+    samples = (RUN_MANIFEST.read(run_dir).samples or 1) if RUN_MANIFEST.path(run_dir).is_file() else None
     asked: dict[str, set[str]] = {}
     first: dict[str, int] = {}
     current, case = None, None
     for lineno, _, _, v in VERDICTS.read_spanned(run_dir, unique=not together):
+        if samples is not None and (v.sample or 0) >= samples:
+            raise TraceError(f"{path}:{lineno}: sample: {v.sample}, but the run made {samples} "
+                             f"sample{'s' if samples > 1 else ''} a case (run.json samples)")
         if v.case_id != current:
             current, case = v.case_id, cases.get(v.case_id)
             if case is None:

@@ -344,3 +344,19 @@ def test_a_verdict_of_a_sample_the_run_did_not_make_is_an_error_not_one_more_sam
     for read in (score_run, load_run):
         with pytest.raises(TraceError, match=r"verdicts.jsonl:2: sample: 3, but the run made 3 samples"):
             read(tmp_path / "run")
+
+
+def test_compare_and_the_protocols_take_every_sample(sampled, apart):
+    from tracebench.score._compare import _case_metrics
+
+    separate = [_case_metrics(apart / str(k), ("macro",))[1] for k in range(3)]
+    for case_id, (_, metrics) in _case_metrics(sampled, ("macro",))[1].items():
+        for name in ("overall", "macro"):
+            assert metrics[name] == pytest.approx(fmean(run[case_id][1][name] for run in separate))
+    names = ("longbanana", "macro")
+    mine = score_run(sampled, protocols=names).protocols
+    each = [score_run(apart / str(k), protocols=names).protocols for k in range(3)]
+    for name in names:  # every case scored in every sample: the mean of cases' means is the mean of the runs'
+        assert mine[name].cases == 16 and all(p[name].cases == 16 for p in each)
+        assert mine[name].overall == pytest.approx(fmean(p[name].overall for p in each), abs=2e-4)
+    assert mine["longbanana"].pass_rate == pytest.approx(fmean(p["longbanana"].pass_rate for p in each), abs=2e-4)

@@ -306,6 +306,7 @@ def test_a_cluttered_case_counts_once_in_the_selection_scores_whatever_its_sampl
     ("padded", "is not the image of a later sample"),  # s~01.png: a name no reader of the run looks for
     ("twice", "has an image already"),  # s~1.png and s~1.jpg: two images of one sample
     ("first-record", "generation.sample"),
+    ("sample-verdict", "but the run made 3 samples"),  # a verdict of sample 3 of a run of 3
 ])
 def test_an_import_refuses_a_sample_image_it_would_misname_or_give_twice(sampled, tmp_path, damage, message):
     pytest.importorskip("datasets")
@@ -324,8 +325,10 @@ def test_an_import_refuses_a_sample_image_it_would_misname_or_give_twice(sampled
         first["path"] = first["path"].replace("~1.", "~01.")
     elif damage == "twice":
         row["sample_images"] = [first, {**first, "path": first["path"].replace(".png", ".jpg")}]
-    else:
+    elif damage == "first-record":
         row["generation"] = {"case_id": row["id"], "used_references": None, "collage": False, "sample": 2}
+    else:
+        row["verdicts"][0]["sample"] = 3
     pq.write_table(type(table).from_pylist(rows, schema=table.schema), shard)
     with pytest.raises(TraceError, match=message):
         import_dataset(tmp_path / "ex", tmp_path / "back")

@@ -260,6 +260,11 @@ def test_the_nested_intervals_resample_the_samples_within_each_case(small, sampl
     first = score_cases(RUN_MANIFEST.read(sampled), [(c, samples[0]) for c, samples in _split_samples(cases)],
                         root=tmp_path)
     assert first.ci95["avg"] == (1.0, 1.0)
+    # half the cases with samples alike, half split: the spread and the share disagreeing
+    mixed = [(case, (samples[0], samples[0]) if k % 2 else samples) for k, (case, samples)
+             in enumerate(_split_samples(cases))]
+    spread = score_cases(RUN_MANIFEST.read(sampled), mixed, root=tmp_path).samples
+    assert (spread.samples, spread.cases, spread.spread, spread.disagree) == (2, 16, 0.25, 0.5)
 
 
 def test_difficulty_weights_of_a_sampled_run_are_the_mean_over_its_samples(sampled):

@@ -305,6 +305,8 @@ def test_a_cluttered_case_counts_once_in_the_selection_scores_whatever_its_sampl
     selection = score_cases(RUN_MANIFEST.read(sampled), _split_samples(cases), root=tmp_path / "run").selection
     assert selection.cases == len(cases) and selection.distractors == sum(len(c.distractors) for c in cases)
     assert selection.distractors_used == 0.5 and selection.targets == sum(len(c.clutter.pooled) for c in cases)
+    rejection = score_cases(RUN_MANIFEST.read(sampled), _split_samples(cases), root=tmp_path / "run").rejection
+    assert rejection and all(r.rate == 0.5 for r in rejection.values())  # passed in one sample of two
 
 
 @pytest.mark.parametrize("damage, message", [
@@ -368,3 +370,7 @@ def test_compare_and_the_protocols_take_every_sample(sampled, apart):
         assert mine[name].cases == 16 and all(p[name].cases == 16 for p in each)
         assert mine[name].overall == pytest.approx(fmean(p[name].overall for p in each), abs=2e-4)
     assert mine["longbanana"].pass_rate == pytest.approx(fmean(p["longbanana"].pass_rate for p in each), abs=2e-4)
+    from tracebench.score import leaderboard
+
+    (row,) = leaderboard([sampled]).rows  # the board scores as trace score does
+    assert row.avg == score_run(sampled).avg

@@ -374,3 +374,15 @@ def test_compare_and_the_protocols_take_every_sample(sampled, apart):
 
     (row,) = leaderboard([sampled]).rows  # the board scores as trace score does
     assert row.avg == score_run(sampled).avg
+
+
+def test_a_label_file_names_a_later_sample_as_case_tilde_k_whichever_rater_is_the_run(small, sampled, tmp_path):
+    from tracebench.report._agree import agree
+
+    lines = [line for line in _lines(sampled) if line["case_id"] in {"s1-00000", "s2-00000"}]
+    labels = tmp_path / "labels.jsonl"  # a labeller's answers on every generation of two cases: what the run says
+    labels.write_text("".join(json.dumps({"case_id": line["case_id"] + (f"~{line['sample']}" if "sample" in line else ""),
+                                          "question_id": line["question_id"], "pass": line["verdict"] == "pass"}) + "\n"
+                              for line in lines))
+    result = agree(small, human=sampled, judges=[labels])  # the run as the first rater, the file naming s~k second
+    assert result["n"] == len(lines) and result["agreement"] == 1.0

@@ -468,7 +468,9 @@ def agree(cases_dir: Path, *, human: Path | None = None, judges: Sequence[Path] 
 
     The headline keys (``n``, ``agreement``, ``cohen_kappa``, ``operators``, ``ci95``) are the
     first pair's: the human against the first judge, or the first two judges."""
-    samples = max([RUN_MANIFEST.read(p).samples or 1 for p in judges if RUN_MANIFEST.path(Path(p)).is_file()] or [1])
+    raters_given = [p for p in (human, *judges) if p is not None]  # any rater may be a run folder (read_labels)
+    samples = max([RUN_MANIFEST.read(Path(p)).samples or 1 for p in raters_given
+                   if RUN_MANIFEST.path(Path(p)).is_file()] or [1])
     cases = with_samples({c.id: c for c in read_cases(Path(cases_dir))}, samples)
     raters: dict[str, Answers] = {}
     if human is not None:

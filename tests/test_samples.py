@@ -193,16 +193,52 @@ def test_a_sampled_run_exports_imports_and_reports_its_samples(sampled, tmp_path
     assert all("sample 2, oracle:" in body for body in bodies.values())  # each judge line names its sample
 
 
-def test_a_diagnosis_of_a_sampled_run_generates_its_roots_again(sampled, tmp_path):
+def test_a_diagnosis_of_a_sampled_run_judges_every_node_as_the_run_judged_its_cases(sampled, tmp_path):
     result = run_trace("diagnose", str(sampled), "--out", str(tmp_path / "diag"), "--cases", "failing")
     assert result.returncode == 0, result.stderr
     from tracebench.records import DIAGNOSIS_MANIFEST, TREES
 
-    assert DIAGNOSIS_MANIFEST.read(tmp_path / "diag").roots_from_run is False
+    manifest = DIAGNOSIS_MANIFEST.read(tmp_path / "diag")
+    assert manifest.roots_from_run is False and manifest.repeats == 3  # the run's K, not one new generation
     failing = {case_id for case_id, outcomes in load_run(sampled).verdicts.items()
                if any(o.failed for o in outcomes.values())}
-    diagnosed = {tree.case_id for tree in TREES.read(tmp_path / "diag")}
-    assert diagnosed and diagnosed <= failing
+    trees = list(TREES.read(tmp_path / "diag"))
+    assert {tree.case_id for tree in trees} == failing
+    # every node judged over K generations of its own (the root too: its sub-case is generated again)
+    assert all(len(node.sample_images) == 2 and all(len(s) == 3 for s in node.sample_status.values())
+               for tree in trees for node in tree.nodes if node.evaluated and node.same_as is None)
+    once = run_trace("diagnose", str(sampled), "--out", str(tmp_path / "once"), "--cases", "failing",
+                     "--repeats", "1")
+    assert once.returncode == 0, once.stderr and DIAGNOSIS_MANIFEST.read(tmp_path / "once").repeats == 1
+
+
+def test_the_protocols_intervals_are_nested_too(small, sampled, apart):
+    from tracebench.score._protocols import _case_scores
+
+    separate = [load_run(apart / str(k)) for k in range(3)]
+    inner = [tuple(_case_scores(c, run.verdicts[c.id], None, 70.0)["longbanana"]["overall"] for run in separate)
+             for c in read_cases(small)]
+    scores = score_run(sampled, protocols=["longbanana"]).protocols["longbanana"]
+    assert scores.ci95 == _ci([fmean(values) for values in inner], 0, inner)
+    assert scores.ci95 != _ci([fmean(values) for values in inner], 0)  # not the interval of the case means alone
+
+
+def test_the_report_shows_each_question_s_majority_over_the_samples(sampled, tmp_path):
+    import re
+
+    from test_report_page import unpack
+
+    run = load_run(sampled)
+    report = run_trace("report", str(sampled), "--out", str(tmp_path / "page.html"))
+    assert report.returncode == 0, report.stderr
+    _, bodies = unpack((tmp_path / "page.html").read_text())
+    differs = 0
+    for case_id, body in bodies.items():
+        for qid, outcome in run.verdicts[case_id].items():
+            row = re.search(rf"<code>{re.escape(qid)}</code>.*?<td class=\"v-(\w+)\">", body, re.S)
+            assert row and row.group(1) == outcome.status.value
+            differs += run.samples[case_id][0][qid].status is not outcome.status
+    assert differs  # some question's first sample says otherwise than the majority the page shows
 
 
 def test_later_samples_of_a_served_generator_are_sent_their_own_seed(small, tmp_path):

@@ -32,9 +32,10 @@ def register(sub) -> None:
     p.add_argument("--judge", action="append", metavar="SPEC", help="judge of the nodes, repeatable (default: the run's)")
     p.add_argument("--strategy", choices=("full", "adaptive"), default="full",
                    help="full: the whole tree (default); adaptive: only branches holding an unexplained failure")
-    p.add_argument("--repeats", type=_repeats, default=1, metavar="K",
+    p.add_argument("--repeats", type=_repeats, default=None, metavar="K",
                    help="generate every node K times (the root too: the run's image is its first) and decide each "
-                        "question there by its majority, a tie unknown (default 1, as the paper)")
+                        "question there by its majority, a tie unknown (default 1, as the paper; for a run of "
+                        "trace run --samples K, K, as the run judged its cases)")
     p.add_argument("--gating", choices=("within", "cross"), default="within",
                    help="which dependencies fail a question, as trace score --gating (default within, the paper)")
     add_model_options(p, cache_default="DIAG_DIR/cache", defaults_from="the run's")

@@ -571,11 +571,12 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
                  concurrency: int = 8, judge_batch: str | None = None, cache_dir: Path | None = None,
                  shard: tuple[int, int] | None = None, retry_abstained: bool = False,
                  progress: bool | None = None, window: int | None = None,
-                 gating: Gating | str = Gating.WITHIN, repeats: int = 1, executor: str = "local",
+                 gating: Gating | str = Gating.WITHIN, repeats: int | None = None, executor: str = "local",
                  workers: int = 1, gpus_per_worker: float = 0.0, ray_address: str | None = None) -> DiagnosisSummary:
     """Diagnose the cases of a run folder into ``out`` (see the module docstring); ``window``
     roots at a time (:data:`WINDOW`); ``gating`` as ``trace score --gating``; ``repeats``
-    generations of every node (the root's first is the run's), decided by majority.
+    generations of every node (the root's first is the run's), decided by majority (None: 1, or
+    for a run of ``--samples K`` K, so that every node is judged as the run judged its cases).
 
     ``executor``: ``local`` (the nodes' images made here) or ``ray``, as ``trace run``'s: one set of
     ``workers`` Ray actors (:class:`~tracebench.providers.RayGenerator`), started at the first
@@ -585,10 +586,12 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
     gating = Gating(gating)
     if strategy not in STRATEGIES:
         raise TraceError(f"--strategy: {strategy!r} is neither full nor adaptive")
-    if not isinstance(repeats, int) or repeats < 1:
-        raise TraceError(f"--repeats: {repeats} must be a whole number of at least 1")
     run = stream_run(run_dir)  # read as a stream: only the chosen cases are kept
     manifest = run.manifest
+    if repeats is None:
+        repeats = manifest.samples or 1
+    if not isinstance(repeats, int) or repeats < 1:
+        raise TraceError(f"--repeats: {repeats} must be a whole number of at least 1")
     settings = with_endpoints(settings or ModelSettings(seed=manifest.seed or 0), manifest.endpoints,
                               generator=manifest.generator, judges=manifest.judges)
     if settings.scale is None:  # the judges answer on the run's scale unless told otherwise

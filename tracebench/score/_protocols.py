@@ -169,6 +169,9 @@ class ProtocolTally:
         self.overall: dict[str, list[float]] = defaultdict(list)
         self.dims: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
         self.passed: list[float] = []
+        # trace run --samples: each value's per-sample values (same keys and order), for nested intervals
+        self.inner: dict[tuple, list[tuple[float, ...]]] = defaultdict(list)
+        self.sampled = False
         self.weights_missing = 0
 
     def add(self, case: Case, outcomes: Mapping[str, Outcome] | Sequence[Mapping[str, Outcome]]) -> None:
@@ -186,15 +189,29 @@ class ProtocolTally:
             if name not in wanted:
                 continue
             results = [scores[name] for scores in each if name in scores]
-            self.overall[name].append(_sample_mean([r["overall"] for r in results]))
+            sampled = len(samples) > 1  # a run of --samples K: every case has its K
+            self._add(self.overall[name], (name,), [r["overall"] for r in results], sampled)
             for d in dict.fromkeys(d for r in results for d in r["dimensions"]):
-                self.dims[name][d].append(_sample_mean([r["dimensions"][d] for r in results if d in r["dimensions"]]))
+                self._add(self.dims[name][d], (name, d), [r["dimensions"][d] for r in results if d in r["dimensions"]],
+                          sampled)
             if name == "longbanana":
-                self.passed.append(_sample_mean([100.0 if r["passed"] else 0.0 for r in results]))
+                self._add(self.passed, ("passed",), [100.0 if r["passed"] else 0.0 for r in results], sampled)
+
+    def _inner(self, key: tuple) -> list[tuple[float, ...]] | None:
+        return self.inner.get(key) if self.sampled else None
+
+    def _add(self, values: list[float], key: tuple, each: list[float], sampled: bool) -> None:
+        """A case's value (its samples' mean), and in a sampled run its samples' values for the
+        nested interval (a run of one sample keeps floats only)."""
+        values.append(_sample_mean(each))
+        if sampled:
+            self.inner[key].append(tuple(each))
+            self.sampled = True
 
     def result(self, trace: ProtocolScore | None, ci) -> dict[str, ProtocolScore]:
-        """The protocols asked, by name (``trace``: the operator table given); ``ci(values)`` is
-        the bootstrap interval the scores use."""
+        """The protocols asked, by name (``trace``: the operator table given); ``ci(values, inner)`` is
+        the bootstrap interval the scores use (``inner``: each case's per-sample values with ``trace
+        run --samples``, resampled within the case; None for runs of one sample)."""
         out: dict[str, ProtocolScore] = {}
         for name in self.protocols:
             if name == "trace":
@@ -205,13 +222,16 @@ class ProtocolTally:
             dims = self.dims.get(name, {})
             extra = {}
             if name == "longbanana":
-                extra = {"tau": self.tau, "pass_rate": _round(_mean(self.passed)), "pass_rate_ci95": ci(self.passed),
+                extra = {"tau": self.tau, "pass_rate": _round(_mean(self.passed)),
+                         "pass_rate_ci95": ci(self.passed, self._inner(("passed",))),
                          "weights": self.weights_name or "uniform",
                          "weights_missing": None if self.weights is None else self.weights_missing}
             out[name] = ProtocolScore(
                 protocol=name, range="0-10" if name == "macro" else "0-100", overall=_round(_mean(values)),
-                ci95=ci(values), dimensions={d: _round(_mean(dims.get(d, []))) for d in DIMENSIONS[name]},
-                dimension_ci95={d: ci(dims.get(d, [])) for d in DIMENSIONS[name]}, cases=len(values), **extra)
+                ci95=ci(values, self._inner((name,))),
+                dimensions={d: _round(_mean(dims.get(d, []))) for d in DIMENSIONS[name]},
+                dimension_ci95={d: ci(dims.get(d, []), self._inner((name, d))) for d in DIMENSIONS[name]},
+                cases=len(values), **extra)
         return out
 
 

@@ -199,14 +199,21 @@ def test_a_diagnosis_of_a_sampled_run_judges_every_node_as_the_run_judged_its_ca
     from tracebench.records import DIAGNOSIS_MANIFEST, TREES
 
     manifest = DIAGNOSIS_MANIFEST.read(tmp_path / "diag")
-    assert manifest.roots_from_run is False and manifest.repeats == 3  # the run's K, not one new generation
+    assert manifest.roots_from_run is True and manifest.repeats == 3  # the run's K, not one new generation
     failing = {case_id for case_id, outcomes in load_run(sampled).verdicts.items()
                if any(o.failed for o in outcomes.values())}
     trees = list(TREES.read(tmp_path / "diag"))
     assert {tree.case_id for tree in trees} == failing
-    # every node judged over K generations of its own (the root too: its sub-case is generated again)
+    # every node judged over K generations; a root's are the run's K samples, so it fails as the run's majority
     assert all(len(node.sample_images) == 2 and all(len(s) == 3 for s in node.sample_status.values())
                for tree in trees for node in tree.nodes if node.evaluated and node.same_as is None)
+    for tree in trees:
+        root = tree.nodes[0]
+        assert root.sample_images == tuple(str((sampled / "images" / f"{tree.case_id}~{k}.png").resolve())
+                                           for k in (1, 2))
+        assert any(status == "fail" for status in root.status.values())
+    rounds = sorted((tmp_path / "diag" / "rounds").glob("*/cases/cases.jsonl"))
+    assert not any(f'"id":"{tree.case_id}.N0"' in path.read_text() for path in rounds for tree in trees)
     once = run_trace("diagnose", str(sampled), "--out", str(tmp_path / "once"), "--cases", "failing",
                      "--repeats", "1")
     assert once.returncode == 0, once.stderr and DIAGNOSIS_MANIFEST.read(tmp_path / "once").repeats == 1

@@ -241,10 +241,23 @@ def _chosen_items(items: Iterable[Item], ids: Sequence[str]) -> Iterator[Item]:
 
 
 def _streamed(run) -> Iterator[Item]:
-    """A run stream's cases as :func:`_choose` takes them."""
+    """A run stream's cases as :func:`_choose` takes them (with ``--samples``, each question's
+    majority over the samples)."""
     for item in run:
         yield item.case, item.outcomes, {v.question_id: abstention_reason(v) for v in item.verdicts
                                          if not v.outcome.answered}
+
+
+def _streamed_samples(run) -> Iterator[tuple[Case, tuple[dict[str, Outcome], ...], tuple[dict[str, str], ...]]]:
+    """A run stream's cases with their verdicts and abstention reasons per sample (one, without
+    ``--samples``): the roots' generations, as the run made and judged them."""
+    for item in run:
+        samples = item.samples
+        reasons: tuple[dict[str, str], ...] = tuple({} for _ in samples)
+        for v in item.verdicts:
+            if not v.outcome.answered:
+                reasons[v.sample or 0][v.question_id] = abstention_reason(v)
+        yield item.case, samples, reasons
 
 
 def _select(run, which: str, shard: tuple[int, int] | None) -> list[Case]:
@@ -623,9 +636,8 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
     generator_spec, judge_specs = gen.spec, tuple(j.spec for j in judge_list)
     roots_from_run = (generator_spec == manifest.generator and judge_specs == tuple(manifest.judges)
                       and judge_batch == manifest.judge_batch and seed == manifest.seed and manifest.sample == 0
-                      and scale == (manifest.scale or "binary")
-                      and not manifest.samples)  # a run of K samples chose the roots by their majority: the
-    # trees generate their roots again (with --repeats, as many times as asked)
+                      and scale == (manifest.scale or "binary"))
+    # a run of --samples K: a root's generations are the run's K (those --repeats asks; more are made)
     chosen = _choose(_streamed(run), cases, shard, run.root, gating)
     out = Path(out)
     identity = DiagnosisManifest(
@@ -685,9 +697,14 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
         return made
 
     names: dict[bytes, str] = {}  # sub-case key (:func:`_short`) -> id, of the windows diagnosed so far
+    # --samples: a root's later generations the run made, by the root's sub-case id: (verdicts, image, reasons)
+    run_samples: dict[str, list[tuple[dict[str, Outcome], str | None, dict[str, str]]]] = {}
 
     def recall(key: str, case_id: str, s: int) -> tuple[dict[str, Outcome], str | None, dict[str, str]] | None:
-        """A sub-case an earlier window evaluated (rare: two roots that differ only by id), read back."""
+        """A root's generation the run made (``--samples``), or a sub-case an earlier window
+        evaluated (rare: two roots that differ only by id), read back."""
+        if roots_from_run and 0 < s <= len(run_samples.get(case_id, ())):
+            return run_samples[case_id][s - 1]
         if _short(key) not in names or case_id not in evaluated_in:
             return None
         run_dir = out / ROUNDS_DIR / evaluated_in[case_id] / _run_name(s)
@@ -705,18 +722,24 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
 
     def trees() -> Iterator[DiagnosticTree]:
         """The trees, a window of roots at a time: only the window's cases, sub-cases and trees are held."""
-        items = _chosen_items(_streamed(run), chosen.ids)
+        items = _chosen_items(_streamed_samples(run), chosen.ids)
         while window_items := list(itertools.islice(items, window)):
             roots = [case for case, _, _ in window_items]
             plan = plan_trees(roots, names)
+            run_samples.clear()
+            for tree in plan.trees if roots_from_run else ():
+                case, samples, reasons = next(item for item in window_items if item[0].id == tree.root.id)
+                run_samples[plan.cases[tree.keys["N0"]].id] = [
+                    (samples[s], str(p.resolve()) if (p := generated_image(run.root, case.id, s)) else None, reasons[s])
+                    for s in range(1, len(samples))]
             if collage and manifest.max_images is not None:
                 fed = {c.id for c in roots if len(c.references) > manifest.max_images}
                 collage_always.update(o.case_id for o in plan.occurrences if o.root in fed)
             root_images = {c.id: str(p.resolve()) for c in roots if (p := generated_image(run.root, c.id))}
-            yield from diagnose(roots, {c.id: o for c, o, _ in window_items}, evaluate, strategy=strategy,
-                                roots_from_run=roots_from_run, root_images=root_images,
+            yield from diagnose(roots, {c.id: samples[0] for c, samples, _ in window_items}, evaluate,
+                                strategy=strategy, roots_from_run=roots_from_run, root_images=root_images,
                                 causes=causes if synthetic else None, plan=plan,
-                                root_reasons={c.id: r for c, _, r in window_items if r}, recall=recall,
+                                root_reasons={c.id: r[0] for c, _, r in window_items if r[0]}, recall=recall,
                                 gating=gating, repeats=repeats)
             names.update((_short(key), case.id) for key, case in plan.cases.items())
             del window_items, roots, plan, root_images  # not held while the next window is read

@@ -18,7 +18,7 @@ from enum import StrEnum
 from typing import Iterable, Mapping, Sequence
 
 __all__ = ["ABSTAINED", "ENSEMBLES", "FAILED", "PASSED", "Outcome", "Status", "combine", "majority", "majority_verdicts",
-           "mean_vote", "median_vote"]
+           "mean_vote", "median_vote", "samples_of"]
 
 
 class Status(StrEnum):
@@ -118,6 +118,12 @@ ENSEMBLES = {"mean": mean_vote, "majority": majority, "median": median_vote}
 def combine(rule: str | None, outcomes: Iterable[Outcome]) -> Outcome:
     """The ensemble's outcome under ``rule`` (None: majority, what runs recorded before the rule)."""
     return ENSEMBLES[rule or "majority"](outcomes)
+
+
+def samples_of(given: Mapping[str, Outcome] | Sequence[Mapping[str, Outcome]]) -> tuple[Mapping[str, Outcome], ...]:
+    """A case's outcomes as one mapping per sample: what scoring takes from a run of one sample (a
+    mapping) or of ``trace run --samples K`` (K mappings)."""
+    return (given,) if isinstance(given, Mapping) else tuple(given)
 
 
 def majority_verdicts(samples: Sequence[Mapping[str, Outcome]]) -> dict[str, Outcome]:

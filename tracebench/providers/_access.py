@@ -195,12 +195,11 @@ class ModelAccess:
     async def call(self, provider: Provider, attempt: Callable[[], Awaitable[T]], *, count: bool = True) -> T:
         """``attempt()`` under the provider's limit, retried on transient failures; raises
         :class:`CallFailed` with a scrubbed one-line reason."""
-        owner = id(provider)
-        replicas = self._replicas.get(owner)
+        replicas = self._replicas.get(id(provider))
         if replicas is None:
-            replicas = self._replicas[owner] = _Replicas(len(provider.replicas),
+            replicas = self._replicas[id(provider)] = _Replicas(len(provider.replicas),
                                                                 provider.concurrency or self.concurrency)
-        breaker = self._breakers.setdefault(owner, _Breaker())
+        breaker = self._breakers.setdefault(id(provider), _Breaker())
         self._refuse_if_stopped(breaker)
         if count:
             if self.max_calls is not None and sum(self.stats.calls.values()) >= self.max_calls:

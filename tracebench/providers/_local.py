@@ -173,24 +173,19 @@ class SyntheticGenerator(Generator):
 
         self.profile = parse_profile(profile_spec)
         self.library = library
-        self.base_seed = seed  # the run's seed; each generation of a case draws with its own (:attr:`seed`)
+        self.base_seed = seed  # the run's seed; each generation of a case draws with its own (sample_seed)
         self.spec = f"synthetic:{self.profile}"
         self._index = None
-
-    @property
-    def seed(self) -> int:
-        """The seed of the generation asked (:attr:`sample`), read when generating: a Ray worker
-        making every generation of a case (trace diagnose --repeats) is told the sample per call."""
-        return sample_seed(self.base_seed, self.sample)
 
     def key(self, case, references):
         return {"adapter": "synthetic", "profile": str(self.profile), "case": case.model_dump(mode="json"),
                 "seed": self.sample_seed()}
 
     def sample_seed(self) -> int:
-        """The seed this generation is drawn with: the run's for the first, one derived from it
-        for a later one (:func:`sample_seed`; what ``run.json`` records as ``sample_seeds``)."""
-        return self.seed
+        """The seed this generation is drawn with, read when generating (a Ray worker is told the
+        generation per call): the run's for the first, one derived from it for a later one
+        (:func:`sample_seed`; what ``run.json`` records as ``sample_seeds``)."""
+        return sample_seed(self.base_seed, self.sample)
 
     def check(self) -> None:
         index = self._library_index()

@@ -288,8 +288,9 @@ class OpenAIImages(OpenAIClients, Generator):
         seed derived from the ``seed`` option (:meth:`Generator.sample_seed`)."""
         known = _image_fields(edit)
         options = dict(self.options)
-        if self.sample and "seed" in options and self.sample_seed() is not None:  # a later sample: its own seed
-            options["seed"] = self.sample_seed()
+        seed = self.sample_seed()  # the seed option's, or a later generation's own derived from it
+        if seed is not None:
+            options["seed"] = seed
         request = {k: v for k, v in options.items() if k in known}
         extra = {k: v for k, v in options.items() if k not in known}
         return request | ({"extra_body": extra} if extra else {})

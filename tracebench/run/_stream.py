@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Callable, Generic, Iterator, TypeVar
 
@@ -91,7 +92,7 @@ class RunCase:
         samples = self.samples
         return samples[0] if len(samples) == 1 else majority_verdicts(samples)
 
-    @property
+    @cached_property
     def samples(self) -> tuple[dict[str, Outcome], ...]:
         """Question id -> outcome, per sample 0 .. K-1 (one without ``--samples``)."""
         found: dict[int, dict[str, Outcome]] = {}

@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import TraceError
 from ..jsonfiles import read_json, write_json
 from ..operators import Operator, Role, split_target
-from ..outcomes import Outcome
+from ..outcomes import Outcome, samples_of
 from ..records import Case
 
 __all__ = ["DIMENSIONS", "PROTOCOLS", "DifficultyWeights", "ProtocolScore", "ProtocolTally", "difficulty_weights",
@@ -183,7 +183,7 @@ class ProtocolTally:
         weights = None if self.weights is None else self.weights.weights.get(case.id, {})
         if self.weights is not None and case.id not in self.weights.weights:
             self.weights_missing += 1
-        samples = (outcomes,) if isinstance(outcomes, Mapping) else tuple(outcomes)
+        samples = samples_of(outcomes)
         each = [_case_scores(case, sample, weights, self.tau) for sample in samples]
         for name in dict.fromkeys(name for scores in each for name in scores):  # those some sample could score
             if name not in wanted:
@@ -258,7 +258,7 @@ def difficulty_weights(runs: Sequence[tuple[str, str, Iterable[tuple[Case, Mappi
     sums: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for _, _, cases in runs:
         for case, given in cases:
-            samples = (given,) if isinstance(given, Mapping) else tuple(given)
+            samples = samples_of(given)
             answered: dict[str, list[float]] = defaultdict(list)
             for outcomes in samples:
                 for qid, outcome in outcomes.items():

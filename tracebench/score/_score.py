@@ -46,7 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_serializer
 from ..checklist import REJECTION
 from ..errors import TraceError
 from ..operators import OPERATORS, Instance, Operator
-from ..outcomes import ABSTAINED, FAILED, Outcome
+from ..outcomes import ABSTAINED, FAILED, Outcome, samples_of
 from ..records import Case, RunManifest, read_generation_info
 from ..run import IMAGES_DIR, RunFolder
 from ._protocols import DifficultyWeights, ProtocolScore, ProtocolTally, difficulty_weights, read_weights
@@ -492,7 +492,7 @@ def score_cases(manifest: RunManifest,
     reporting = targets = found = distractors = taken = 0
     sample_count, spreads, disagreeing = 1, [], 0
     for case, given in cases:
-        samples = (given,) if isinstance(given, Mapping) else tuple(given)
+        samples = samples_of(given)
         for outcomes in samples:
             total += len(outcomes)
             abstained += sum(not outcome.answered for outcome in outcomes.values())
@@ -521,10 +521,8 @@ def score_cases(manifest: RunManifest,
         else:
             sample_count = max(sample_count, len(samples))
             per_sample = [case_scores(i) for i in each]
-            per_case = {key: fmean(values) for key in ("anchor", "disentangle", "apply", "compose", "overall")
-                        if (values := [p[key] for p in per_sample if key in p])}
-            inner = tuple(tuple(_round(p.get(key)) for p in per_sample)
-                          for key in ("anchor", "disentangle", "apply", "compose", "overall"))
+            per_case = {key: fmean(values) for key in _CASE_SCORES if (values := [p[key] for p in per_sample if key in p])}
+            inner = tuple(tuple(_round(p.get(key)) for p in per_sample) for key in _CASE_SCORES)
             overall = [p["overall"] for p in per_sample if "overall" in p]
             if len(overall) >= 2:
                 spreads.append(pstdev(overall))
@@ -586,6 +584,9 @@ def score_cases(manifest: RunManifest,
         samples=SampleSpread(samples=sample_count, spread=_mean(spreads), cases=len(spreads),
                              disagree=round(disagreeing / len(rows), 4)) if nested else None,
     )
+
+
+_CASE_SCORES = (*(op.value for op in OPERATORS), "overall")  # what case_scores gives, in _Row's order
 
 
 def _sample_means(each: Sequence[Mapping[Instance, float]]) -> dict[Instance, float]:

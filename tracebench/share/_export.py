@@ -19,7 +19,7 @@ import os
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from .. import __version__
 from ..errors import TraceError

@@ -4,8 +4,8 @@ Python's cyclic collector runs a young-generation pass every 700 net allocations
 often, an old-generation pass over everything alive. Sampling a benchmark and planning
 diagnostic trees allocate hundreds of thousands of small objects (ASTs, records, their
 validators' dicts) that mostly live until the stage ends, so those passes find almost nothing
-to free and cost a fifth to a third of the stage's time (``plan_trees`` on 175 cases: 0.60 s
-of CPU with the default thresholds, 0.41 s with :func:`fewer_collections`). Reference counting
+to free and cost a good part of the stage's time (``plan_trees`` on 175 cases: 0.635 s of CPU
+before :func:`fewer_collections`, 0.509 s with it, ``bench/tree_planning.py --against``). Reference counting
 still frees everything that is not in a cycle; the collector still runs, just less often, so
 memory stays bounded when a stage streams (``trace sample`` of 100,000 cases).
 """

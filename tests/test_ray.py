@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -38,7 +40,11 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """A head node on loopback whose workers hold 0.4 s a case and note their process ids."""
+    """A head node on loopback whose workers hold 0.4 s a case and note their process ids.
+
+    The head runs as ``ray start --head --block`` in a process of the test's own, with a temporary
+    folder of its own; stopping it (SIGTERM) stops the processes it started and nothing else:
+    ``ray stop`` would stop every Ray cluster of the machine, a user's included."""
     folder = tmp_path_factory.mktemp("ray")
     ray_cli = Path(sys.executable).parent / "ray"
     # a cluster on loopback for this test alone: no token to hand around, no usage report sent anywhere
@@ -47,14 +53,27 @@ def cluster(tmp_path_factory):
     os.environ.update(quiet)  # the drivers the tests start inherit them
     env = {**os.environ, "SLOW_ZOO_SECONDS": "0.4", "SLOW_ZOO_PIDS": str(folder / "pids")}
     port = _free_port()
-    started = subprocess.run([str(ray_cli), "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port),
-                              "--num-cpus", "4", "--include-dashboard", "false", "--disable-usage-stats"],
-                             env=env, capture_output=True, text=True, timeout=300)
-    assert started.returncode == 0, started.stderr
+    # short: Ray's socket paths inside it must stay under the system's 107 characters
+    temp = Path(tempfile.mkdtemp(prefix="tb-ray-", dir="/tmp"))
+    log = folder / "head.log"
+    with open(log, "wb") as out:
+        head = subprocess.Popen([str(ray_cli), "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
+                                 "--port", str(port), "--temp-dir", str(temp), "--num-cpus", "4",
+                                 "--include-dashboard", "false", "--disable-usage-stats"],
+                                env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
+        # ``ray start`` writes the cluster's address into its folder once the head is up, then blocks
+        _wait(lambda: (temp / "ray_current_cluster").exists() or head.poll() is not None)
+        assert head.poll() is None, log.read_text(errors="replace")
         yield {"address": f"127.0.0.1:{port}", "pids": folder / "pids"}
     finally:
-        subprocess.run([str(ray_cli), "stop", "--force"], capture_output=True, timeout=120)
+        head.terminate()
+        try:
+            head.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            head.kill()
+            head.wait()
+        shutil.rmtree(temp, ignore_errors=True)
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)

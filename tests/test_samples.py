@@ -216,7 +216,32 @@ def test_a_diagnosis_of_a_sampled_run_judges_every_node_as_the_run_judged_its_ca
     assert not any(f'"id":"{tree.case_id}.N0"' in path.read_text() for path in rounds for tree in trees)
     once = run_trace("diagnose", str(sampled), "--out", str(tmp_path / "once"), "--cases", "failing",
                      "--repeats", "1")
-    assert once.returncode == 0, once.stderr and DIAGNOSIS_MANIFEST.read(tmp_path / "once").repeats == 1
+    assert once.returncode == 0, once.stderr
+    assert DIAGNOSIS_MANIFEST.read(tmp_path / "once").repeats == 1
+    # more repeats than the run's samples: a root's generations 1 and 2 are still the run's, only 3 is made
+    more = run_trace("diagnose", str(sampled), "--out", str(tmp_path / "more"), "--cases", "failing",
+                     "--repeats", "4")
+    assert more.returncode == 0, more.stderr
+    for tree in TREES.read(tmp_path / "more"):
+        root = tree.nodes[0]
+        assert root.sample_images[:2] == tuple(str((sampled / "images" / f"{tree.case_id}~{k}.png").resolve())
+                                               for k in (1, 2))
+        assert len(root.sample_images) == 3 and (tmp_path / "more" / root.sample_images[2]).is_file()
+        assert all(len(s) == 4 for s in root.sample_status.values())
+
+
+def test_a_labelling_page_of_a_sampled_run_shows_every_generation(sampled, tmp_path):
+    cases_dir = RUN_MANIFEST.read(sampled).cases_dir
+    result = run_trace("agree", "--cases", str(cases_dir), "--judge", str(sampled), "--export-sample", "4",
+                       "--out", str(tmp_path / "label"))
+    assert result.returncode == 0, result.stderr
+    assert "4 cases (3 generations each) to label" in result.stdout
+    page = (tmp_path / "label" / "annotate.html").read_text()
+    chosen = [json.loads(line)["case_id"] for line in (tmp_path / "label" / "sample.jsonl").read_text().splitlines()]
+    assert len(chosen) == 4 and page.count('<section class="case"') == 12 and "Label 12 generations" in page
+    for case_id in chosen:  # named as trace agree --human reads a generation's labels
+        assert all(f'data-case="{name}"' in page for name in (case_id, f"{case_id}~1", f"{case_id}~2"))
+    assert page.count("generated, generation 2<") == 4
 
 
 def test_the_protocols_intervals_are_nested_too(small, sampled, apart):

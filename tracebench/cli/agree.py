@@ -62,7 +62,11 @@ def run(args) -> int:
                                seed=args.seed)
         if len(sample) < args.export_sample:
             print(f"the benchmark holds {len(sample)} cases: all of them are in the sample", file=sys.stderr)
-        print(f"{args.out}/annotate.html: {len(sample)} cases to label; save the labels and run "
+        from ..records import RUN_MANIFEST
+
+        k = (RUN_MANIFEST.read(args.judge[0]).samples or 1) if args.judge else 1
+        each = f" ({k} generations each)" if k > 1 else ""
+        print(f"{args.out}/annotate.html: {len(sample)} cases{each} to label; save the labels and run "
               f"trace agree --cases {args.cases} --human labels.jsonl --judge RUN_DIR")
         return 0
     if args.exam or args.truth is not None:

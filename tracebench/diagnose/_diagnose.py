@@ -302,16 +302,22 @@ def _strategy_rounds(plan: TreePlan, strategy: str, root_verdicts: dict[str, dic
         wanted = [k for k in dict.fromkeys(keys) if (k not in verdicts if first == 0 else k not in later.verdicts)]
         samples = range(first, repeats)
         known = {(k, s): recall(k, plan.cases[k].id, s) if recall else None for k in wanted for s in samples}
-        todo = [k for k in wanted if any(known[k, s] is None for s in samples)]
-        made = evaluate([plan.cases[k] for k in todo], tuple(samples)) if todo and samples else []
+        # the sub-cases by the generations they still need (a root of a run of --samples K asked
+        # for more: generations K .. repeats-1), each group made in one round
+        missing: dict[tuple[int, ...], list[str]] = {}
         for k in wanted:
-            case_id = plan.cases[k].id
-            for i, s in enumerate(samples):
-                if k in todo:
-                    got, got_images, got_reasons = made[i]
-                    store(k, s, got.get(case_id, {}), got_images.get(case_id), got_reasons.get(case_id, {}))
-                else:
-                    store(k, s, *known[k, s])  # type: ignore[misc]
+            needed = tuple(s for s in samples if known[k, s] is None)
+            if needed:
+                missing.setdefault(needed, []).append(k)
+        for needed, keys in missing.items():
+            made = evaluate([plan.cases[k] for k in keys], needed)
+            for k in keys:
+                case_id = plan.cases[k].id
+                for (got, got_images, got_reasons), s in zip(made, needed):
+                    known[k, s] = (got.get(case_id, {}), got_images.get(case_id), got_reasons.get(case_id, {}))
+        for k in wanted:
+            for s in samples:
+                store(k, s, *known[k, s])  # type: ignore[misc]
 
     def results(k: str, first: dict[str, Outcome] | None = None) -> dict:
         return node_results(plan.cases[k], [verdicts[k] if first is None else first, *later.verdicts.get(k, [])],

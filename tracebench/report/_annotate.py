@@ -1,7 +1,9 @@
 """``trace agree --export-sample N``: a stratified sample of cases and a plain page to label them.
 
 The page (``annotate.html``, self-contained like the report) shows each case's prompt, its
-reference images and, given a run, the generated image, with a yes/no choice per question.
+reference images and, given a run, the generated image, with a yes/no choice per question. A
+run of ``trace run --samples K`` puts each case's K generations on the page, generation k
+labelled as ``<id>~k``, as ``trace agree --human`` names it.
 "Download labels" saves ``labels.jsonl``: one ``{"case_id", "question_id", "pass"}`` a line,
 ``pass`` after the question's polarity, ready for ``trace agree --human labels.jsonl``.
 Answers are kept in the browser's local storage while labelling.
@@ -17,7 +19,7 @@ from pathlib import Path
 from ..cache import sha256
 from ..errors import TraceError
 from ..library import staged_output
-from ..records import CASES, Case, read_cases
+from ..records import CASES, Case, read_cases, sample_name
 from ..run import generated_image, load_run
 from ..templating import render_html
 from ._report import _Images, reference_file
@@ -53,17 +55,20 @@ def export_sample(cases_dir: Path, out: Path, n: int, *, run_dir: Path | None = 
         raise TraceError(f"--judge {run_dir}: a run of {run.cases_dir}, not of {cases_dir}")
     sample = stratified(cases, n, random.Random(f"tracebench-annotate:{seed}"))
     views = []
+    generations = (run.manifest.samples or 1) if run is not None else 1
     for case in sample:
-        generated = generated_image(Path(run_dir), case.id) if run_dir is not None else None
-        views.append({
-            "id": case.id, "slot": case.slot, "prompt": case.prompt,
-            "references": [{"label": r.image, "key": images.add(reference_file(Path(cases_dir), case, r.path))}
-                           for r in case.references],
-            "image": images.add(generated),
-            "questions": [{"id": q.id, "op": q.op, "text": q.question, "expected": q.expected} for q in case.checklist]})
+        references = [{"label": r.image, "key": images.add(reference_file(Path(cases_dir), case, r.path))}
+                      for r in case.references]
+        questions = [{"id": q.id, "op": q.op, "text": q.question, "expected": q.expected} for q in case.checklist]
+        # a run of --samples K: each generation is labelled on its own, as <id>~k (what --human reads)
+        for k in range(generations):
+            generated = generated_image(Path(run_dir), case.id, k) if run_dir is not None else None
+            views.append({"id": sample_name(case.id, k), "slot": case.slot, "prompt": case.prompt,
+                          "generation": k if generations > 1 else None, "references": references,
+                          "image": images.add(generated), "questions": questions})
     # answers kept while labelling belong to this sample of this benchmark (file:// pages share storage)
     store = sha256((CASES.path(cases_dir).read_bytes() + " ".join(c.id for c in sample).encode()))
-    html = render_html(TEMPLATE, cases=views, images=images.json(), source=str(cases_dir),
+    html = render_html(TEMPLATE, cases=views, images=images.json(), source=str(cases_dir), generations=generations,
                        questions=sum(len(v["questions"]) for v in views), store=store[:16])
     with staged_output(Path(out)) as stage:
         (stage / "annotate.html").write_text(html, encoding="utf-8")

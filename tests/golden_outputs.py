@@ -11,7 +11,6 @@ and summary, and the report's tables as text.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -38,8 +37,11 @@ DIAGNOSED = ("global-interference,composition-interference:2,noise:0.1", "leaky-
 
 
 def trace(*args: str) -> str:
-    """``trace ARGS`` in a subprocess (the CLI as users run it); its standard output."""
-    done = subprocess.run([sys.executable, "-m", "tracebench", *args], capture_output=True, text=True)
+    """``trace ARGS`` in a process of its own (the CLI as users run it: ``run_trace``, forked from
+    this process, which has tracebench imported already); its standard output."""
+    from test_cli import run_trace
+
+    done = run_trace(*args, timeout=900)
     if done.returncode != 0:
         raise RuntimeError(f"trace {' '.join(args)} exited {done.returncode}: {done.stderr.strip()}")
     return done.stdout

@@ -156,9 +156,10 @@ def test_a_budget_stops_between_cases_and_the_resumed_run_is_the_whole_one(small
     assert last.returncode == 0, last.stderr
     assert RUN_MANIFEST.read(tmp_path / "run").cache_hits == 0  # the 3 cases done (all their samples) kept, not redone
     assert (tmp_path / "run" / "verdicts.jsonl").read_bytes() == (sampled / "verdicts.jsonl").read_bytes()
-    bad = run_trace(*base[:-2], "--samples", "0", "--out", str(tmp_path / "bad"))
-    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--samples" in bad.stderr
-    assert not (tmp_path / "bad").exists()
+    for k in ("0", "1001", "100000000"):  # at most 1000 generations a case: no seed list of a hundred million
+        bad = run_trace(*base[:-2], "--samples", k, "--out", str(tmp_path / "bad"))
+        assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--samples" in bad.stderr, bad.stderr
+        assert not (tmp_path / "bad").exists()
 
 
 def test_the_judge_is_examined_on_every_sample_against_the_truth(sampled):

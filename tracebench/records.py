@@ -27,7 +27,9 @@ __all__ = ["Attribution", "CASES", "CASES_FILE", "Case", "Clutter", "Distractor"
            "LeftOut", "MANIFEST_FILE", "NODES", "NODES_FILE", "NodeOccurrence", "Question", "REFERENCES_DIR", "RUN_FILE",
            "RUN_MANIFEST", "Reference", "RunManifest", "SAMPLE_MANIFEST", "SUMMARY", "SUMMARY_FILE",
            "SampleManifest", "TREES", "TREES_FILE", "TermBinding", "VERDICTS", "VERDICTS_FILE", "Verdict", "Vote",
-           "case_problem", "checklist_problem", "clutter_problem", "checked_run_verdicts", "read_cases", "read_generation_info", "sample_name", "read_run_verdicts", "repeated_question", "read_sample_manifest", "read_verdicts"]
+           "MAX_SAMPLES", "case_problem", "checklist_problem", "clutter_problem", "checked_run_verdicts", "read_cases", "read_generation_info", "sample_name", "read_run_verdicts", "repeated_question", "read_sample_manifest", "read_verdicts"]
+
+MAX_SAMPLES = 1000  # the most generations of a case: trace run --samples, trace diagnose --repeats
 
 
 class _Record(BaseModel):
@@ -259,7 +261,7 @@ class Verdict(_Sparse):
 
     case_id: SafeId
     question_id: str
-    sample: int | None = Field(default=None, ge=1, description="which generation of the case the verdict judges "
+    sample: int | None = Field(default=None, ge=1, lt=MAX_SAMPLES, description="which generation of the case the verdict judges "
                                "(trace run --samples K: 1 .. K-1, its image images/<case id>~<sample>.png); absent "
                                "for the first (images/<case id>.png)")
     op: Operator = Field(description="the question's operator")
@@ -289,7 +291,7 @@ class GenerationInfo(_Sparse):
                                                     'used ("Image 2" ...); none when it does not say')
     collage: bool = Field(default=False, description="whether the references were sent as one grid image (the "
                                                      "generator accepts fewer images than the case holds; --collage)")
-    sample: int | None = Field(default=None, ge=1, description="trace run --samples: the generation it is of (1 .. "
+    sample: int | None = Field(default=None, ge=1, lt=MAX_SAMPLES, description="trace run --samples: the generation it is of (1 .. "
                                                                "K-1, beside images/<case id>~<sample>.png); absent "
                                                                "for the first")
 
@@ -307,7 +309,7 @@ class RunManifest(_Sparse):
     cases_hash: str = Field(description="SHA-256 of its cases.jsonl")
     generator: str
     seed: int | None = Field(default=None, description="seed of a synthetic generator; none for other generators")
-    sample: int = Field(default=0, description="which generation of each case the images are (0 the first; trace "
+    sample: int = Field(default=0, ge=0, lt=MAX_SAMPLES, description="which generation of each case the images are (0 the first; trace "
                                                "diagnose --repeats makes later ones): a later one is a call of its own")
     judges: tuple[str, ...]
     judge_batch: str = Field(description="case (one call per case) or op (one call per operator)")
@@ -357,7 +359,7 @@ class RunManifest(_Sparse):
     unfinished: int | None = Field(default=None, description="cases the last invocation left undone because its "
                                    "budget was spent (trace run --max-calls, --max-cost); the same command resumes "
                                    "them. Absent when every case is done")
-    samples: int | None = Field(default=None, ge=2, description="trace run --samples K: generations of each case, each "
+    samples: int | None = Field(default=None, ge=2, le=MAX_SAMPLES, description="trace run --samples K: generations of each case, each "
                                 "judged (a case scores the mean over them); absent for one")
     sample_seeds: tuple[int, ...] | None = Field(default=None, description="with samples: the seed each generation "
                                                  "was made with (0 .. K-1), for a generator that takes one (the "
@@ -480,8 +482,8 @@ class DiagnosisManifest(_Sparse):
     roots_from_run: bool = Field(description="whether root verdicts are the run's (same generator, judges and scale)")
     scale: Literal["ternary", "tiers"] | None = Field(default=None, description="the judges' answer scale when not "
                                                       "binary (trace diagnose --scale; default the run's)")
-    repeats: int = Field(default=1, description="generations of each node (the root included) whose majority decides "
-                                                "its results")
+    repeats: int = Field(default=1, ge=1, le=MAX_SAMPLES, description="generations of each node (the root included) "
+                                                                      "whose majority decides its results")
     hashes: dict[str, str] = Field(description="SHA-256 of the diagnosis rules and sources")
 
 
@@ -492,7 +494,8 @@ class DiagnosisSummary(_Record):
     generator: str
     judges: tuple[str, ...]
     strategy: Literal["full", "adaptive"]
-    repeats: int = Field(default=1, description="generations of each node whose majority decides its results")
+    repeats: int = Field(default=1, ge=1, le=MAX_SAMPLES, description="generations of each node whose majority "
+                                                                      "decides its results")
     cases: int = Field(description="cases diagnosed")
     instances: int = Field(description="operator instances diagnosed")
     undetermined: int = Field(default=0, description="instances whose source depends on abstained results")

@@ -35,7 +35,7 @@ def register(sub) -> None:
     p.add_argument("--repeats", type=_repeats, default=None, metavar="K",
                    help="generate every node K times (the root too: the run's image is its first) and decide each "
                         "question there by its majority, a tie unknown (default 1, as the paper; for a run of "
-                        "trace run --samples K, K, as the run judged its cases)")
+                        "trace run --samples K, K, as the run judged its cases; at most 1000)")
     p.add_argument("--gating", choices=("within", "cross"), default="within",
                    help="which dependencies fail a question, as trace score --gating (default within, the paper)")
     add_model_options(p, cache_default="DIAG_DIR/cache", defaults_from="the run's")
@@ -54,8 +54,10 @@ def _repeats(text: str) -> int:
         k = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if k < 1:
-        raise argparse.ArgumentTypeError(f"{k} must be at least 1")
+    from ..records import MAX_SAMPLES
+
+    if not 1 <= k <= MAX_SAMPLES:
+        raise argparse.ArgumentTypeError(f"{k} must be from 1 to {MAX_SAMPLES}")
     return k
 
 

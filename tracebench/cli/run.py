@@ -42,7 +42,7 @@ def register(sub) -> None:
     p.add_argument("--samples", type=int, default=1, metavar="K",
                    help="generate K images of each case, each with its own recorded seed (to generators that take "
                         "one), and judge each; a case scores the mean over its samples, intervals resample samples "
-                        "within cases (default 1)")
+                        "within cases (default 1, at most 1000)")
     p.add_argument("--max-cost", type=_amount, default=None, metavar="AMOUNT",
                    help="a budget in money for this invocation, in the currency of --price-file (which must price "
                         "every model that makes calls): a case starts only when its estimated cost fits what is "

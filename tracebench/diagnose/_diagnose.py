@@ -39,7 +39,7 @@ from ..errors import TraceError
 from ..formula import canonical
 from ..library import staged_output
 from ..scales import GRADED_ENSEMBLE
-from ..records import (CASES, DIAGNOSIS_MANIFEST, NODES, SUMMARY, TREES, Case, DiagnosisManifest, DiagnosisSummary,
+from ..records import (CASES, DIAGNOSIS_MANIFEST, MAX_SAMPLES, NODES, SUMMARY, TREES, Case, DiagnosisManifest, DiagnosisSummary,
                        DiagnosticEdge, DiagnosticNode, DiagnosticTree, NodeOccurrence, SampleManifest, VERDICTS)
 from ..gcpolicy import fewer_collections
 from ..resources import data_hash
@@ -376,8 +376,8 @@ def diagnose(roots: Sequence[Case], root_verdicts: dict[str, dict[str, Outcome]]
     summary from them."""
     if strategy not in STRATEGIES:
         raise TraceError(f"--strategy: {strategy!r} is neither full nor adaptive")
-    if repeats < 1:
-        raise TraceError(f"--repeats: {repeats} must be at least 1")
+    if not 1 <= repeats <= MAX_SAMPLES:
+        raise TraceError(f"--repeats: {repeats} must be from 1 to {MAX_SAMPLES}")
     plan = plan or plan_trees(roots)
     (verdicts, images, reasons), later = _strategy_rounds(plan, strategy, root_verdicts, evaluate, roots_from_run,
                                                           recall, gating, repeats)
@@ -609,8 +609,8 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
     manifest = run.manifest
     if repeats is None:
         repeats = manifest.samples or 1
-    if not isinstance(repeats, int) or repeats < 1:
-        raise TraceError(f"--repeats: {repeats} must be a whole number of at least 1")
+    if not isinstance(repeats, int) or isinstance(repeats, bool) or not 1 <= repeats <= MAX_SAMPLES:
+        raise TraceError(f"--repeats: {repeats!r} must be a whole number from 1 to {MAX_SAMPLES}")
     settings = with_endpoints(settings or ModelSettings(seed=manifest.seed or 0), manifest.endpoints,
                               generator=manifest.generator, judges=manifest.judges)
     if settings.scale is None:  # the judges answer on the run's scale unless told otherwise

@@ -35,7 +35,7 @@ from tqdm import tqdm
 from .. import __version__
 from ..errors import TraceError, disk_full
 from ..jsonfiles import loads, record_line, write_json
-from ..records import (CASES, GENERATION_SUFFIX, RUN_FILE, RUN_MANIFEST, VERDICTS, Case, GenerationInfo, Question,
+from ..records import (CASES, GENERATION_SUFFIX, MAX_SAMPLES, RUN_FILE, RUN_MANIFEST, VERDICTS, Case, GenerationInfo, Question,
                        RunManifest, Verdict, Vote, read_run_verdicts, repeated_question, sample_name)
 from ..replies import unfence
 from ..scales import GRADED_ENSEMBLE, KINDS, Scale, kind_of, normalize
@@ -562,6 +562,8 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
         raise TraceError(f"--max-cost: {max_cost} must be a positive amount")
     if max_cost is not None and prices is None:
         raise TraceError("--max-cost: give --price-file FILE, the prices the budget is counted in")
+    if not isinstance(samples, int) or isinstance(samples, bool) or not 1 <= samples <= MAX_SAMPLES:
+        raise TraceError(f"--samples: {samples!r} must be a whole number from 1 to {MAX_SAMPLES}")
     order: list[str] = []
     inputs: dict[str, int] = {}  # case id -> its references
     checklists: dict[str, tuple[int, int]] = {}
@@ -590,8 +592,6 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
         raise TraceError("--executor ray: the images are an earlier run's; there is nothing to generate")
     if workers < 1:
         raise TraceError(f"--workers: {workers} must be at least 1")
-    if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
-        raise TraceError(f"--samples: {samples!r} must be a whole number of at least 1")
     if samples > 1 and settings.sample:
         raise TraceError(f"--samples: a run of generation {settings.sample} of each case makes one sample")
     gen, judge_list = make_providers(generator, judges, settings)

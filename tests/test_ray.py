@@ -56,23 +56,25 @@ def cluster(tmp_path_factory):
     # short: Ray's socket paths inside it must stay under the system's 107 characters
     temp = Path(tempfile.mkdtemp(prefix="tb-ray-", dir="/tmp"))
     log = folder / "head.log"
-    with open(log, "wb") as out:
-        head = subprocess.Popen([str(ray_cli), "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
-                                 "--port", str(port), "--temp-dir", str(temp), "--num-cpus", "4",
-                                 "--include-dashboard", "false", "--disable-usage-stats"],
-                                env=env, stdout=out, stderr=subprocess.STDOUT)
+    head = None
     try:
+        with open(log, "wb") as out:
+            head = subprocess.Popen([str(ray_cli), "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
+                                     "--port", str(port), "--temp-dir", str(temp), "--num-cpus", "4",
+                                     "--include-dashboard", "false", "--disable-usage-stats"],
+                                    env=env, stdout=out, stderr=subprocess.STDOUT)
         # ``ray start`` writes the cluster's address into its folder once the head is up, then blocks
         _wait(lambda: (temp / "ray_current_cluster").exists() or head.poll() is not None)
         assert head.poll() is None, log.read_text(errors="replace")
         yield {"address": f"127.0.0.1:{port}", "pids": folder / "pids"}
     finally:
-        head.terminate()
-        try:
-            head.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            head.kill()
-            head.wait()
+        if head is not None:
+            head.terminate()
+            try:
+                head.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                head.kill()
+                head.wait()
         shutil.rmtree(temp, ignore_errors=True)
         for name, value in saved.items():
             if value is None:

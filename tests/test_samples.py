@@ -245,6 +245,25 @@ def test_a_labelling_page_of_a_sampled_run_shows_every_generation(sampled, tmp_p
     assert page.count("generated, generation 2<") == 4
 
 
+def test_a_run_folder_claiming_more_generations_than_allowed_is_refused_by_file_and_field(sampled, tmp_path):
+    import shutil
+
+    from tracebench.records import MAX_SAMPLES
+
+    for k, ok in ((MAX_SAMPLES, True), (MAX_SAMPLES + 1, False)):
+        crafted = tmp_path / f"k{k}"
+        shutil.copytree(sampled, crafted)
+        manifest = json.loads((crafted / "run.json").read_text())
+        (crafted / "run.json").write_text(json.dumps({**manifest, "samples": k}))
+        result = run_trace("score", str(crafted))
+        if ok:  # the bound itself is a valid count; this run then lacks most of its samples' verdicts
+            assert "at most" not in result.stderr, result.stderr
+        else:
+            assert result.returncode == 2 and result.stderr.strip().endswith(
+                f"run.json:1: samples: expected a number of at most {MAX_SAMPLES}"), result.stderr
+            assert result.stderr.count("\n") == 1
+
+
 def test_the_protocols_intervals_are_nested_too(small, sampled, apart):
     from tracebench.score._protocols import _case_scores
 

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -42,16 +43,26 @@ def run_trace(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return _forked(["trace", *args], timeout)
 
 
+_FORKING = threading.Lock()
+
+
 def _forked(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
     import selectors
     import signal
     import time
 
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
+    # one command forked at a time (tests/golden_outputs.py forks from two threads): a child forked
+    # while another command's pipes are open here would hold their write ends, and that command's
+    # output would end only when this child does
+    with _FORKING:
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid != 0:
+            os.close(out_w)
+            os.close(err_w)
     if pid == 0:  # the command's process: never returns into pytest
         code = 1
         try:
@@ -86,8 +97,6 @@ def _forked(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
                 except BaseException:  # noqa: BLE001 - a closed pipe (trace templates | head)
                     pass
             os._exit(code if isinstance(code, int) else 1)
-    os.close(out_w)
-    os.close(err_w)
     chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
     deadline = time.monotonic() + timeout
     with selectors.DefaultSelector() as selector:

@@ -15,10 +15,13 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Iterable, Mapping, Sequence
+from statistics import fmean
+from typing import Iterable, Mapping, Sequence, TypeVar
 
-__all__ = ["ABSTAINED", "ENSEMBLES", "FAILED", "PASSED", "Outcome", "Status", "combine", "majority", "majority_verdicts",
+__all__ = ["ABSTAINED", "ENSEMBLES", "FAILED", "PASSED", "Outcome", "Status", "combine", "majority", "majority_verdicts", "sample_means",
            "mean_vote", "median_vote", "samples_of"]
+
+K = TypeVar("K")
 
 
 class Status(StrEnum):
@@ -124,6 +127,15 @@ def samples_of(given: Mapping[str, Outcome] | Sequence[Mapping[str, Outcome]]) -
     """A case's outcomes as one mapping per sample: what scoring takes from a run of one sample (a
     mapping) or of ``trace run --samples K`` (K mappings)."""
     return (given,) if isinstance(given, Mapping) else tuple(given)
+
+
+def sample_means(each: Sequence[Mapping[K, float]]) -> dict[K, float]:
+    """Key -> its mean over the samples that have it (``trace run --samples``: a case's value is
+    the mean over its generations); one sample's values as they are."""
+    if len(each) == 1:
+        return dict(each[0])
+    keys = dict.fromkeys(key for values in each for key in values)
+    return {key: fmean(values[key] for values in each if key in values) for key in keys}
 
 
 def majority_verdicts(samples: Sequence[Mapping[str, Outcome]]) -> dict[str, Outcome]:

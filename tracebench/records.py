@@ -27,7 +27,7 @@ __all__ = ["Attribution", "CASES", "CASES_FILE", "Case", "Clutter", "Distractor"
            "LeftOut", "MANIFEST_FILE", "NODES", "NODES_FILE", "NodeOccurrence", "Question", "REFERENCES_DIR", "RUN_FILE",
            "RUN_MANIFEST", "Reference", "RunManifest", "SAMPLE_MANIFEST", "SUMMARY", "SUMMARY_FILE",
            "SampleManifest", "TREES", "TREES_FILE", "TermBinding", "VERDICTS", "VERDICTS_FILE", "Verdict", "Vote",
-           "MAX_SAMPLES", "case_problem", "checklist_problem", "clutter_problem", "checked_run_verdicts", "read_cases", "read_generation_info", "sample_name", "read_run_verdicts", "repeated_question", "read_sample_manifest", "read_verdicts"]
+           "MAX_SAMPLES", "case_problem", "checklist_problem", "clutter_problem", "checked_run_verdicts", "read_cases", "read_generation_info", "sample_name", "split_sample_name", "read_run_verdicts", "repeated_question", "read_sample_manifest", "read_verdicts"]
 
 MAX_SAMPLES = 1000  # the most generations of a case: trace run --samples, trace diagnose --repeats
 
@@ -633,6 +633,18 @@ def sample_name(case_id: str, sample: int | None = 0) -> str:
     return f"{case_id}{SAMPLE_SEPARATOR}{sample}" if sample else case_id
 
 
+def split_sample_name(name: str) -> tuple[str, int] | None:
+    """The inverse of :func:`sample_name`: (case id, generation) of ``name``, or None when no
+    case's generation has that name (``~0``, ``~01``, a non-ASCII digit, an empty index)."""
+    case_id, separator, index = name.partition(SAMPLE_SEPARATOR)
+    if not separator:
+        return name, 0
+    if not (index.isascii() and index.isdigit()):
+        return None
+    sample = int(index)
+    return (case_id, sample) if sample_name(case_id, sample) == name else None
+
+
 def read_generation_info(images: Path, case_id: str, sample: int | None = 0) -> GenerationInfo | None:
     """The :class:`GenerationInfo` beside case ``case_id``'s image (its generation ``sample``) in a
     run's image folder, if any."""
@@ -675,23 +687,24 @@ def read_verdicts(run_dir: Path) -> Iterator[Verdict]:
     return VERDICTS.read(run_dir)
 
 
-def read_run_verdicts(run_dir: Path, cases: Mapping[str, Case], cases_dir: Path) -> Iterator[Verdict]:
+def read_run_verdicts(run_dir: Path, cases: Mapping[str, Case], cases_dir: Path, *,
+                      samples: int | None) -> Iterator[Verdict]:
     """The verdicts of a run folder, each of a case of ``cases`` (read from ``cases_dir``) and
-    of a question that case asks: any other is an error ``FILE:LINE: field: message``, never
+    of a question that case asks, and of a generation the run made (``samples``: its
+    ``run.json`` ``samples or 1``): any other is an error ``FILE:LINE: field: message``, never
     dropped."""
-    return (v for _, v, _ in checked_run_verdicts(run_dir, cases, cases_dir))
+    return (v for _, v, _ in checked_run_verdicts(run_dir, cases, cases_dir, samples=samples))
 
 
-def checked_run_verdicts(run_dir: Path, cases, cases_dir: Path, *,
+def checked_run_verdicts(run_dir: Path, cases, cases_dir: Path, *, samples: int | None,
                          together: bool = False) -> Iterator[tuple[int, Verdict, Case]]:
     """(line number, verdict, its case) of each verdict, checked as :func:`read_run_verdicts`
     checks them; ``cases`` is anything with ``get(case_id)`` (a dict, or an index reading each
-    case from its file). ``together``: each case's lines are next to each other, as in every
+    case from its file); ``samples`` the generations each case has (the run's ``run.json``
+    ``samples or 1``, which the caller holds; None for verdicts of no run folder). ``together``: each case's lines are next to each other, as in every
     file tracebench writes, so a question twice is looked for within a case's lines and
     nothing is remembered from one case to the next (the memory of a large run's reader)."""
     path = VERDICTS.path(run_dir)
-    # the generations each case has (trace run --samples K: 0 .. K-1): a verdict of another is an error
-    samples = (RUN_MANIFEST.read(run_dir).samples or 1) if RUN_MANIFEST.path(run_dir).is_file() else None
     asked: dict[str, set[str]] = {}
     first: dict[str, int] = {}
     current, case = None, None

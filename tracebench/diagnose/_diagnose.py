@@ -30,7 +30,7 @@ import shutil
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence, TypeVar
 
 import networkx as nx
 
@@ -175,7 +175,8 @@ def _write_node_folder(target: Path, cases: list[Case], source_dir: Path, sample
 
 # ------------------------------------------------------------------------------ selection
 
-Item = tuple[Case, dict[str, Outcome], dict[str, str]]  # a case of a run, its outcomes, why some abstained
+Item = tuple[Case, dict[str, Outcome]]  # a case of a run and its outcomes
+T = TypeVar("T", bound=tuple)
 
 
 @dataclass
@@ -189,8 +190,7 @@ class _Chosen:
 
 def _choose(items: Iterable[Item], which: str, shard: tuple[int, int] | None, root: Path,
             gating: Gating = Gating.WITHIN) -> _Chosen:
-    """The ids of the chosen cases of a run given as (case, outcomes, abstention reasons) in
-    run order, consumed one at a time: nothing else is kept. A case whose sub-case ids could
+    """The ids of the chosen cases of a run given as (case, outcomes) in run order, consumed one at a time: nothing else is kept. A case whose sub-case ids could
     be too long is planned at once, so that its error comes before anything is written."""
     explicit = None if which in ("failing", "all") else [i.strip() for i in which.split(",") if i.strip()]
     if explicit is not None and not explicit:
@@ -199,7 +199,7 @@ def _choose(items: Iterable[Item], which: str, shard: tuple[int, int] | None, ro
     seen: set[str] = set()
     picked: list[str] = []
     unanswered = 0
-    for case, outcomes, _ in items:
+    for case, outcomes in items:
         seen.add(case.id)
         unanswered += not any(o.answered for o in outcomes.values())
         if which == "failing":
@@ -223,11 +223,11 @@ def _choose(items: Iterable[Item], which: str, shard: tuple[int, int] | None, ro
 _LONGEST_NODE_ID = 40
 
 
-def _chosen_items(items: Iterable[Item], ids: Sequence[str]) -> Iterator[Item]:
-    """The items of ``ids`` in that order, from a stream in run order (only those that come
-    before their turn are held: none when ``ids`` are in run order)."""
+def _chosen_items(items: Iterable[T], ids: Sequence[str]) -> Iterator[T]:
+    """The items (tuples whose first member is a case) of ``ids`` in that order, from a stream in
+    run order (only those that come before their turn are held: none when ``ids`` are in run order)."""
     wanted = set(ids)
-    held: dict[str, Item] = {}
+    held: dict[str, T] = {}
     turn = 0
     for item in items:
         if item[0].id not in wanted:
@@ -243,9 +243,7 @@ def _chosen_items(items: Iterable[Item], ids: Sequence[str]) -> Iterator[Item]:
 def _streamed(run) -> Iterator[Item]:
     """A run stream's cases as :func:`_choose` takes them (with ``--samples``, each question's
     majority over the samples)."""
-    for item in run:
-        yield item.case, item.outcomes, {v.question_id: abstention_reason(v) for v in item.verdicts
-                                         if not v.outcome.answered}
+    return ((item.case, item.outcomes) for item in run)
 
 
 def _streamed_samples(run) -> Iterator[tuple[Case, tuple[dict[str, Outcome], ...], tuple[dict[str, str], ...]]]:
@@ -263,8 +261,8 @@ def _streamed_samples(run) -> Iterator[tuple[Case, tuple[dict[str, Outcome], ...
 def _select(run, which: str, shard: tuple[int, int] | None) -> list[Case]:
     """The chosen cases of a run folder read whole (:func:`~tracebench.run.load_run`)."""
     def items() -> Iterator[Item]:
-        return ((run.cases[i], run.verdicts[i], run.reasons.get(i, {})) for i in run.verdicts)
-    return [case for case, _, _ in _chosen_items(items(), _choose(items(), which, shard, run.root).ids)]
+        return ((run.cases[i], run.verdicts[i]) for i in run.verdicts)
+    return [case for case, _ in _chosen_items(items(), _choose(items(), which, shard, run.root).ids)]
 
 
 # ------------------------------------------------------------------------------ the diagnosis
@@ -579,7 +577,7 @@ def export_nodes(run_dir: Path, out: Path, *, cases: str = "failing", shard: tup
         raise TraceError(f"--export-nodes {out}: exists and is not empty; choose a new folder")
     run = stream_run(run_dir)
     chosen = _choose(_streamed(run), cases, shard, run.root, Gating(gating))
-    plan = plan_trees([case for case, _, _ in _chosen_items(_streamed(run), chosen.ids)])
+    plan = plan_trees([case for case, _ in _chosen_items(_streamed(run), chosen.ids)])
     _write_node_folder(Path(out), list(plan.cases.values()), run.cases_dir, read_sample_manifest(run.cases_dir),
                        {"diagnosis_of": str(Path(run_dir).resolve()), "cases": cases}, plan.occurrences)
     return len(plan.cases)
@@ -733,11 +731,12 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
             roots = [case for case, _, _ in window_items]
             plan = plan_trees(roots, names)
             run_samples.clear()
-            for tree in plan.trees if roots_from_run else ():
-                case, samples, reasons = next(item for item in window_items if item[0].id == tree.root.id)
+            by_id = {item[0].id: item for item in window_items}
+            for tree in plan.trees if roots_from_run else ():  # the generations --repeats asks of the run's
+                case, samples, reasons = by_id[tree.root.id]
                 run_samples[plan.cases[tree.keys["N0"]].id] = [
                     (samples[s], str(p.resolve()) if (p := generated_image(run.root, case.id, s)) else None, reasons[s])
-                    for s in range(1, len(samples))]
+                    for s in range(1, min(len(samples), repeats))]
             if collage and manifest.max_images is not None:
                 fed = {c.id for c in roots if len(c.references) > manifest.max_images}
                 collage_always.update(o.case_id for o in plan.occurrences if o.root in fed)
@@ -748,7 +747,7 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
                                 root_reasons={c.id: r[0] for c, _, r in window_items if r[0]}, recall=recall,
                                 gating=gating, repeats=repeats)
             names.update((_short(key), case.id) for key, case in plan.cases.items())
-            del window_items, roots, plan, root_images  # not held while the next window is read
+            del window_items, by_id, roots, plan, root_images  # not held while the next window is read
             # nor the canonical forms of its tree nodes: the formula package memoizes up to 65,536 (about
             # 0.8 KB each), and every window adds its new formulas (29 MB after 14,560 cases, 5 MB after 1,600)
             canonical.cache_clear()

@@ -46,7 +46,7 @@ from ..errors import TraceError
 from ..jsonfiles import numbered_jsonl
 from ..operators import OPERATORS
 from ..outcomes import Outcome
-from ..records import RUN_MANIFEST, SAMPLE_SEPARATOR, TREES, VERDICTS, Case, read_cases, sample_name
+from ..records import RUN_MANIFEST, TREES, VERDICTS, Case, read_cases, sample_name, split_sample_name
 from ..score import case_scores, instance_scores
 
 __all__ = ["CHECKLIST_METRICS", "Label", "SourceLabel", "agree", "examine", "format_agreement", "format_exam",
@@ -372,19 +372,19 @@ def _ranks(x: np.ndarray) -> np.ndarray:
     return below + (tied + 1) / 2
 
 
-def _value(pair: _Pair, metric: str, op: str | None, seed: int,
-           resamples: _Resamples | None = None) -> tuple[float | None, list[float] | None]:
-    """A metric on all cases, and its percentile bootstrap interval over cases: over the
-    resamples where the metric is defined (a correlation is not when a resample's scores are
+def _value(pair: _Pair, metric: str, op: str | None,
+           resamples: _Resamples | None) -> tuple[float | None, list[float] | None]:
+    """A metric on all cases, and its percentile bootstrap interval over cases (``resamples``,
+    drawn once per pair; None for fewer than two cases): over the resamples where the metric is defined (a correlation is not when a resample's scores are
     constant), and none when that is less than 90% of them."""
     fn = _statistic(pair, metric, op)
     everything = np.arange(len(pair.cases))
     value = fn(everything)
     if np.isnan(value):
         return None, None
-    if len(pair.cases) < 2:
+    if resamples is None:  # fewer than two cases
         return round(value, 4), None
-    resampled = (resamples or _Resamples(pair, seed)).distribution(metric, op)
+    resampled = resamples.distribution(metric, op)
     defined = resampled[np.isfinite(resampled)]
     if len(defined) < MIN_DEFINED * len(resampled):
         return round(value, 4), None
@@ -398,12 +398,12 @@ def _compare(pair: _Pair, seed: int) -> dict[str, Any]:
     ci: dict[str, Any] = {"operators": {}}
     resamples = _Resamples(pair, seed) if len(pair.cases) >= 2 else None
     for metric in CHECKLIST_METRICS:
-        out[metric], ci[metric] = _value(pair, metric, None, seed, resamples)
+        out[metric], ci[metric] = _value(pair, metric, None, resamples)
     for op in OPERATORS:
         out["operators"][op] = {"cases": int(pair.scores[op][0].sum())}
         ci["operators"][op] = {}
         for metric in ("pearson", "spearman", "kendall", "mae"):
-            out["operators"][op][metric], ci["operators"][op][metric] = _value(pair, metric, op, seed, resamples)
+            out["operators"][op][metric], ci["operators"][op][metric] = _value(pair, metric, op, resamples)
     out["ci95"] = ci
     return out
 
@@ -542,8 +542,8 @@ def truth_labels(run_dir: Path, cases: dict[str, Case]) -> Answers:
     scale = RUN_MANIFEST.read(run_dir).scale or "binary"
     truth: Answers = {}
     for case_id, case in cases.items():
-        name, _, sample = case_id.partition(SAMPLE_SEPARATOR)  # a later sample's image (trace run --samples)
-        image = generated_image(run_dir, name, int(sample or 0))
+        name, sample = split_sample_name(case_id) or (case_id, 0)  # a later sample's item (trace run --samples)
+        image = generated_image(run_dir, name, sample)
         record = read_record(image.read_bytes()) if image is not None else None
         if record is None:
             continue

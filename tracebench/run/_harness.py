@@ -336,7 +336,7 @@ def load_run(run_dir: Path, *, cases_dir: Path | None = None) -> RunFolder:
     verdicts: dict[str, dict[str, Outcome]] = {}
     reasons: dict[str, dict[str, str]] = {}
     by_sample: dict[str, dict[int, dict[str, Outcome]]] = {}
-    for v in read_run_verdicts(run_dir, cases, cases_dir):
+    for v in read_run_verdicts(run_dir, cases, cases_dir, samples=manifest.samples or 1):
         by_sample.setdefault(v.case_id, {}).setdefault(v.sample or 0, {})[v.question_id] = outcome = v.outcome
         if not outcome.answered:
             reasons.setdefault(v.case_id, {}).setdefault(v.question_id, abstention_reason(v))
@@ -362,12 +362,12 @@ def per_sample(found: dict[int, dict[str, Outcome]]) -> tuple[dict[str, Outcome]
 
 def _sampled_ids(questions: Sequence[Question], samples: int) -> Iterator[str]:
     """What a case's verdicts must cover: each question of each sample (:func:`_verdict_key`)."""
-    return (q.id if k == 0 else f"{q.id}~{k}" for k in range(samples) for q in questions)
+    return (sample_name(q.id, k) for k in range(samples) for q in questions)
 
 
 def _verdict_key(verdict: Verdict) -> str:
     """A verdict's question, told apart by sample (the first's is its question id)."""
-    return verdict.question_id if not verdict.sample else f"{verdict.question_id}~{verdict.sample}"
+    return sample_name(verdict.question_id, verdict.sample)
 
 
 def _question_digest(ids) -> tuple[int, int]:

@@ -38,7 +38,7 @@ def merge_runs(runs: list[Path], out: Path) -> RunManifest:
     for run in runs:
         if not VERDICTS.path(run).is_file():
             continue  # a shard that holds no case
-        for v in read_run_verdicts(run, cases, cases_dir):  # a verdict of no case of the benchmark: an error
+        for v in read_run_verdicts(run, cases, cases_dir, samples=first.samples or 1):  # a verdict of no case of the benchmark: an error
             known = verdicts.get((v.case_id, v.question_id, v.sample))
             if known is not None and known != v:
                 sample = f" sample {v.sample}" if v.sample else ""

@@ -89,8 +89,7 @@ class RunCase:
     @property
     def outcomes(self) -> dict[str, Outcome]:
         """Question id -> outcome (with ``--samples K``, its majority over the samples: a tie abstains)."""
-        samples = self.samples
-        return samples[0] if len(samples) == 1 else majority_verdicts(samples)
+        return majority_verdicts(self.samples)
 
     @cached_property
     def samples(self) -> tuple[dict[str, Outcome], ...]:
@@ -126,7 +125,8 @@ class RunStream:
     def _grouped(self) -> Iterator[RunCase]:
         case: Case | None = None
         verdicts: list[Verdict] = []
-        for _, v, of in checked_run_verdicts(self.root, self.index, self.cases_dir, together=True):
+        for _, v, of in checked_run_verdicts(self.root, self.index, self.cases_dir,
+                                                  samples=self.manifest.samples or 1, together=True):
             if case is None or v.case_id != case.id:
                 if case is not None:
                     yield RunCase(case, tuple(verdicts))
@@ -139,7 +139,8 @@ class RunStream:
         """A file whose cases' lines are apart: every verdict held, as before (and the reader's
         check that no question repeats spans the whole file)."""
         by_case: dict[str, list[Verdict]] = {}
-        for _, v, _ in checked_run_verdicts(self.root, self.index, self.cases_dir):
+        for _, v, _ in checked_run_verdicts(self.root, self.index, self.cases_dir,
+                                                samples=self.manifest.samples or 1):
             by_case.setdefault(v.case_id, []).append(v)
         for case_id, verdicts in by_case.items():
             yield RunCase(self.index.get(case_id), tuple(verdicts))

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import TraceError
 from ..operators import OPERATORS
+from ..outcomes import sample_means
 from ._protocols import PROTOCOLS, _case_scores
 from ._score import Gating, case_scores, instance_scores
 
@@ -80,9 +81,7 @@ def _case_metrics(run_dir: Path, protocols: Sequence[str], gating: Gating = Gati
                     if name in protocols:
                         metrics[name] = result["overall"]
             each.append(metrics)
-        metrics = each[0] if len(each) == 1 else {
-            name: sum(values) / len(values) for name in dict.fromkeys(n for m in each for n in m)
-            if (values := [m[name] for m in each if name in m])}
+        metrics = sample_means(each)
         if not metrics:
             continue
         out[case.id] = (case.template, metrics)

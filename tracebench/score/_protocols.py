@@ -171,7 +171,6 @@ class ProtocolTally:
         self.passed: list[float] = []
         # trace run --samples: each value's per-sample values (same keys and order), for nested intervals
         self.inner: dict[tuple, list[tuple[float, ...]]] = defaultdict(list)
-        self.sampled = False
         self.weights_missing = 0
 
     def add(self, case: Case, outcomes: Mapping[str, Outcome] | Sequence[Mapping[str, Outcome]]) -> None:
@@ -198,7 +197,7 @@ class ProtocolTally:
                 self._add(self.passed, ("passed",), [100.0 if r["passed"] else 0.0 for r in results], sampled)
 
     def _inner(self, key: tuple) -> list[tuple[float, ...]] | None:
-        return self.inner.get(key) if self.sampled else None
+        return self.inner.get(key)  # filled in a sampled run only
 
     def _add(self, values: list[float], key: tuple, each: list[float], sampled: bool) -> None:
         """A case's value (its samples' mean), and in a sampled run its samples' values for the
@@ -206,7 +205,6 @@ class ProtocolTally:
         values.append(_sample_mean(each))
         if sampled:
             self.inner[key].append(tuple(each))
-            self.sampled = True
 
     def result(self, trace: ProtocolScore | None, ci) -> dict[str, ProtocolScore]:
         """The protocols asked, by name (``trace``: the operator table given); ``ci(values, inner)`` is
@@ -241,7 +239,7 @@ def _round(value: float | None) -> float | None:
 
 def _sample_mean(values: list[float]) -> float:
     """One sample's value as it is; several samples' mean (``trace run --samples``)."""
-    return values[0] if len(values) == 1 else sum(values) / len(values)
+    return fmean(values)
 
 
 def difficulty_weights(runs: Sequence[tuple[str, str, Iterable[tuple[Case, Mapping[str, Outcome]

@@ -46,7 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_serializer
 from ..checklist import REJECTION
 from ..errors import TraceError
 from ..operators import OPERATORS, Instance, Operator
-from ..outcomes import ABSTAINED, FAILED, Outcome, samples_of
+from ..outcomes import ABSTAINED, FAILED, Outcome, sample_means, samples_of
 from ..records import Case, RunManifest, read_generation_info
 from ..run import IMAGES_DIR, RunFolder
 from ._protocols import DifficultyWeights, ProtocolScore, ProtocolTally, difficulty_weights, read_weights
@@ -498,7 +498,7 @@ def score_cases(manifest: RunManifest,
             abstained += sum(not outcome.answered for outcome in outcomes.values())
         tally.add(case, samples[0] if len(samples) == 1 else samples)
         each = [instance_scores(case, outcomes, gating) for outcomes in samples]
-        instances = each[0] if len(each) == 1 else _sample_means(each)
+        instances = sample_means(each)
         terms = {t.symbol: t for t in case.terms}
         if case.clutter is not None:
             cluttered = True
@@ -521,7 +521,7 @@ def score_cases(manifest: RunManifest,
         else:
             sample_count = max(sample_count, len(samples))
             per_sample = [case_scores(i) for i in each]
-            per_case = {key: fmean(values) for key in _CASE_SCORES if (values := [p[key] for p in per_sample if key in p])}
+            per_case = sample_means(per_sample)
             inner = tuple(tuple(_round(p.get(key)) for p in per_sample) for key in _CASE_SCORES)
             overall = [p["overall"] for p in per_sample if "overall" in p]
             if len(overall) >= 2:
@@ -587,12 +587,6 @@ def score_cases(manifest: RunManifest,
 
 
 _CASE_SCORES = (*(op.value for op in OPERATORS), "overall")  # what case_scores gives, in _Row's order
-
-
-def _sample_means(each: Sequence[Mapping[Instance, float]]) -> dict[Instance, float]:
-    """Operator instance -> its mean over the samples that scored it."""
-    keys = dict.fromkeys(key for instances in each for key in instances)
-    return {key: fmean(instances[key] for instances in each if key in instances) for key in keys}
 
 
 def _samples_disagree(samples: Sequence[Mapping[str, Outcome]]) -> bool:

@@ -24,7 +24,8 @@ from ..errors import TraceError
 from ..jsonfiles import problems_of, record_line, write_json
 from ..records import (CASES, DIAGNOSIS_MANIFEST, GENERATION_SUFFIX, RUN_MANIFEST, SAMPLE_MANIFEST, SUMMARY, TREES,
                        Case, DiagnosisManifest, DiagnosisSummary, DiagnosticTree, GenerationInfo, RunManifest,
-                       SAMPLE_SEPARATOR, SampleManifest, Verdict, case_problem, read_cases, sample_name)
+                       SAMPLE_SEPARATOR, SampleManifest, Verdict, case_problem, read_cases, sample_name,
+                       split_sample_name)
 from ..safepaths import inside
 from ._card import CARD_FILE, read_card
 from ._export import (FORMAT, GENERATED_IMAGE, GENERATION, IMAGES_DIR, NODE_FOLDER, NODE_IMAGES, REFERENCE_IMAGES,
@@ -273,17 +274,16 @@ def _sample_files(row: dict, where: str, images: Path, case_id: str, samples: in
         data = _image_bytes(image, what)
         name = Path(str(image.get("path") or "")).name
         stem, suffix = name.rsplit(".", 1) if "." in name else (name, "")
-        base, _, index = stem.partition(SAMPLE_SEPARATOR)
-        # the index as the run names it (ASCII digits, no leading zero): "~01" or "~١" would be written
-        # under a name no reader of the run folder looks for
-        exact = index.isascii() and index.isdigit() and str(int(index)) == index
-        if base != case_id or not exact or not 1 <= int(index) < samples or f".{suffix}" not in _SUFFIXES:
+        # the index as the run names it (split_sample_name: ASCII digits, no leading zero): "~01" or "~١"
+        # would be written under a name no reader of the run folder looks for
+        base, index = split_sample_name(stem) or (None, 0)
+        if base != case_id or not 1 <= index < samples or f".{suffix}" not in _SUFFIXES:
             raise TraceError(f"{what}: {name!r} is not the image of a later sample of case {case_id} "
                              f"({case_id}{SAMPLE_SEPARATOR}K.png, K from 1 to {samples - 1})")
-        if int(index) in given:
+        if index in given:
             raise TraceError(f"{what}: sample {index} of case {case_id} has an image already "
-                             f"({SAMPLE_IMAGES}[{given[int(index)]}])")
-        given[int(index)] = k
+                             f"({SAMPLE_IMAGES}[{given[index]}])")
+        given[index] = k
         inside(images, name, what, "run folder").write_bytes(data)
     said: dict[int, int] = {}  # sample -> the entry that gave its generation record
     for k, data in enumerate(row[SAMPLE_GENERATIONS] or []):

@@ -46,7 +46,7 @@ from ..errors import TraceError
 from ..jsonfiles import numbered_jsonl
 from ..operators import OPERATORS
 from ..outcomes import Outcome
-from ..records import RUN_MANIFEST, TREES, VERDICTS, Case, read_cases, sample_name, split_sample_name
+from ..records import RUN_MANIFEST, TREES, VERDICTS, Case, RunManifest, read_cases, sample_name, split_sample_name
 from ..score import case_scores, instance_scores
 
 __all__ = ["CHECKLIST_METRICS", "Label", "SourceLabel", "agree", "examine", "format_agreement", "format_exam",
@@ -89,14 +89,15 @@ class SourceLabel(BaseModel):
 Answers = dict[tuple[str, str], float]  # (case id, question id) -> the value a rater gives, after polarity
 
 
-def read_labels(source: Path, cases: dict[str, Case]) -> Answers:
-    """A rater's answers: a run folder's verdicts or a JSONL label file, checked against the cases."""
+def read_labels(source: Path, cases: dict[str, Case], manifest: RunManifest | None = None) -> Answers:
+    """A rater's answers: a run folder's verdicts or a JSONL label file, checked against the cases;
+    ``manifest``: the run folder's ``run.json``, when the caller has read it."""
     source = Path(source)
     rows: list[tuple[str, str, str, float]] = []  # (where, case id, question id, value)
     if source.is_dir():
         if not RUN_MANIFEST.path(source).is_file():
             raise TraceError(f"{source}: neither a run folder (no {RUN_MANIFEST.name}) nor a label file")
-        graded = RUN_MANIFEST.read(source).scale is not None
+        graded = (manifest or RUN_MANIFEST.read(source)).scale is not None
         rows = [(f"{VERDICTS.path(source)}:{k}", sample_name(v.case_id, v.sample), v.question_id,
                  _label_value(v.outcome, graded)) for k, v in VERDICTS.read_numbered(source) if v.outcome.answered]
     else:
@@ -469,15 +470,15 @@ def agree(cases_dir: Path, *, human: Path | None = None, judges: Sequence[Path] 
     The headline keys (``n``, ``agreement``, ``cohen_kappa``, ``operators``, ``ci95``) are the
     first pair's: the human against the first judge, or the first two judges."""
     raters_given = [p for p in (human, *judges) if p is not None]  # any rater may be a run folder (read_labels)
-    samples = max([RUN_MANIFEST.read(Path(p)).samples or 1 for p in raters_given
-                   if RUN_MANIFEST.path(Path(p)).is_file()] or [1])
+    manifests = {Path(p): RUN_MANIFEST.read(Path(p)) for p in raters_given if RUN_MANIFEST.path(Path(p)).is_file()}
+    samples = max([m.samples or 1 for m in manifests.values()] or [1])
     cases = with_samples({c.id: c for c in read_cases(Path(cases_dir))}, samples)
     raters: dict[str, Answers] = {}
     if human is not None:
-        raters["human"] = read_labels(human, cases)
+        raters["human"] = read_labels(human, cases, manifests.get(Path(human)))
     for path in judges:
         name = str(path)
-        raters[name if name not in raters else f"{name} ({len(raters)})"] = read_labels(path, cases)
+        raters[name if name not in raters else f"{name} ({len(raters)})"] = read_labels(path, cases, manifests.get(Path(path)))
     if (human_diagnosis is None) != (diagnosis is None):
         raise TraceError("diagnosis agreement needs both --human-diagnosis FILE and --diagnosis DIAG_DIR")
     if len(raters) < 2 and human_diagnosis is None:

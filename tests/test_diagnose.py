@@ -541,8 +541,9 @@ def test_diagnosis_over_http_matches_in_process(small, shared_runs, tmp_path, mo
         settings = ModelSettings(base_url=server.base_url, max_retries=2, timeout=30.0)
         run_benchmark(small, tmp_path / "http", generator=f"openai:synthetic/{profile}", judges=["openai:oracle"],
                       settings=settings, concurrency=4)
+        # a served model is named on the command line (a run folder never says where requests go)
         http = diagnose_run(tmp_path / "http", tmp_path / "http-diag", strategy="adaptive", settings=settings,
-                            concurrency=4)
+                            generator=f"openai:synthetic/{profile}", judges=["openai:oracle"], concurrency=4)
     assert http.cases == local.cases and http.nodes_generated == local.nodes_generated
     assert http.sources == local.sources and http.by_operator == local.by_operator
     assert _attributions(tmp_path / "http-diag").keys() == _attributions(tmp_path / "local-diag").keys()

@@ -59,8 +59,10 @@ def test_the_run_records_its_endpoints_without_credentials(served):
 def test_a_diagnosis_over_an_abstaining_judge_is_undetermined_exits_3_and_converges_on_retry(served):
     root, zoo = served
     run = str(root / "run")
+    generator = ("--generator", f"openai:synthetic/{PROFILE}@{zoo.base_url}")  # named: a run folder never says
     with OpenAIStub(lambda request: "Sure! The first is yes, the rest no.") as broken:
-        first = run_trace("diagnose", run, "--judge-base-url", broken.base_url, "--out", str(root / "diag"))
+        first = run_trace("diagnose", run, *generator, "--judge", "openai:oracle", "--judge-base-url", broken.base_url,
+                          "--out", str(root / "diag"))
     assert first.returncode == 3, first.stderr
     (line,) = first.stderr.strip().splitlines()
     assert line.startswith("trace diagnose: ") and "node verdicts abstained" in line and "Undetermined" in line
@@ -83,10 +85,11 @@ def test_a_diagnosis_over_an_abstaining_judge_is_undetermined_exits_3_and_conver
     assert list(summary.abstention_reasons) == ["the reply is not the expected JSON"]
     assert summary.localization_accuracy is None  # nothing decided, nothing localized
 
-    # the same diagnosis, asked again where the judge works: the run's endpoints, from run.json
-    again = run_trace("diagnose", run, "--out", str(root / "diag"), "--retry-abstained")
+    # the same diagnosis, asked again where the judge works
+    judge = ("--judge", f"openai:oracle@{zoo.base_url}")
+    again = run_trace("diagnose", run, *generator, *judge, "--out", str(root / "diag"), "--retry-abstained")
     assert again.returncode == 0, again.stderr
-    fresh = run_trace("diagnose", run, "--out", str(root / "fresh"))
+    fresh = run_trace("diagnose", run, *generator, *judge, "--out", str(root / "fresh"))
     assert fresh.returncode == 0, fresh.stderr
     assert _attributions(root / "diag") == _attributions(root / "fresh")
     converged = DiagnosisSummary.model_validate_json((root / "diag" / "summary.json").read_text())

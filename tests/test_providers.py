@@ -111,11 +111,17 @@ def test_the_example_plugins_run_through_trace_run(bench, tmp_path):
     expected = polarity_scores(cases)
     assert {op: value for op, value in scores["operators"].items() if value is not None} == expected
     assert any(value < 1.0 for value in expected.values())  # the polarity shows: duplication asks for "no"
-    # the run recorded where its plugins came from: trace diagnose loads them again without being told
+    # the run recorded where its plugins came from, to show: trace diagnose loads nothing a run folder
+    # names, and prints the flags that name them
     manifest = json.loads((run / "run.json").read_text())
-    assert manifest["loaded_from"] == {"python:first_reference": f"python:{PLUGINS / 'first_reference.py'}",
-                                       "python:always_yes": f"python:{PLUGINS / 'always_yes.py'}"}
-    diagnosis = trace("diagnose", str(run), "--cases", cases[-1].id, "--out", str(tmp_path / "diag"))
+    plugins = {"python:first_reference": f"python:{PLUGINS / 'first_reference.py'}",
+               "python:always_yes": f"python:{PLUGINS / 'always_yes.py'}"}
+    assert manifest["loaded_from"] == plugins
+    refused = trace("diagnose", str(run), "--cases", cases[-1].id, "--out", str(tmp_path / "diag"))
+    assert refused.returncode == 2 and not (tmp_path / "diag").exists()
+    flags = refused.stderr.strip().split(", e.g. ")[1]
+    assert flags == f"--generator {plugins['python:first_reference']} --judge {plugins['python:always_yes']}"
+    diagnosis = trace("diagnose", str(run), "--cases", cases[-1].id, *flags.split(), "--out", str(tmp_path / "diag"))
     assert diagnosis.returncode == 0, diagnosis.stderr
     tree = json.loads((tmp_path / "diag" / "trees.jsonl").read_text().splitlines()[0])
     assert tree["case_id"] == cases[-1].id and all(n["evaluated"] for n in tree["nodes"])

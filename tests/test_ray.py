@@ -154,10 +154,11 @@ def test_a_diagnosis_through_ray_workers_gives_the_in_process_trees(bench, local
     failing = {json.loads(line)["case_id"] for line in (local / "verdicts.jsonl").read_text().splitlines()
                if json.loads(line)["verdict"] == "fail"}
     chosen = ",".join(sorted(failing, key=lambda c: (slots[c], c))[:2])  # the two smallest trees: a quick test
-    diagnose_run(local, tmp_path / "here", cases=chosen, repeats=2, progress=False)
+    diagnose_run(local, tmp_path / "here", cases=chosen, generator=PLUGIN, repeats=2, progress=False)
     set_up = _lines(cluster["pids"])
     there = tmp_path / "ray"
     done = subprocess.run([*_trace_executable(), "diagnose", str(local), "--cases", chosen, "--repeats", "2",
+                           "--generator", PLUGIN,
                            "--executor", "ray", "--ray-address", cluster["address"], "--workers", "2",
                            "--concurrency", "2", "--out", str(there)], check=False, capture_output=True, text=True,
                           timeout=600)

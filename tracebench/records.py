@@ -330,10 +330,10 @@ class RunManifest(_Sparse):
                                             "decide); trace run exits 3 for them as for abstentions")
     tokens: int = Field(description="tokens reported by the servers in the last invocation (0 where unknown)")
     endpoints: dict[str, Endpoint] = Field(default_factory=dict, description="where each served model (by spec) "
-                                           "was called: trace diagnose calls it there again unless told otherwise")
+                                           "was called, for the reader (trace diagnose prints it as the flag to pass): never called from here")
     loaded_from: dict[str, str] = Field(default_factory=dict, description="a python: plugin's spec -> the "
-                                        "--generator/--judge text it was loaded from (its file or module): trace "
-                                        "diagnose loads it from there again unless told otherwise")
+                                        "--generator/--judge text it was loaded from (its file or module), for the "
+                                        "reader (trace diagnose prints it as the flag to pass): never loaded from here")
     max_images: int | None = Field(default=None, description="the most reference images the generator accepts "
                                    "(its declaration, the models file or --max-images); absent: no limit")
     collage: bool | None = Field(default=None, description="with max_images: whether a case holding more references "

@@ -28,8 +28,10 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--cases", default="failing",
                    help="failing (default: cases with a failing operator instance), all, or ID,ID,...")
-    p.add_argument("--generator", metavar="SPEC", help="generator of the nodes (default: the run's)")
-    p.add_argument("--judge", action="append", metavar="SPEC", help="judge of the nodes, repeatable (default: the run's)")
+    p.add_argument("--generator", metavar="SPEC", help="generator of the nodes (default: the run's when it is the "
+                   "zoo, synthetic:PROFILE; any other is named here, never taken from the run folder)")
+    p.add_argument("--judge", action="append", metavar="SPEC", help="judge of the nodes, repeatable (default: the "
+                   "run's when it is the oracle; any other is named here, never taken from the run folder)")
     p.add_argument("--strategy", choices=("full", "adaptive"), default="full",
                    help="full: the whole tree (default); adaptive: only branches holding an unexplained failure")
     p.add_argument("--repeats", type=_repeats, default=None, metavar="K",

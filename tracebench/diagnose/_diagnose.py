@@ -40,12 +40,12 @@ from ..formula import canonical
 from ..library import staged_output
 from ..scales import GRADED_ENSEMBLE
 from ..records import (CASES, DIAGNOSIS_MANIFEST, MAX_SAMPLES, NODES, SUMMARY, TREES, Case, DiagnosisManifest, DiagnosisSummary,
-                       DiagnosticEdge, DiagnosticNode, DiagnosticTree, NodeOccurrence, SampleManifest, VERDICTS)
+                       DiagnosticEdge, DiagnosticNode, DiagnosticTree, NodeOccurrence, RUN_MANIFEST, RunManifest, SampleManifest, VERDICTS)
 from ..gcpolicy import fewer_collections
 from ..resources import data_hash
 from ..safepaths import MAX_ID, inside, safe_id_problem
 from ..outcomes import ABSTAINED, Outcome, majority_verdicts
-from ..providers import ModelSettings, RayGenerator, synthetic_profile, with_endpoints
+from ..providers import ModelSettings, RayGenerator, runs_offline, synthetic_profile
 from ..run import (abstention_reason, generated_image, library_of, make_providers, run_benchmark, shard_of,
                    stream_run)
 from ..cache import sha256
@@ -583,6 +583,58 @@ def export_nodes(run_dir: Path, out: Path, *, cases: str = "failing", shard: tup
     return len(plan.cases)
 
 
+def named_providers(run_dir: Path, manifest: RunManifest, generator: str | None,
+                    judges: Sequence[str] | None) -> tuple[str, tuple[str, ...]]:
+    """The generator and judges of a diagnosis: those the command line names, else the run's
+    when they are built in and offline (:func:`~tracebench.providers.runs_offline`: the zoo,
+    the oracle). A run folder may come from anyone: a spec, plugin file, URL or key variable it
+    records is shown, never run, imported or called; anything else it names is a TraceError
+    that prints the flags to pass it explicitly."""
+    needed: list[tuple[str, str]] = []  # (role, recorded spec) the command line must name
+    if generator is None:
+        if runs_offline(manifest.generator, "generator"):
+            generator = manifest.generator
+        else:
+            needed.append(("generator", manifest.generator))
+    if not judges:
+        offline = all(runs_offline(j, "judge") for j in manifest.judges)
+        judges = manifest.judges if offline else ()
+        needed += [] if offline else [("judge", j) for j in manifest.judges]
+    if needed:
+        named = []
+        for role in ("generator", "judge"):
+            specs = [_shown(spec) for r, spec in needed if r == role]
+            if specs:
+                named.append(f"the {role}{'s' if len(specs) > 1 else ''} {', '.join(specs)}")
+        flags = " ".join(_flag(role, spec, manifest) for role, spec in needed)
+        raise TraceError(f"{RUN_MANIFEST.path(run_dir)}: names {' and '.join(named)}; what runs and where requests "
+                         f"go is never taken from a run folder: name them yourself, e.g. {flags}")
+    assert generator is not None
+    return generator, tuple(judges)
+
+
+def _flag(role: str, spec: str, manifest: RunManifest) -> str:
+    """``--ROLE 'SPEC[@URL,...]'`` for a recorded model: where the run loaded a plugin from, or
+    called a server (its key variable, when not the default, as the option that names it)."""
+    given = manifest.loaded_from.get(spec, spec)
+    endpoint = manifest.endpoints.get(spec)
+    suffix = f"@{','.join(endpoint.base_urls)}" if endpoint and endpoint.base_urls else ""
+    flag = f"--{role} {_shown(given + suffix)}"
+    if endpoint and endpoint.api_key_env != ModelSettings.api_key_env:
+        flag += f" --{'judge-' if role == 'judge' else ''}api-key-env {_shown(endpoint.api_key_env)}"
+    return flag
+
+
+def _shown(text: str, limit: int = 200) -> str:
+    """A recorded text fit for one line of a terminal: shell-quoted as one word, control and
+    other unprintable characters escaped (a record may hold anything), cut at ``limit``."""
+    import shlex
+
+    if not text.isprintable():
+        text = text.encode("unicode_escape").decode("ascii")
+    return shlex.quote(text if len(text) <= limit else text[:limit - 1] + "…")
+
+
 def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator: str | None = None,
                  judges: Sequence[str] | None = None, strategy: str = "full", settings: ModelSettings | None = None,
                  concurrency: int = 8, judge_batch: str | None = None, cache_dir: Path | None = None,
@@ -609,17 +661,15 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
         repeats = manifest.samples or 1
     if not isinstance(repeats, int) or isinstance(repeats, bool) or not 1 <= repeats <= MAX_SAMPLES:
         raise TraceError(f"--repeats: {repeats!r} must be a whole number from 1 to {MAX_SAMPLES}")
-    settings = with_endpoints(settings or ModelSettings(seed=manifest.seed or 0), manifest.endpoints,
-                              generator=manifest.generator, judges=manifest.judges)
+    # what runs and where requests go: the command line's, or the run's only when built in and offline
+    generator, judges = named_providers(run.root, manifest, generator, judges)
+    settings = settings or ModelSettings(seed=manifest.seed or 0)
     if settings.scale is None:  # the judges answer on the run's scale unless told otherwise
         settings = replace(settings, scale=manifest.scale or "binary")
     if settings.library is None:
         settings = replace(settings, library=library_of(run.cases_dir))
     if not settings.generator_options and manifest.generator_options and generator is None:
         settings = replace(settings, generator_options=manifest.generator_options)  # the nodes made as the run's images
-    # a python: plugin is loaded from where the run loaded it (its spec names the plugin, not its file)
-    generator = generator or manifest.loaded_from.get(manifest.generator, manifest.generator)
-    judges = tuple(judges or (manifest.loaded_from.get(j, j) for j in manifest.judges))
     judge_batch = judge_batch or manifest.judge_batch
     # the nodes' judges combine as the run's did (a run before the rule was recorded took the majority)
     ensemble = manifest.ensemble or ("majority" if len(manifest.judges) > 1 else "mean")

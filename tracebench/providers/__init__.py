@@ -17,7 +17,7 @@ from ._base import (CallFailed, EndpointRefused, Generation, Generator, Judge, N
                     asking, generator_view)
 from ._collage import COLLAGE_ID, collage_case
 from ._config import (DEFAULT_BASE_URL, DEFAULT_MAX_REPLY_BYTES, ModelConfig, ModelEntry, ModelSettings, read_models_file, resolve_spec,
-                      check_call_limits, synthetic_profile, with_endpoints)
+                      check_call_limits, runs_offline, synthetic_profile)
 from ._local import RunImages
 from ._ray import RayGenerator
 from ._images import ImageBytes, ReferenceFiles, data_url, digest, image_suffix, mime_type
@@ -29,5 +29,5 @@ __all__ = [
     "ImageBytes", "JUDGE_TEMPLATES", "Judge", "NotSent", "ModelAccess", "ModelConfig", "ModelEntry", "ModelSettings",
     "OpenAIClients", "OpenAIImages", "OpenAIJudge", "Provider", "RateLimited", "ReferenceFiles", "RayGenerator", "Reply", "RunImages", "Stopped",
     "Transient", "asking", "check_call_limits", "clip", "collage_case", "data_url", "digest", "generation_key", "generator_view", "image_suffix", "mime_type", "make_generator", "make_judge", "one_line",
-    "read_models_file", "resolve_spec", "scrub", "synthetic_profile", "translate_openai_error", "with_endpoints",
+    "read_models_file", "resolve_spec", "runs_offline", "scrub", "synthetic_profile", "translate_openai_error",
 ]

@@ -31,18 +31,18 @@ import math
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..errors import TraceError
-from ..records import Endpoint
 from ..replies import DEFAULT_MAX_REPLY_BYTES
 
-__all__ = ["DEFAULT_BASE_URL", "DEFAULT_MAX_REPLY_BYTES", "ModelConfig", "ModelEntry", "ModelSettings", "check_call_limits",
-           "read_models_file", "resolve_spec", "synthetic_profile", "with_endpoints"]
+__all__ = ["DEFAULT_BASE_URL", "DEFAULT_MAX_REPLY_BYTES", "OFFLINE_SCHEMES", "ModelConfig", "ModelEntry", "ModelSettings",
+           "check_call_limits",
+           "read_models_file", "resolve_spec", "runs_offline", "synthetic_profile"]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _SUFFIX = re.compile(r"@(https?://.*)$")
@@ -176,19 +176,20 @@ def resolve_spec(spec: str, settings: ModelSettings, *, judge: bool) -> tuple[st
         max_images=entry.max_images, options=dict(entry.options))
 
 
-def with_endpoints(settings: ModelSettings, endpoints: Mapping[str, Endpoint], *, generator: str,
-                   judges: tuple[str, ...]) -> ModelSettings:
-    """``settings`` plus the endpoints a run recorded, for the models the options leave without
-    one: the generator's unless ``--base-url`` is given, the judges' unless ``--base-url`` or
-    ``--judge-base-url`` is; a models file or a spec suffix still comes first."""
-    added: dict[str, ModelEntry] = {}
-    for spec, endpoint in endpoints.items():
-        judge = spec in judges and spec != generator
-        given = settings.base_url or (settings.judge_base_url if judge else None)
-        if spec in settings.models or given:
-            continue
-        added[spec] = ModelEntry(base_urls=endpoint.base_urls, api_key_env=endpoint.api_key_env)
-    return replace(settings, models={**added, **settings.models}) if added else settings
+# what a record (a run folder's run.json) may name and a command then use without being told: the
+# built-in providers that run no one's code, read no environment variable and call no host
+OFFLINE_SCHEMES = {"generator": "synthetic", "judge": "oracle"}
+
+
+def runs_offline(spec: str, role: str) -> bool:
+    """Whether ``spec`` names, for ``role`` (generator or judge), a built-in provider that runs
+    no one's code, reads no environment variable and calls no host: the zoo (``synthetic:PROFILE``)
+    or the oracle (``oracle[:...]``). Only these may be taken from a folder's record; anything
+    else a command runs or calls is named on the user's own command line or models file."""
+    scheme, _, rest = spec.partition(":")
+    if _SUFFIX.search(spec) or scheme != OFFLINE_SCHEMES[role]:
+        return False
+    return role == "judge" or bool(rest)
 
 
 def synthetic_profile(spec: str) -> str | None:

@@ -223,6 +223,42 @@ def test_stale_staging_folders_of_a_diagnosis_round_are_removed_on_resume(world,
     assert sorted(p.name for p in rounds[-1].iterdir()) == ["cases", "run"]
 
 
+def _killed_temporary(folder: Path) -> Path:
+    """The temporary file of a write_atomic whose process was killed with SIGKILL mid-write."""
+    code = ("import os, sys; from pathlib import Path; from tracebench.cache import write_atomic; "
+            "write_atomic(Path(sys.argv[1]) / 'x.json', iter(lambda: os.kill(os.getpid(), 9), 1))")
+    before = set(folder.iterdir())
+    result = subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True)
+    assert result.returncode == -signal.SIGKILL, result.stderr
+    (temporary,) = set(folder.iterdir()) - before
+    assert temporary.name.startswith(".tmp-") and temporary.stat().st_size == 0
+    return temporary
+
+
+def test_a_killed_diagnosis_leaves_no_temporary_file_after_the_next_run(world, tmp_path):
+    """kill -9 mid-write leaves write_atomic's temporary files in the diagnosis, its rounds' runs
+    and its cache: the same command, run again, removes them (a writer still running is left)."""
+    diag = _copy(world["diag"], tmp_path / "diag")
+    round_run = next((diag / "rounds").glob("*/run"))
+    key_folder = next(p for p in (diag / "cache").iterdir() if p.is_dir())
+    killed = [_killed_temporary(folder) for folder in (diag, round_run, round_run / "images", key_folder)]
+    host = killed[0].name.split("@")[1].split(".")[0]
+    live = diag / f".tmp-{os.getpid()}@{host}.abc123"  # this process runs: its file is being written
+    live.write_bytes(b"")
+    result = run_trace("diagnose", str(world["run"]), "--cases", "all", "--out", str(diag))
+    assert result.returncode == 0, result.stderr
+    assert [p for p in killed if p.exists()] == [] and live.exists()
+
+
+def test_a_full_disk_during_a_diagnosis_names_the_file_being_written(world, tmp_path):
+    """Copying a reference into a round: the error names the copy (under --out), not its source
+    (a file of the benchmark, or of tracebench's shipped library)."""
+    out = tmp_path / "diag"
+    line = _one_line_error(_trace_limited(2_000, "diagnose", str(world["run"]), "--cases", "all", "--out", str(out)),
+                           "cannot write (File too large)")
+    assert line.startswith(f"trace diagnose: {out}/") and str(world["bench"]) not in line, line
+
+
 # --------------------------------------------------------------------------- inconsistent inputs
 
 def test_duplicate_case_ids_are_an_error(world, tmp_path):

@@ -15,10 +15,12 @@ import re
 import shutil
 import socket
 import tempfile
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable
 
-__all__ = ["Cache", "TEMPORARY_PREFIX", "cache_key", "file_sha256", "make_stage", "sha256", "write_atomic"]
+__all__ = ["Cache", "TEMPORARY_PREFIX", "cache_key", "file_sha256", "make_stage", "remove_stale_temporaries", "sha256",
+           "write_atomic"]
 
 TEMPORARY_PREFIX = ".tmp-"  # write_atomic's temporary files, beside the file they become
 
@@ -50,7 +52,8 @@ def write_atomic(path: Path, data: bytes | Iterable[bytes], *, mode: int | None 
     (with ``mode``, by default the permissions a plain write would give, not the temporary
     file's 0600). ``data`` is the bytes, or chunks of them written as they come (a file
     streamed to disk)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TEMPORARY_PREFIX)
+    # named by the process (as stages are), so a later command can tell a killed writer's leftovers
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{TEMPORARY_PREFIX}{os.getpid()}@{_host()}.")
     try:
         os.chmod(tmp, 0o666 & ~_UMASK if mode is None else mode)
         with os.fdopen(fd, "wb") as handle:
@@ -72,27 +75,40 @@ def make_stage(parent: Path, prefix: str) -> Path:
     Its name, ``{prefix}{pid}@{host}.{random}``, says which process assembles it: the stages of
     ``prefix`` that a process of this host left when it was killed (``kill -9``, a crash) are
     removed first. A stage whose process still runs, or of another host, is left alone."""
-    host = _host()
-    _remove_stale_stages(Path(parent), prefix, host)
-    stage = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}@{host}.", dir=parent))
+    _remove_stale(Path(parent), prefix)
+    stage = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}@{_host()}.", dir=parent))
     os.chmod(stage, 0o777 & ~_UMASK)
     return stage
 
 
+def remove_stale_temporaries(folder: Path) -> None:
+    """Remove :func:`write_atomic`'s temporary files in ``folder`` that a process of this host
+    left when it was killed (``kill -9``); a writer still running, or of another host, is left
+    alone. Each command that writes a folder calls it there before writing."""
+    _remove_stale(Path(folder), TEMPORARY_PREFIX)
+
+
+@lru_cache(maxsize=1)
 def _host() -> str:
     return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname()) or "host"
 
 
-def _remove_stale_stages(parent: Path, prefix: str, host: str) -> None:
-    pattern = re.compile(re.escape(prefix) + r"(\d+)@" + re.escape(host) + r"\.[a-z0-9_]+")
+def _remove_stale(parent: Path, prefix: str) -> None:
+    """The stages (folders) or temporary files (files) named ``{prefix}{pid}@{host}.{random}``
+    in ``parent`` whose process, of this host, no longer runs."""
+    pattern = re.compile(re.escape(prefix) + r"(\d+)@" + re.escape(_host()) + r"\.[a-z0-9_]+", re.ASCII)
     try:
         entries = list(os.scandir(parent))
     except OSError:
         return
     for entry in entries:
         found = pattern.fullmatch(entry.name)
-        if found and entry.is_dir(follow_symlinks=False) and not _running(int(found.group(1))):
+        if not found or _running(int(found.group(1))):
+            continue
+        if entry.is_dir(follow_symlinks=False):
             shutil.rmtree(entry.path, ignore_errors=True)
+        else:
+            Path(entry.path).unlink(missing_ok=True)
 
 
 def _running(pid: int) -> bool:
@@ -107,12 +123,26 @@ def _running(pid: int) -> bool:
     return True
 
 
+_SWEPT: set[Path] = set()  # the caches this process has swept of stale temporary files
+
+
+def _folders(root: Path) -> list[Path]:
+    try:
+        return [Path(e.path) for e in os.scandir(root) if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
+
+
 class Cache:
     """``root/<key[:2]>/<key>.json`` (the reply) and ``<key>.bin`` (an image, when there is one)."""
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self._made: set[Path] = set()
+        if self.root not in _SWEPT:  # once a process: what killed writers left (kill -9), in every key folder
+            _SWEPT.add(self.root)
+            for folder in (self.root, *(p for p in _folders(self.root) if len(p.name) == 2)):
+                remove_stale_temporaries(folder)
 
     def _path(self, key: str, suffix: str) -> Path:
         return self.root / key[:2] / f"{key}{suffix}"

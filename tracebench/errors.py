@@ -8,6 +8,7 @@ else escaping is a bug in tracebench.
 from __future__ import annotations
 
 import errno
+import os
 
 __all__ = ["DISK_FULL", "TraceError", "ValidationFailed", "disk_full"]
 
@@ -31,9 +32,21 @@ class ValidationFailed(TraceError):
 
 def disk_full(err: OSError, resume: str = "", where: object = None) -> TraceError | None:
     """The one-line error of a write that failed for want of space (``DISK_FULL``), or None;
-    ``resume`` says what to do next, ``where`` what was written when the error has no file name."""
+    ``resume`` says what to do next, ``where`` the output the command was writing (its ``--out``).
+
+    The place named is the file being written: a copy's destination (``filename2``: Python's
+    ``shutil`` puts the source, a file of the user's or of tracebench's own, in ``filename``),
+    and ``where`` when the error names no file of that output."""
     if err.errno not in DISK_FULL:
         return None
-    where = f"{err.filename or where}: " if err.filename or where else ""
-    return TraceError(f"{where}cannot write ({err.strerror or errno.errorcode.get(err.errno, err.errno)})"
+    written = err.filename2 or err.filename
+    if where is not None and (written is None or not _inside(str(written), str(where))):
+        written = where
+    place = f"{written}: " if written else ""
+    return TraceError(f"{place}cannot write ({err.strerror or errno.errorcode.get(err.errno, err.errno)})"
                       + (f"; {resume}" if resume else ""))
+
+
+def _inside(path: str, folder: str) -> bool:
+    path, folder = os.path.abspath(path), os.path.abspath(folder)
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)

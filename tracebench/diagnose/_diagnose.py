@@ -48,7 +48,7 @@ from ..outcomes import ABSTAINED, Outcome, majority_verdicts
 from ..providers import ModelSettings, RayGenerator, runs_offline, synthetic_profile
 from ..run import (abstention_reason, generated_image, library_of, make_providers, run_benchmark, shard_of,
                    stream_run)
-from ..cache import sha256
+from ..cache import remove_stale_temporaries, sha256
 from ..jsonfiles import record_line
 from ..sample import read_sample_manifest, write_benchmark
 from ..score import Gating, instance_results
@@ -719,6 +719,7 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
     # root by what a rule took away, not by how the references were fed
     collage_always: set[str] = set()
     out.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(out)  # what a killed invocation was writing (kill -9); each round's run cleans its own
     DIAGNOSIS_MANIFEST.write(out, identity)
     rounds = itertools.count(1)
     used: list[str] = []  # the round folders, in order

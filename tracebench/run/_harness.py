@@ -45,7 +45,7 @@ from ..outcomes import ABSTAINED, ENSEMBLES, Outcome, Status, combine, majority_
 from ..providers import (JUDGE_TEMPLATES, CallFailed, Generator, ImageBytes, Judge, ModelAccess, ModelSettings, RayGenerator, Reply, RunImages,
                          ReferenceFiles, asking, clip, collage_case, image_suffix, make_generator, make_judge)
 from ..sample import read_cases, read_sample_manifest
-from ..cache import TEMPORARY_PREFIX, Cache, file_sha256, write_atomic
+from ..cache import TEMPORARY_PREFIX, Cache, file_sha256, remove_stale_temporaries, write_atomic
 from ..safepaths import inside
 
 __all__ = ["IMAGES_DIR", "RunFolder", "abstention_reason", "abstention_reasons", "vote_abstention_reasons", "generated_image", "library_of", "load_run", "make_providers", "parse_reply",
@@ -665,6 +665,8 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
                              generated_size=generated_size(gen.options),
                              collaged=frozenset(beyond) if collage else frozenset(), samples=samples)
     out.mkdir(parents=True, exist_ok=True)
+    for folder in (out, out / IMAGES_DIR):  # what a killed invocation was writing (kill -9)
+        remove_stale_temporaries(folder)
     # the identity first: a run killed before its end can only be resumed by the same run
     RUN_MANIFEST.write(out, identity)
     (out / IMAGES_DIR).mkdir(exist_ok=True)

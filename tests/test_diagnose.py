@@ -621,3 +621,20 @@ def test_windows_of_roots_give_the_one_window_diagnosis(small, tmp_path):
     named = [json.loads(lines[k])["id"] for k in (5, 0, 7, 2)]
     diagnose_run(run, tmp_path / "named", cases=",".join(named + named[:1]), settings=SETTINGS, window=3)
     assert [t["case_id"] for t in _trees_apart_from_rounds(tmp_path / "named")] == named
+
+
+def test_a_run_where_every_case_passes_gives_an_empty_diagnosis_and_exit_0(small, shared_runs, tmp_path):
+    """Nothing failed is no bad input: one line, exit 0, and a diagnosis folder trace report reads."""
+    run = shared_runs(small, "synthetic:perfect")
+    assert all(json.loads(line)["verdict"] == "pass" for line in (run / "verdicts.jsonl").read_text().splitlines())
+    result = run_trace("diagnose", str(run), "--out", str(tmp_path / "diag"))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == (f"{tmp_path / 'diag'}: no case to diagnose: every case of {run} passes "
+                                     "(an empty diagnosis, which trace report accepts)")
+    assert (tmp_path / "diag" / "trees.jsonl").read_text() == ""
+    assert DiagnosisSummary.model_validate_json((tmp_path / "diag" / "summary.json").read_text()).cases == 0
+    page = run_trace("report", str(run), "--diagnosis", str(tmp_path / "diag"), "--out", str(tmp_path / "r.html"))
+    assert page.returncode == 0 and page.stderr == "", page.stderr
+    # a case asked for by id that is not there stays bad input
+    wrong = run_trace("diagnose", str(run), "--cases", "no-such-case", "--out", str(tmp_path / "other"))
+    assert wrong.returncode == 2 and not (tmp_path / "other").exists()

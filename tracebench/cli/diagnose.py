@@ -63,6 +63,10 @@ def _repeats(text: str) -> int:
     return k
 
 
+def _shard_of(args) -> str:
+    return f" in shard {args.shard[0]}/{args.shard[1]}" if args.shard else ""
+
+
 def _dry_run(args) -> int:
     from ..diagnose import build_tree, draw_tree, tree_json
     from ..formula import parse
@@ -103,6 +107,9 @@ def run(args) -> int:
                            ray_address=args.ray_address)
     if args.json:
         print(json.dumps(summary.model_dump(mode="json"), indent=2))
+    elif not summary.cases:  # a run where every case passes: nothing failed, nothing to localize
+        print(f"{args.out}: no case to diagnose: every case of {args.run_dir}{_shard_of(args)} passes "
+              f"(an empty diagnosis, which trace report accepts)")
     else:
         from ..diagnose import format_summary
 

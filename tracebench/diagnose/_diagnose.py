@@ -707,7 +707,7 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
             raise TraceError(f"{out}: holds a diagnosis with another {', '.join(changed)}; choose another --out")
     elif out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise TraceError(f"--out {out}: exists and holds no diagnosis; choose another --out")
-    if not chosen.ids:
+    if not chosen.ids and (cases != "failing" or chosen.unanswered):  # every case passing is no error
         unanswered = chosen.unanswered
         why = (f"; {unanswered} of {chosen.cases} cases have only abstained verdicts: ask again with "
                f"trace run ... --retry-abstained" if unanswered else "")

@@ -125,5 +125,6 @@ def cumulative_pass(curves: Mapping[str, Mapping[str, float]], counts: Mapping[s
         ax.set_xlabel("relative depth (0 root, 1 most simplified)")
         ax.set_ylabel("passing by then")
         ax.set_ylim(0, 1.02)
-        ax.legend(fontsize=7, frameon=False)
+        if curves:  # a diagnosis of no case (every case passed) draws no line to name
+            ax.legend(fontsize=7, frameon=False)
         return _svg(fig)

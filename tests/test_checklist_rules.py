@@ -185,3 +185,72 @@ def test_an_inner_composition_sees_only_its_own_images_and_the_outer_one_all_of_
                       "C2": ("Image 1", "Image 2", "Image 5"), "C3": ("Image 8", "Image 9")}
     relation = {q.target: q.depends_on for q in questions if q.aspect == "relation"}
     assert relation == {"C2": ("f1:existence", "f2:existence"), "C3": ("f3:existence",)}
+
+
+# ---------------------------------------------------------------- every kind's wording
+
+def _every_attribute_term() -> list[tuple[str, TermBinding]]:
+    """One g term per subtype of the taxonomy that prompts and questions name (its role's own
+    carrier: the dog for an entity's attribute, the scene for an image-level one)."""
+    from tracebench.taxonomy import taxonomy
+
+    terms = []
+    for key, spec in taxonomy().subtypes.items():
+        if spec.role == "local":
+            terms.append((key, g("g1", "local", "f1", "Image 3", key, "some value", "the robe")))
+        elif spec.role == "global":
+            terms.append((key, g("g1", "global", None, "Image 3", key, "some value", "the painting")))
+    return terms
+
+
+def _wording(term: TermBinding) -> list[str]:
+    import random
+
+    from tracebench.realize import realize
+
+    from tracebench.realize import phrase_name
+    from tracebench.resources import read_toml
+    from tracebench.templating import compile_string
+
+    texts = [q.question for q in compile_checklist((DOG, term), ())]
+    prompts = realize((DOG, term), False, random.Random(0))
+    # every prompt line of the term's role, the prose of a sub-case that states it in words included
+    context = {"carrier": "('dog_A')", "noun": "dog", "source": term.entity, "image": term.image,
+               "name": phrase_name(term.subtype), "value": term.value}
+    lines = [compile_string(section[term.role])(context) for section in read_toml("templates", "prompts/lines.toml").values()
+             if term.role in section]
+    return texts + [prompts.prompt, prompts.text_only] + lines
+
+
+@pytest.mark.parametrize("subtype,term", _every_attribute_term(), ids=lambda v: v if isinstance(v, str) else "")
+def test_every_kind_agrees_in_number_and_isolates_without_naming_itself(subtype, term):
+    """A plural attribute ("wear marks") takes plural words in every question and prompt line
+    ("Are only the wear marks", "those wear marks"); the isolation question never lists the
+    trait it transfers among those that must not come along ("the shape, without its shape")."""
+    import re
+
+    from tracebench.nouns import is_plural
+    from tracebench.realize import phrase_name
+
+    name = phrase_name(subtype)
+    texts = _wording(term)
+    if is_plural(name):
+        singular = re.compile(rf"\b(?:is|does|has|was|this|that)\s+(?:only\s+)?(?:the\s+)?{name}\b|"
+                              rf"\b{name}\s+(?:is|does|has|was)\b", re.IGNORECASE)
+        assert [t for t in texts if singular.search(t)] == []
+    isolation = [t for t in texts if "without its other traits" in t]
+    for text in isolation:
+        listed = re.search(r"without its other traits \(its (.*?)\)", text).group(1)
+        assert not set(re.split(r", | or ", listed)) & {name, f"{name}s", name.rstrip("s")}, text
+    assert isolation or term.role == "global"
+
+
+def test_the_isolation_of_a_shape_and_of_plural_wear_marks_read_right():
+    shape = {q.aspect: q.question for q in compile_checklist((DOG, g("g1", "local", "f1", "Image 3", "2.3_shape",
+                                                                       "round", "the robe")), ())}
+    assert shape["isolation"] == ("Is only the shape taken from [the robe], without its other traits "
+                                  "(its colors or identity) carried along?")
+    wear = {q.aspect: q.question for q in compile_checklist((DOG, g("g1", "local", "f1", "Image 3", "1.3_damage_wear",
+                                                                      "scratches", "the robe")), ())}
+    assert wear["isolation"].startswith("Are only the wear marks taken from [the robe]")
+    assert wear["carrier"] == "Does the dog ('dog_A') keep its own identity while showing those wear marks?"

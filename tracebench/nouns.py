@@ -33,8 +33,8 @@ from .resources import read_toml
 if TYPE_CHECKING:
     import inflect
 
-__all__ = ["NOUNS_FILE", "NounPhrase", "agree", "describe", "indefinite", "is_plural", "noun_of", "noun_phrase", "plural",
-           "with_article"]
+__all__ = ["NOUNS_FILE", "NounPhrase", "agree", "besides", "describe", "indefinite", "is_plural", "noun_of", "noun_phrase",
+           "plural", "with_article"]
 
 NOUNS_FILE = "nouns.toml"  # in templates/
 FALLBACK = "thing"
@@ -301,6 +301,19 @@ def agree(words: str, subject: str | None) -> str:
         agreed = _DETERMINER_PLURALS.get(low) or _engine().plural_verb(low)
         out.append(agreed[:1].upper() + agreed[1:] if word[:1].isupper() else agreed)
     return " ".join(out)
+
+
+@lru_cache(maxsize=256)
+def besides(name: str, *traits: str) -> str:
+    """``traits`` as "a, b or c", leaving out any that ``name`` names (in either number): a question
+    about what comes along with a shape lists "colors or identity", not "shape, colors or identity"."""
+    named = {_singular(word) for word in name.lower().split()}
+    kept = [trait for trait in traits if _singular(trait.lower()) not in named]
+    return kept[0] if len(kept) == 1 else ", ".join(kept[:-1]) + " or " + kept[-1] if kept else ""
+
+
+def _singular(word: str) -> str:
+    return word if not is_plural(word) else (_engine().singular_noun(word) or word)
 
 
 _PLACE = re.compile(r"\s+(?:on|in|at|to) the (?:far )?(?:left|right|middle|center|centre|top|bottom|front|back)"

@@ -7,7 +7,9 @@ render through :func:`html_environment`, which escapes every value.
 Prompt templates have one filter of their own, ``agree`` (:func:`tracebench.nouns.agree`):
 words written for a singular subject, made to agree in number with a noun,
 ``{{ "takes" | agree(noun) }}`` ("take" after "towers"), ``{{ "this" | agree(name) }}``
-("these" before "wear marks").
+("these" before "wear marks"); and ``besides`` (:func:`tracebench.nouns.besides`): a list of traits
+without the one a name names, ``{{ name | besides("shape", "colors", "identity") }}`` ("colors
+or identity" for a shape).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 import jinja2
 
-from .nouns import agree
+from .nouns import agree, besides
 from .resources import data_dir, data_hash
 
 __all__ = ["compile_string", "environment", "html_environment", "render", "render_html", "template_hash"]
@@ -34,6 +36,7 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters["agree"] = agree
+    env.filters["besides"] = besides
     return env
 
 

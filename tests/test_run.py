@@ -456,6 +456,28 @@ def test_a_run_folder_is_only_resumed_by_the_same_run(tmp_path, monkeypatch):
     assert result.returncode == 2 and "not the benchmark this run was made from" in result.stderr
 
 
+def test_a_run_that_kept_no_answer_takes_the_corrected_command(tmp_path):
+    """A typo in the generator's command stops the run early (its first calls all fail alike):
+    the message says what to fix, and the corrected command runs in the same folder; a run
+    that kept answers is still only resumed by the same run."""
+    bench = tmp_path / "bench"
+    sample_benchmark(bench, slots=(1, 2, 3), per_slot=3, seed=0, applications=False)
+    out = tmp_path / "run"
+    typo = run_trace("run", str(bench), "--generator", "command:python3 nosuch.py {output}", "--judge", "oracle",
+                     "--out", str(out))
+    assert typo.returncode == 2, typo.stderr
+    (line,) = typo.stderr.strip().splitlines()
+    assert "Fix the command and run again: a run that kept no answer takes the corrected spec" in line
+    assert "endpoint" not in line
+    fixed = run_trace("run", str(bench), "--generator", "synthetic:perfect", "--judge", "oracle", "--out", str(out))
+    assert fixed.returncode == 0, fixed.stderr
+    assert json.loads((out / "run.json").read_text())["generator"] == "synthetic:perfect"
+    kept = (out / "verdicts.jsonl").read_bytes()
+    other = run_trace("run", str(bench), "--generator", "synthetic:noise:0.5", "--judge", "oracle", "--out", str(out))
+    assert other.returncode == 2 and "choose another --out" in other.stderr
+    assert (out / "verdicts.jsonl").read_bytes() == kept
+
+
 def test_missing_keys_and_files_stop_before_anything_is_written(tmp_path, monkeypatch):
     bench = tmp_path / "bench"
     sample_benchmark(bench, slots=(1, 2), per_slot=2, seed=0, applications=False)

@@ -23,6 +23,7 @@ import asyncio
 import gc
 import hashlib
 import json
+import shutil
 import sys
 import zlib
 from collections import Counter
@@ -406,6 +407,20 @@ class _Lines:
             self.votes_abstained = (self.votes_abstained or Counter()) + votes_abstained
 
 
+def _answered(out: Path) -> bool:
+    """Whether ``verdicts.jsonl`` holds an answer (a verdict that is no abstention)."""
+    if not VERDICTS.path(out).is_file():
+        return False
+    return any(verdict.outcome.answered for _, _, _, verdict in VERDICTS.read_spanned(out, torn_tail=True, unique=False))
+
+
+def _what_to_fix(spec: str) -> str:
+    """What a stopped provider's user fixes, by its scheme: a served model's endpoint, a command ..."""
+    scheme = spec.partition(":")[0]
+    return {"openai": "the endpoint, model or key", "command": "the command", "python": "the plugin",
+            "folder": "the folder"}.get(scheme, f"the {scheme} provider")
+
+
 def _existing(out: Path, checklists: dict[str, tuple[int, int]], retry_abstained: bool) -> dict[str, _Lines]:
     """Complete cases already in verdicts.jsonl, as where their lines lie: a last line torn by
     a kill and a half-written case are dropped; a broken line anywhere else is an error, and
@@ -627,21 +642,24 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
         rejudged_from=str(gen.run_dir.resolve()) if source else None,
         generator_options=dict(gen.options) or None, samples=samples if samples > 1 else None,
         sample_seeds=_sample_seeds(gen, samples))
+    start_over = False
     if RUN_MANIFEST.path(out).is_file():
         old = RUN_MANIFEST.read(out)
         fields = ("cases_hash", "generator", "seed", "sample", "judges", "judge_batch", "ensemble", "shard",
                   "max_images", "collage", "scale", "rejudged_from", "generator_options", "samples")
         changed = [f for f in fields if getattr(old, f) != getattr(identity, f)]
-        if changed:
+        if changed and _answered(out):
             raise TraceError(f"{out}: holds a run with another {', '.join(changed)}; choose another --out")
-        # the models its judges answered with so far: pinned, and kept should this invocation die
-        identity = identity.model_copy(update={"judge_models": old.judge_models,
-                                               "judge_model_changes": old.judge_model_changes})
+        # a run none of whose calls was answered (a typo in the spec, a wrong URL) takes the corrected command
+        start_over = bool(changed)
+        if not start_over:  # the models its judges answered with so far: pinned, and kept should this invocation die
+            identity = identity.model_copy(update={"judge_models": old.judge_models,
+                                                   "judge_model_changes": old.judge_model_changes})
     elif VERDICTS.path(out).exists():
         raise TraceError(f"{out}: holds verdicts but no {RUN_FILE}; choose another --out")
     elif out.is_dir() and any(not p.name.startswith(TEMPORARY_PREFIX) for p in out.iterdir()):
         raise TraceError(f"--out {out}: is not empty and not a run folder (no {RUN_FILE}); choose another --out")
-    previous = _existing(out, checklists, retry_abstained)
+    previous = {} if start_over else _existing(out, checklists, retry_abstained)
 
     def todo_now() -> Iterator[Case]:  # the cases still to make, read again from their file
         return (case for case in read_cases(cases_dir)
@@ -665,6 +683,9 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
                              generated_size=generated_size(gen.options),
                              collaged=frozenset(beyond) if collage else frozenset(), samples=samples)
     out.mkdir(parents=True, exist_ok=True)
+    if start_over:  # what the run of the other command made: no answer, and images of another generator
+        VERDICTS.path(out).unlink(missing_ok=True)
+        shutil.rmtree(out / IMAGES_DIR, ignore_errors=True)
     for folder in (out, out / IMAGES_DIR):  # what a killed invocation was writing (kill -9)
         remove_stale_temporaries(folder)
     # the identity first: a run killed before its end can only be resumed by the same run
@@ -809,6 +830,9 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
         "judge_models": _seen_models(pinned, access.stats.identities), "judge_model_changes": tuple(accepted.values()) or None})
     RUN_MANIFEST.write(out, manifest)
     if access.stopped is not None:
+        fix = _what_to_fix(access.stopped.spec)
+        again = ("run again: a run that kept no answer takes the corrected spec" if not done
+                 else "run the same command to resume")
         raise TraceError(f"stopped early, {access.stopped}; {len(done)} of {len(order)} cases done, none kept "
-                         f"with a failed call. Fix the endpoint, model or key and run the same command to resume")
+                         f"with a failed call. Fix {fix} and {again}")
     return manifest

@@ -338,3 +338,35 @@ def test_an_empty_library_is_an_error_not_a_benchmark(tmp_path):
     assert result.returncode == 2 and result.stderr.strip().endswith("holds no image; add tagged images "
                                                                      "(trace library import)"), result.stderr
     assert result.stderr.count("\n") == 1 and not (tmp_path / "bench").exists()
+
+
+def test_first_mistakes_are_named_once_with_a_guess(tmp_path, monkeypatch):
+    """A misspelt profile or judge is named once, with the nearest name; the missing folder of
+    trace tag comes before the key it would need."""
+    bench = tmp_path / "bench"
+    assert run_trace("sample", "--slots", "1", "--per-slot", "1", "--no-applications", "--out", str(bench)).returncode == 0
+    profile = run_trace("run", str(bench), "--generator", "synthetic:perfct", "--judge", "oracle", "--out", str(tmp_path / "r"))
+    (line,) = profile.stderr.strip().splitlines()
+    assert profile.returncode == 2 and line.count("perfct") == 1 and "(did you mean perfect?)" in line
+    judge = run_trace("run", str(bench), "--generator", "synthetic:perfect", "--judge", "orcale", "--out", str(tmp_path / "r"))
+    assert judge.returncode == 2 and "--judge 'orcale' (did you mean oracle?)" in judge.stderr
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    tag = run_trace("tag", str(tmp_path / "nosuchdir"), "--model", "m", "--out", str(tmp_path / "lib"))
+    assert tag.returncode == 2 and tag.stderr.strip() == f"trace tag: {tmp_path / 'nosuchdir'}: not a folder"
+
+
+def test_score_prints_intervals_with_even_decimals_and_a_resume_names_other_judges(tmp_path):
+    bench = tmp_path / "bench"
+    assert run_trace("sample", "--slots", "1-2", "--per-slot", "3", "--no-applications", "--out", str(bench)).returncode == 0
+    out = tmp_path / "run"
+    assert run_trace("run", str(bench), "--generator", "synthetic:noise:0.3", "--judge", "oracle",
+                     "--out", str(out)).returncode == 0
+    table = run_trace("score", str(out)).stdout
+    import re
+
+    intervals = re.findall(r"\[[^\]]*\]", table.split("cases ")[0])
+    assert intervals and all(re.fullmatch(r"\[\d\.\d{4}, \d\.\d{4}\]", i) for i in intervals), intervals
+    again = run_trace("run", str(bench), "--generator", "synthetic:perfect", "--judge", "oracle", "--judge",
+                      "oracle:flip=0.1", "--out", str(out))
+    assert again.returncode == 2 and "holds a run with another generator, ensemble and other judges;" in again.stderr

@@ -10,7 +10,7 @@ from __future__ import annotations
 import errno
 import os
 
-__all__ = ["DISK_FULL", "TraceError", "ValidationFailed", "disk_full"]
+__all__ = ["DISK_FULL", "TraceError", "ValidationFailed", "disk_full", "other_fields"]
 
 # Write errors of a full or read-only disk (EFBIG: a file past the size limit, RLIMIT_FSIZE): the
 # user's to fix, so one line and exit status 2, like bad input.
@@ -50,3 +50,12 @@ def disk_full(err: OSError, resume: str = "", where: object = None) -> TraceErro
 def _inside(path: str, folder: str) -> bool:
     path, folder = os.path.abspath(path), os.path.abspath(folder)
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def other_fields(fields: list[str] | tuple[str, ...]) -> str:
+    """What differs, as a message says it: "another generator and other judges" (a field
+    named in the plural, ``judges``, ``samples``, takes "other")."""
+    one = [f for f in fields if not f.endswith("s")]
+    many = [f for f in fields if f.endswith("s")]
+    return " and ".join(part for part in (f"another {', '.join(one)}" if one else "",
+                                          f"other {', '.join(many)}" if many else "") if part)

@@ -35,7 +35,7 @@ from typing import Callable, Iterable, Iterator, Sequence, TypeVar
 import networkx as nx
 
 from .. import __version__
-from ..errors import TraceError
+from ..errors import TraceError, other_fields
 from ..formula import canonical
 from ..library import staged_output
 from ..scales import GRADED_ENSEMBLE
@@ -704,7 +704,7 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
         old = DIAGNOSIS_MANIFEST.read(out)
         changed = [f for f in DiagnosisManifest.model_fields if f != "tool" and getattr(old, f) != getattr(identity, f)]
         if changed:
-            raise TraceError(f"{out}: holds a diagnosis with another {', '.join(changed)}; choose another --out")
+            raise TraceError(f"{out}: holds a diagnosis with {other_fields(changed)}; choose another --out")
     elif out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise TraceError(f"--out {out}: exists and holds no diagnosis; choose another --out")
     if not chosen.ids and (cases != "failing" or chosen.unanswered):  # every case passing is no error

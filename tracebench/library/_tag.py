@@ -119,6 +119,8 @@ def tag_images(images_dir: Path, out: Path, *, model: str, base_url: str | None 
         raise TraceError(f"--concurrency: must be at least 1, got {concurrency}")
     check_call_limits(timeout=timeout, max_retries=max_retries, max_reply_bytes=max_reply_bytes)
     base_url = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+    if not images_dir.is_dir():  # the first mistake to name: the folder, before the key it would need
+        raise TraceError(f"{images_dir}: not a folder")
     api_key(api_key_env, base_url)  # a missing key is an error before any image is read
     jobs, unreadable = _find_images(images_dir)
     name = name or out.resolve().name or "library"

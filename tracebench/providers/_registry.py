@@ -17,6 +17,7 @@ returning one. Any spec may end in ``@URL[,URL...]`` to name its endpoint (see `
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import importlib
 import importlib.util
@@ -82,7 +83,11 @@ def _make(spec: str, settings: ModelSettings, role: str, builtins: dict[str, Fac
     else:
         found = [ep for ep in entry_points(group=ENTRY_POINT_GROUPS[role]) if ep.name == scheme]
         if not found:
-            raise TraceError(f"--{role} {spec!r}: expected {_USAGE[role]}, or a provider registered under "
+            known = [*builtins, "python", *(["oracle"] if role == "judge" else []),
+                     *(ep.name for ep in entry_points(group=ENTRY_POINT_GROUPS[role]))]
+            close = difflib.get_close_matches(scheme, known, n=1)
+            hint = f" (did you mean {close[0]}{'' if close[0] == 'oracle' else ':...'}?)" if close else ""
+            raise TraceError(f"--{role} {spec!r}{hint}: expected {_USAGE[role]}, or a provider registered under "
                              f"the entry-point group {ENTRY_POINT_GROUPS[role]}")
         try:
             target = found[0].load()

@@ -34,7 +34,7 @@ from typing import Iterable, Iterator, Sequence
 from tqdm import tqdm
 
 from .. import __version__
-from ..errors import TraceError, disk_full
+from ..errors import TraceError, disk_full, other_fields
 from ..jsonfiles import loads, record_line, write_json
 from ..records import (CASES, GENERATION_SUFFIX, MAX_SAMPLES, RUN_FILE, RUN_MANIFEST, VERDICTS, Case, GenerationInfo, Question,
                        RunManifest, Verdict, Vote, read_run_verdicts, repeated_question, sample_name)
@@ -649,7 +649,7 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
                   "max_images", "collage", "scale", "rejudged_from", "generator_options", "samples")
         changed = [f for f in fields if getattr(old, f) != getattr(identity, f)]
         if changed and _answered(out):
-            raise TraceError(f"{out}: holds a run with another {', '.join(changed)}; choose another --out")
+            raise TraceError(f"{out}: holds a run with {other_fields(changed)}; choose another --out")
         # a run none of whose calls was answered (a typo in the spec, a wrong URL) takes the corrected command
         start_over = bool(changed)
         if not start_over:  # the models its judges answered with so far: pinned, and kept should this invocation die

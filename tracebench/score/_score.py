@@ -610,7 +610,7 @@ def format_scores(scores: Scores) -> str:
         other = weighted.operators.get(op) if op != "avg" else weighted.overall  # type: ignore[call-overload]
         ci = scores.ci95.get(op)
         shown = "    n/a" if value is None else f"{value:7.4f}"
-        lines.append(f"{op:12s} {shown}  {str(list(ci)) if ci else '':18s}  "
+        lines.append(f"{op:12s} {shown}  {f'[{ci[0]:.4f}, {ci[1]:.4f}]' if ci else '':18s}  "
                      f"{'n/a' if other is None else f'{other:.4f}'}{' (overall)' if op == 'avg' else ''}")
     lines.append(f"cases {scores.cases}, abstentions {scores.abstentions.count} ({scores.abstentions.share:.1%})")
     if scores.samples is not None:
@@ -626,7 +626,7 @@ def format_scores(scores: Scores) -> str:
             continue
         dims = ", ".join(f"{d} {'n/a' if v is None else f'{v:.2f}'}" for d, v in p.dimensions.items())
         shown = "n/a" if p.overall is None else f"{p.overall:.2f}"
-        line = f"{name} ({p.range}): {shown} {list(p.ci95) if p.ci95 else ''} over {p.cases} cases; {dims}"
+        line = f"{name} ({p.range}): {shown} {f'[{p.ci95[0]:.2f}, {p.ci95[1]:.2f}]' if p.ci95 else ''} over {p.cases} cases; {dims}"
         if p.pass_rate is not None:
             line += f"; P@{p.tau:g} {p.pass_rate:.2f}% ({p.weights} weights)"
             if p.weights_missing:

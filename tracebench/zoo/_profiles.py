@@ -9,6 +9,8 @@ is all of them at once.
 
 from __future__ import annotations
 
+import difflib
+
 import math
 from dataclasses import dataclass
 
@@ -162,14 +164,16 @@ def parse_profile(spec: str) -> Profile:
     parts = [p.strip() for p in text.split(",")]
     for part in parts:
         def fail(message: str, part: str = part) -> None:
-            raise TraceError(f"generator profile {spec!r}: {part!r}: {message}; known profiles: {_known()}")
+            where = f"{spec!r}: {part!r}" if part != text else repr(spec)  # one part: named once
+            raise TraceError(f"generator profile {where}: {message}; known profiles: {_known()}")
 
         if not part:
             fail("empty part")
         name, colon, raw = part.partition(":")
         name, raw = name.strip().lower(), raw.strip()
         if name not in names:
-            fail("unknown profile")
+            close = difflib.get_close_matches(name, list(names), n=1)
+            fail(f"unknown profile{f' (did you mean {close[0]}?)' if close else ''}")
         wanted = names[name]
         if wanted is None and colon:
             fail(f"{name} takes no parameter")

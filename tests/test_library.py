@@ -508,6 +508,10 @@ def test_a_tag_the_taxonomy_refuses_names_where_it_applies(tmp_path):
         f'tags.json:{_line_of(text, "usable_as")}: ["woman.png"] ent_list[0].usable_as: '
         "'attach' does not apply to category 'Human' (it applies to Object, Clothing)",
     ]
+    # the closing line names the flag that keeps the valid values
+    assert result.stderr.strip().splitlines()[-1].endswith(
+        "2 problems; nothing was written; --drop-invalid keeps the rest, leaving out the 3 tag values the taxonomy "
+        "refuses")
 
 
 def test_drop_invalid_imports_without_just_the_refused_values(tmp_path):

@@ -24,10 +24,10 @@ class TraceError(ValueError):
 class ValidationFailed(TraceError):
     """Several problems found at once (a library, a tags file); each names its place."""
 
-    def __init__(self, problems: list[str], what: str = "problem") -> None:
+    def __init__(self, problems: list[str], what: str = "problem", hint: str = "") -> None:
         self.problems = list(problems)
         count = len(self.problems)
-        super().__init__(f"{count} {what}{'s' if count != 1 else ''}; nothing was written")
+        super().__init__(f"{count} {what}{'s' if count != 1 else ''}; nothing was written" + (f"; {hint}" if hint else ""))
 
 
 def disk_full(err: OSError, resume: str = "", where: object = None) -> TraceError | None:

@@ -68,12 +68,13 @@ def import_library(images_dir: Path, tags_file: Path, out: Path, *, name: str | 
         errors += problems + invalid
         if image is None or problems:
             continue
-        if drop_invalid:
-            image = _drop_refused(place, image, dropped)
-        records.append((place, image))
+        kept = _drop_refused(place, image, dropped)  # listed either way: without the flag, to count them
+        records.append((place, kept if drop_invalid else image))
     errors += check_records(images_dir, records)
     if errors:
-        raise ValidationFailed(sorted(errors, key=_line_in(label)))
+        hint = (f"--drop-invalid keeps the rest, leaving out the {_count(len(dropped), 'tag value')} the taxonomy "
+                f"refuses" if dropped and not drop_invalid else "")
+        raise ValidationFailed(sorted(errors, key=_line_in(label)), hint=hint)
     tagged = {os.path.normpath(image.path) for _, image in records}
     untagged = [f for f in on_disk if os.path.normpath(f) not in tagged]
     if untagged:
@@ -84,9 +85,9 @@ def import_library(images_dir: Path, tags_file: Path, out: Path, *, name: str | 
     if placeholders:
         note(f"{label}: {_count(len(placeholders), 'placeholder background')} dropped (they name no background): "
              f"{_some(sorted(set(placeholders), key=placeholders.index), quote=True)}")
-    for line in dropped:
+    for line in dropped if drop_invalid else ():
         note(line)
-    if dropped:
+    if dropped and drop_invalid:
         note(f"{label}: dropped {_count(len(dropped), 'tag value')} the taxonomy refuses (--drop-invalid)")
     return copy_selection(images_dir, [image for _, image in records], out, name=name or images_dir.resolve().name)
 

@@ -380,7 +380,7 @@ def test_a_generator_whose_first_calls_all_fail_alike_stops_the_run_early(bench,
     assert result.returncode == 2, result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("trace run: stopped early, the first 5 calls to python:") and "CUDA device" in line
-    assert "Fix the plugin and run again: a run that kept no answer takes the corrected spec" in line
+    assert "Fix the plugin and run again: a run that kept no case takes the corrected spec" in line
     assert json.loads((out / "run.json").read_text())["calls"] == {f"python:{plugin}": 5}
     assert (out / "verdicts.jsonl").read_text() == ""  # nothing kept of what failed
     plugin.write_text("from tracebench.zoo import generate, parse_profile\n"

@@ -196,7 +196,8 @@ def test_ray_options_are_checked_before_anything_runs(bench, local, tmp_path, mo
     bad = run_trace("run", str(bench), "--generator", PLUGIN, "--judge", "oracle", "--executor", "ray",
                     "--workers", "0", "--out", str(tmp_path / "a"))
     assert bad.returncode == 2 and "--workers" in bad.stderr and not (tmp_path / "a").exists()
-    bad = run_trace("diagnose", str(local), "--executor", "ray", "--workers", "0", "--out", str(tmp_path / "d"))
+    bad = run_trace("diagnose", str(local), "--generator", PLUGIN, "--executor", "ray", "--workers", "0",
+                    "--out", str(tmp_path / "d"))
     assert bad.returncode == 2 and "--workers" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "d").exists()
     monkeypatch.setitem(sys.modules, "ray", None)  # an install without the extra
@@ -205,5 +206,5 @@ def test_ray_options_are_checked_before_anything_runs(bench, local, tmp_path, mo
     from tracebench.diagnose import diagnose_run
 
     with pytest.raises(TraceError, match=r"^--executor ray needs Ray: pip install 'tracebench\[ray\]'"):
-        diagnose_run(local, tmp_path / "e", executor="ray")
+        diagnose_run(local, tmp_path / "e", generator=PLUGIN, executor="ray")
     assert not (tmp_path / "e").exists()

@@ -459,7 +459,7 @@ def test_a_run_folder_is_only_resumed_by_the_same_run(tmp_path, monkeypatch):
 def test_a_run_that_kept_no_answer_takes_the_corrected_command(tmp_path):
     """A typo in the generator's command stops the run early (its first calls all fail alike):
     the message says what to fix, and the corrected command runs in the same folder; a run
-    that kept answers is still only resumed by the same run."""
+    that kept cases is still only resumed by the same run."""
     bench = tmp_path / "bench"
     sample_benchmark(bench, slots=(1, 2, 3), per_slot=3, seed=0, applications=False)
     out = tmp_path / "run"
@@ -467,7 +467,7 @@ def test_a_run_that_kept_no_answer_takes_the_corrected_command(tmp_path):
                      "--out", str(out))
     assert typo.returncode == 2, typo.stderr
     (line,) = typo.stderr.strip().splitlines()
-    assert "Fix the command and run again: a run that kept no answer takes the corrected spec" in line
+    assert "Fix the command and run again: a run that kept no case takes the corrected spec" in line
     assert "endpoint" not in line
     fixed = run_trace("run", str(bench), "--generator", "synthetic:perfect", "--judge", "oracle", "--out", str(out))
     assert fixed.returncode == 0, fixed.stderr

@@ -407,11 +407,12 @@ class _Lines:
             self.votes_abstained = (self.votes_abstained or Counter()) + votes_abstained
 
 
-def _answered(out: Path) -> bool:
-    """Whether ``verdicts.jsonl`` holds an answer (a verdict that is no abstention)."""
-    if not VERDICTS.path(out).is_file():
+def _kept_any(out: Path) -> bool:
+    """Whether ``verdicts.jsonl`` holds a case (a whole verdict line: a line torn by a kill is none)."""
+    path = VERDICTS.path(out)
+    if not path.is_file() or path.stat().st_size == 0:
         return False
-    return any(verdict.outcome.answered for _, _, _, verdict in VERDICTS.read_spanned(out, torn_tail=True, unique=False))
+    return any(True for _ in VERDICTS.read_spanned(out, torn_tail=True, unique=False))
 
 
 def _what_to_fix(spec: str) -> str:
@@ -648,9 +649,9 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
         fields = ("cases_hash", "generator", "seed", "sample", "judges", "judge_batch", "ensemble", "shard",
                   "max_images", "collage", "scale", "rejudged_from", "generator_options", "samples")
         changed = [f for f in fields if getattr(old, f) != getattr(identity, f)]
-        if changed and _answered(out):
+        if changed and _kept_any(out):
             raise TraceError(f"{out}: holds a run with {other_fields(changed)}; choose another --out")
-        # a run none of whose calls was answered (a typo in the spec, a wrong URL) takes the corrected command
+        # a run that stopped before it kept a case (a typo in the spec, a wrong URL) takes the corrected command
         start_over = bool(changed)
         if not start_over:  # the models its judges answered with so far: pinned, and kept should this invocation die
             identity = identity.model_copy(update={"judge_models": old.judge_models,
@@ -683,7 +684,7 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
                              generated_size=generated_size(gen.options),
                              collaged=frozenset(beyond) if collage else frozenset(), samples=samples)
     out.mkdir(parents=True, exist_ok=True)
-    if start_over:  # what the run of the other command made: no answer, and images of another generator
+    if start_over:  # what the other command left: no case, perhaps images of another generator
         VERDICTS.path(out).unlink(missing_ok=True)
         shutil.rmtree(out / IMAGES_DIR, ignore_errors=True)
     for folder in (out, out / IMAGES_DIR):  # what a killed invocation was writing (kill -9)
@@ -831,7 +832,7 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
     RUN_MANIFEST.write(out, manifest)
     if access.stopped is not None:
         fix = _what_to_fix(access.stopped.spec)
-        again = ("run again: a run that kept no answer takes the corrected spec" if not done
+        again = ("run again: a run that kept no case takes the corrected spec" if not done
                  else "run the same command to resume")
         raise TraceError(f"stopped early, {access.stopped}; {len(done)} of {len(order)} cases done, none kept "
                          f"with a failed call. Fix {fix} and {again}")

@@ -27,9 +27,9 @@ from pydantic import BaseModel, ValidationError
 from .cache import write_atomic
 from .errors import TraceError
 
-__all__ = ["JsonFile", "JsonLinesFile", "decode", "explain", "field_path", "json_members", "json_text", "line_of",
-           "loads", "numbered_jsonl", "problems_of", "read_json", "read_jsonl", "record_line", "spanned_jsonl",
-           "write_json", "write_jsonl"]
+__all__ = ["JsonFile", "JsonLinesFile", "decode", "explain", "field_path", "json_bytes", "json_members", "json_text",
+           "line_of", "loads", "numbered_jsonl", "problems_of", "read_json", "read_jsonl", "record_line",
+           "spanned_jsonl", "write_json", "write_jsonl"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -59,9 +59,14 @@ def write_jsonl(path: Path, records: Iterable[BaseModel]) -> None:
     write_atomic(Path(path), (record_line(r).encode() for r in records))
 
 
+def json_bytes(record: BaseModel) -> bytes:
+    """One record as :func:`write_json` writes it: indented JSON and a newline."""
+    return (json.dumps(record.model_dump(mode="json", by_alias=True), indent=2) + "\n").encode()
+
+
 def write_json(path: Path, record: BaseModel) -> None:
     """Write one record as indented JSON, atomically."""
-    write_atomic(Path(path), (json.dumps(record.model_dump(mode="json", by_alias=True), indent=2) + "\n").encode())
+    write_atomic(Path(path), json_bytes(record))
 
 
 def read_jsonl(path: Path, model: type[M], *, check: Callable[[M], str | None] | None = None,

@@ -23,6 +23,9 @@ def run(args) -> int:
     from ..share import export_folder
 
     done = export_folder(args.folder, args.out, diagnosis=args.diagnosis)
+    if done.complete:  # a rerun after a kill past the final rename: --out holds this very export
+        print(f"{args.out}: already complete (it holds this export of {args.folder}; nothing written)")
+        return 0
     print(f"{args.out}: {done.kind} of {done.rows} rows, {done.shards} parquet shard{'s' * (done.shards != 1)}, "
           f"{done.size / 1e6:.1f} MB, and its dataset card README.md")
     return 0

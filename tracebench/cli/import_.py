@@ -23,7 +23,9 @@ def run(args) -> int:
     from ..share import import_dataset
 
     done = import_dataset(args.folder, args.out, cases_dir=args.cases)
-    if done.kind == "benchmark":
+    if done.complete:  # a rerun after a kill past the final rename: --out holds what this import writes
+        print(f"{args.out}: already complete (it holds the {done.kind} this dataset rebuilds; nothing written)")
+    elif done.kind == "benchmark":
         print(f"{args.out}: benchmark of {done.cases} cases")
     else:
         print(f"{args.out}: run of {done.cases} cases, {done.verdicts} verdicts; its benchmark {done.cases_dir}"

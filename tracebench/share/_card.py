@@ -13,6 +13,7 @@ from typing import Any
 from ..errors import TraceError
 from ..records import SampleManifest
 from ..templating import render
+from ._limits import MAX_CARD_BYTES, check_card_header, parse_error, read_card_text
 
 __all__ = ["CARD_FILE", "read_card", "write_card"]
 
@@ -65,8 +66,6 @@ def _size_text(size: int) -> str:
 
 def write_card(folder: Path, *, kind: str, section: dict[str, Any], features, rows: int, num_bytes: int, size: int,
                shards: int, sample: SampleManifest | None, bench: Path, sources: Counter, tool: str) -> None:
-    import yaml
-
     from ._export import SPLIT
 
     licenses = _licenses(bench, sample, sources)
@@ -101,37 +100,66 @@ def write_card(folder: Path, *, kind: str, section: dict[str, Any], features, ro
                   ("cases per application", sample.counts_per_application or "none"),
                   ("distinct templates", sample.distinct_templates),
                   ("library", f"{sample.library.get('name')} (sha256 {str(sample.library.get('content_hash', ''))[:12]})")]
+    body = render("share/dataset_card.j2", title=title, kind=kind, tool=tool, rows=rows, split=SPLIT, shards=shards,
+                  size_text=_size_text(size), contents=contents, sampled=sampled, counts=counts or [], run=run,
+                  hashes=_hashes(section, sample), licenses=sorted(licenses.items()), load_name="USER/NAME")
+    text = ("---\n" + _yaml(header) + "---\n\n" + body).encode("utf-8")
+    if len(text) > MAX_CARD_BYTES:
+        raise TraceError(f"the dataset card would be {len(text):,} bytes, more than trace import reads "
+                         f"({MAX_CARD_BYTES:,})")
+    (folder / CARD_FILE).write_bytes(text)
+
+
+def _hashes(section: dict[str, Any], sample: SampleManifest | None) -> list[tuple[str, str]]:
+    """The card's SHA-256 list: the design files', the records', and the content hashes that
+    cover every file the import writes."""
     hashes = sorted((sample.hashes if sample else {}).items())
+    run = section.get("run")
     if run is not None or section.get("cases_hash"):
         hashes.append(("cases.jsonl", run["cases_hash"] if run is not None else section["cases_hash"]))
     if section.get("verdicts_hash"):
         hashes.append(("verdicts.jsonl", section["verdicts_hash"]))
-    body = render("share/dataset_card.j2", title=title, kind=kind, tool=tool, rows=rows, split=SPLIT, shards=shards,
-                  size_text=_size_text(size), contents=contents, sampled=sampled, counts=counts or [], run=run,
-                  hashes=hashes, licenses=sorted(licenses.items()), load_name="USER/NAME")
-    text = "---\n" + yaml.safe_dump(header, sort_keys=False, allow_unicode=True, width=100) + "---\n\n" + body
-    (folder / CARD_FILE).write_text(text, encoding="utf-8")
+    for part, digest in section["content"].items():
+        hashes.append((f"every file of the {part} folder trace import rebuilds (the SHA-256 of its `sha256sum` "
+                       f"list, sorted by path)", digest))
+    return hashes
 
 
 def read_card(folder: Path) -> dict[str, Any]:
     """The ``tracebench`` section of an export's card (a one-line error naming the card when it
-    has none or it does not parse)."""
-    import yaml
-
+    has none, is over :data:`~._limits.MAX_CARD_BYTES`, or its header does not parse or holds
+    what no export writes: see :func:`~._limits.check_card_header`)."""
     path = Path(folder) / CARD_FILE
     if not path.is_file():
         raise TraceError(f"{folder}: not a dataset folder of trace export (no {CARD_FILE})")
-    text = path.read_text(encoding="utf-8")
+    text = read_card_text(path)
     if not text.startswith("---\n") or "\n---\n" not in text[3:]:
         raise TraceError(f"{path}: no YAML header (the --- block the Hub reads); not a dataset card of trace export")
-    try:
-        header = yaml.safe_load(text[4:text.index("\n---\n", 3)])
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f":{mark.line + 2}" if mark is not None else ""
-        raise TraceError(f"{path}{where}: the YAML header does not parse ({getattr(error, 'problem', error)})") from None
+    header = _load_header(text[4:text.index("\n---\n", 3)], path)
     section = header.get(SECTION) if isinstance(header, dict) else None
     if not isinstance(section, dict) or section.get("kind") not in ("benchmark", "run"):
         raise TraceError(f"{path}: no {SECTION}: section of kind benchmark or run in its YAML header; not a dataset "
                          f"of trace export")
     return section
+
+
+def _load_header(header: str, path: Path) -> Any:
+    """The header's YAML, by yaml's safe loader once its events are checked."""
+    import yaml
+
+    check_card_header(header, path, first_line=2)
+    try:
+        return yaml.load(header, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except (yaml.YAMLError, ValueError, OverflowError) as error:
+        raise parse_error(error, path, first_line=2) from None
+
+
+def _yaml(header: dict[str, Any]) -> str:
+    """The header as YAML, with no anchor or alias (the import refuses them)."""
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        def ignore_aliases(self, data: Any) -> bool:
+            return True
+
+    return yaml.dump(header, Dumper=Dumper, sort_keys=False, allow_unicode=True, width=100)

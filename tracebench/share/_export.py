@@ -9,12 +9,16 @@ header the Hub and ``datasets.load_dataset`` read (configs, features, license, c
 whose ``tracebench`` section holds the folder's manifests, so :func:`import_dataset` rebuilds
 the folder byte for byte. Nothing here talks to the network.
 
-Rows are written a hundred at a time (one parquet row group), so memory does not grow with the
-benchmark; a shard is closed once it passes :data:`SHARD_BYTES` (the Hub's habit, 500 MB).
+Rows are written a hundred at a time (one parquet row group), fewer when their bytes pass half of
+what the import reads in a row group (:data:`~._limits.MAX_ROW_GROUP_BYTES`), so memory does not
+grow with the benchmark; a shard is closed once it passes :data:`SHARD_BYTES` (the Hub's habit,
+500 MB). Each row is checked against the import's limits (:func:`~._limits.check_cells`) before it
+is written, and the card's ``tracebench.content`` hashes every file the import will write from it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections import Counter
@@ -23,20 +27,23 @@ from typing import Any, Iterable, Iterator
 
 from .. import __version__
 from ..errors import TraceError
-from ..jsonfiles import record_line
+from ..jsonfiles import json_bytes, record_line
 from ..cache import file_sha256
 from ..run import IMAGES_DIR
-from ..records import (CASES, DIAGNOSIS_MANIFEST, RUN_MANIFEST, SAMPLE_MANIFEST, SUMMARY, TREES, VERDICTS, Case,
-                       GenerationInfo, Verdict, read_cases, read_generation_info)
+from ..records import (CASES, DIAGNOSIS_MANIFEST, GENERATION_SUFFIX, RUN_MANIFEST, SAMPLE_MANIFEST, SUMMARY, TREES,
+                       VERDICTS, Case, GenerationInfo, RunManifest, Verdict, read_cases, read_generation_info,
+                       sample_name)
 from ..safepaths import inside
+from . import _limits
+from ._content import Staged, content_hash
 from ._features import features_of, row_of
 
-__all__ = ["ExportSummary", "export_folder", "SPLIT", "SHARD_BYTES", "ROWS_PER_GROUP", "FORMAT"]
+__all__ = ["ExportSummary", "export_folder", "generated_name", "SPLIT", "SHARD_BYTES", "ROWS_PER_GROUP", "FORMAT"]
 
 SPLIT = "test"  # a benchmark is evaluated on, never trained on: its one split is the test split
 SHARD_BYTES = 500 * 1000 * 1000
 ROWS_PER_GROUP = 100
-FORMAT = 1  # the layout of the rows and of the card's tracebench section
+FORMAT = 2  # the layout of the rows and of the card's tracebench section (2: tracebench.content)
 REFERENCE_IMAGES = "reference_images"
 GENERATED_IMAGE = "generated_image"
 GENERATION = "generation"
@@ -45,13 +52,42 @@ TREE = "diagnosis_tree"
 NODE_IMAGES = "node_images"
 SAMPLE_IMAGES = "sample_images"  # trace run --samples K: the later generations' images (images/<id>~<k>.png)
 SAMPLE_GENERATIONS = "sample_generations"  # and what their generators said of them (GenerationInfo, with sample)
+BENCHMARK_DIR = "benchmark"  # where a run's benchmark is rebuilt inside its folder, unless --cases names one
+DIAGNOSIS_DIR = "diagnosis"  # and its diagnosis
+IMAGE_SUFFIXES = (".png", ".jpg", ".webp")  # a generated image's suffix kept on import; any other becomes .png
 
 
 class ExportSummary:
-    """What an export wrote: its kind, rows, shards and bytes."""
+    """What an export wrote: its kind, rows, shards and bytes; ``complete``: ``out`` held all of it
+    already (a rerun), and was left as it was."""
 
-    def __init__(self, kind: str, rows: int, shards: int, size: int, out: Path) -> None:
+    def __init__(self, kind: str, rows: int, shards: int, size: int, out: Path, complete: bool = False) -> None:
         self.kind, self.rows, self.shards, self.size, self.out = kind, rows, shards, size, out
+        self.complete = complete
+
+
+def generated_name(case_id: str, embedded: str) -> str:
+    """The file a generated image embedded as ``embedded`` is imported as: ``<case id><suffix>``."""
+    suffix = Path(embedded).suffix.lower()
+    return f"{case_id}{suffix if suffix in IMAGE_SUFFIXES else '.png'}"
+
+
+class Content:
+    """(path, SHA-256) of every file the import writes, per folder (``benchmark``, ``run``), as
+    the export embeds it: the card's ``tracebench.content`` (:mod:`._content`)."""
+
+    def __init__(self, *parts: str) -> None:
+        self.files: dict[str, dict[str, str]] = {part: {} for part in parts}
+        self.trees = hashlib.sha256()  # a diagnosis's trees.jsonl, line by line
+
+    def add(self, part: str, path: str, data: bytes) -> None:
+        self.files[part][path] = hashlib.sha256(data).hexdigest()
+
+    def add_file(self, part: str, path: str, source: Path) -> None:
+        self.files[part][path] = file_sha256(source)
+
+    def hashes(self) -> dict[str, str]:
+        return {part: content_hash(files.items()) for part, files in self.files.items()}
 
 
 def hf():
@@ -98,10 +134,23 @@ class _Shards:
         self.rows = 0
         self.num_bytes = 0  # the rows' size in Arrow, as the card's dataset_info counts it
         self._writer = None
-        self._batch: list[dict] = []
+        self._batch: list = []  # one-row tables
+        self._bytes = 0
 
-    def add(self, row: dict) -> None:
-        self._batch.append(row)
+    def add(self, row: dict, where: str) -> None:
+        """Add a row, refused (``where`` names it) when the import would refuse it."""
+        import pyarrow as pa
+
+        table = pa.Table.from_pylist([row], schema=self.schema)
+        _limits.check_cells(table, where)
+        aim = _limits.MAX_ROW_GROUP_BYTES // 2  # the footer's sizes differ a little from Arrow's
+        if table.nbytes > aim:
+            raise TraceError(f"{where}: a row of {table.nbytes:,} bytes, more than an export's row group holds "
+                             f"({aim:,}): its images are too large to share this way")
+        if self._bytes + table.nbytes > aim:
+            self._flush()
+        self._batch.append(table)
+        self._bytes += table.nbytes
         if len(self._batch) >= ROWS_PER_GROUP:
             self._flush()
 
@@ -110,8 +159,8 @@ class _Shards:
             return
         import pyarrow as pa
 
-        table = pa.Table.from_pylist(self._batch, schema=self.schema)
-        self._batch = []
+        table = pa.concat_tables(self._batch).combine_chunks()
+        self._batch, self._bytes = [], 0
         if self._writer is None:
             self.paths.append(self.folder / f".shard-{len(self.paths):05d}.parquet")
             self._writer = self._pq.ParquetWriter(self.paths[-1], self.schema)
@@ -155,31 +204,17 @@ def _case_row(bench: Path, case: Case, sources: Counter) -> dict:
 def export_folder(folder: Path, out: Path, *, diagnosis: Path | None = None) -> ExportSummary:
     """Export a benchmark folder (``cases.jsonl``) or a run folder (``run.json``; with
     ``diagnosis``, its diagnosis's trees too) to ``out``, assembled beside it and renamed into
-    place when whole."""
-    from ..library import staged_output
-    from ._card import write_card
+    place when whole (when ``out`` holds that very export already, it is left as it is)."""
+    from ._card import CARD_FILE, write_card
 
     folder, out = Path(folder), Path(out)
     hf()
-    if RUN_MANIFEST.path(folder).is_file():
-        kind = "run"
-    elif CASES.path(folder).is_file():
-        kind = "benchmark"
-        if diagnosis is not None:
-            raise TraceError(f"--diagnosis: {folder} is a benchmark folder; a diagnosis belongs to a run export")
-    else:
-        raise TraceError(f"{folder}: neither a benchmark folder (no {CASES.name}) nor a run folder (no "
-                         f"{RUN_MANIFEST.name})")
+    kind = _kind(folder, diagnosis)
     sources: Counter = Counter()  # library image id -> references made of it (the card's licenses)
-    with staged_output(out) as stage:
+    staged = Staged(out, CARD_FILE)
+    with staged as stage:
         if kind == "benchmark":
-            sample = SAMPLE_MANIFEST.read(folder)
-            shards = _Shards(stage, case_features())
-            for case in read_cases(folder):
-                shards.add(_case_row(folder, case, sources))
-            section = {"kind": kind, "format": FORMAT, "manifest": sample.model_dump(mode="json"),
-                       "cases_hash": file_sha256(CASES.path(folder))}
-            bench = folder
+            section, shards, bench, sample = _export_benchmark(folder, stage, sources)
         else:
             section, shards, bench, sample = _export_run(folder, stage, diagnosis, sources)
         paths = shards.close()
@@ -187,11 +222,63 @@ def export_folder(folder: Path, out: Path, *, diagnosis: Path | None = None) -> 
         write_card(stage, kind=kind, section=section, features=shards.features, rows=shards.rows,
                    num_bytes=shards.num_bytes, size=size, shards=len(paths), sample=sample, bench=bench,
                    sources=sources, tool=f"tracebench {__version__}")
-    return ExportSummary(kind, shards.rows, len(paths), size, out)
+    return ExportSummary(kind, shards.rows, len(paths), size, out, staged.complete)
+
+
+def _kind(folder: Path, diagnosis: Path | None) -> str:
+    if RUN_MANIFEST.path(folder).is_file():
+        return "run"
+    if not CASES.path(folder).is_file():
+        raise TraceError(f"{folder}: neither a benchmark folder (no {CASES.name}) nor a run folder (no "
+                         f"{RUN_MANIFEST.name})")
+    if diagnosis is not None:
+        raise TraceError(f"--diagnosis: {folder} is a benchmark folder; a diagnosis belongs to a run export")
+    return "benchmark"
+
+
+def _export_benchmark(folder: Path, stage: Path, sources: Counter):
+    sample = SAMPLE_MANIFEST.read(folder)
+    shards = _Shards(stage, case_features())
+    content = Content("benchmark")
+    _benchmark_files(content, folder, sample)
+    for case in read_cases(folder):
+        row = _case_row(folder, case, sources)
+        shards.add(row, f"{folder}: case {case.id}")
+        _row_files(content, row)
+    section = {"kind": "benchmark", "format": FORMAT, "manifest": sample.model_dump(mode="json"),
+               "cases_hash": file_sha256(CASES.path(folder)), "content": content.hashes()}
+    return section, shards, folder, sample
+
+
+def _benchmark_files(content: Content, bench: Path, sample) -> None:
+    content.add_file("benchmark", CASES.name, CASES.path(bench))
+    if sample is not None:
+        content.add("benchmark", SAMPLE_MANIFEST.name, json_bytes(sample))
+
+
+def _row_files(content: Content, row: dict) -> None:
+    """The files the import writes from ``row``, named as it names them (relative to the benchmark
+    folder and to the run folder)."""
+    for ref, image in zip(row["references"], row[REFERENCE_IMAGES]):
+        content.add("benchmark", ref["path"], image["bytes"])
+    if "run" not in content.files:
+        return
+    case_id, image = row["id"], row[GENERATED_IMAGE]
+    if image is not None:
+        content.add("run", f"{IMAGES_DIR}/{generated_name(case_id, image['path'])}", image["bytes"])
+    infos = [row[GENERATION]] if row[GENERATION] is not None else []
+    for info in map(GenerationInfo.model_validate, infos + (row.get(SAMPLE_GENERATIONS) or [])):
+        content.add("run", f"{IMAGES_DIR}/{sample_name(case_id, info.sample)}{GENERATION_SUFFIX}", json_bytes(info))
+    for image in row.get(SAMPLE_IMAGES) or []:
+        content.add("run", f"{IMAGES_DIR}/{Path(image['path']).name}", image["bytes"])
+    for image in row.get(NODE_IMAGES) or []:
+        content.add("run", f"{DIAGNOSIS_DIR}/{image['path']}", image["bytes"])
+    if row.get(TREE) is not None:
+        content.trees.update((row[TREE] + "\n").encode())
 
 
 def _export_run(run_dir: Path, stage: Path, diagnosis: Path | None, sources: Counter):
-    from ..run import generated_image, stream_run
+    from ..run import stream_run
 
     stream = stream_run(run_dir)
     manifest, bench = stream.manifest, stream.cases_dir
@@ -199,45 +286,70 @@ def _export_run(run_dir: Path, stage: Path, diagnosis: Path | None, sources: Cou
     section: dict[str, Any] = {"kind": "run", "format": FORMAT, "run": manifest.model_dump(mode="json"),
                                "manifest": None if sample is None else sample.model_dump(mode="json"),
                                "verdicts_hash": file_sha256(VERDICTS.path(run_dir))}
+    content = Content("benchmark", "run")
+    _benchmark_files(content, bench, sample)
+    content.add("run", RUN_MANIFEST.name, json_bytes(manifest))
+    content.add_file("run", VERDICTS.name, VERDICTS.path(run_dir))
     trees = nodes = None
     if diagnosis is not None:
-        from ..run import RecordIndex
-
-        identity = DIAGNOSIS_MANIFEST.read(diagnosis)
-        if identity.cases_hash != manifest.cases_hash or identity.generator != manifest.generator \
-                or identity.judges != manifest.judges:
-            raise TraceError(f"--diagnosis {diagnosis}: a diagnosis of run {identity.run_dir}, not of {run_dir}")
-        trees = RecordIndex(TREES, diagnosis, lambda tree: tree.case_id)
-        nodes = _NodeImages(Path(diagnosis), run_dir)
-        section["diagnosis"] = identity.model_dump(mode="json")
-        section["summary"] = SUMMARY.read(diagnosis).model_dump(mode="json")
+        trees, nodes = _diagnosis_section(section, content, Path(diagnosis), run_dir, manifest)
     shards = _Shards(stage, run_features(trees is not None, bool(manifest.samples)))
     verdicts = _by_case(iter(stream), run_dir)
     for case in read_cases(bench):
-        row = _case_row(bench, case, sources)
-        image = generated_image(run_dir, case.id)
-        row[GENERATED_IMAGE] = None if image is None else _image(run_dir, f"{IMAGES_DIR}/{image.name}",
-                                                                 f"{run_dir}: case {case.id}: generated image")
-        info = read_generation_info(run_dir / IMAGES_DIR, case.id)
-        row[GENERATION] = None if info is None else row_of(info)
-        row[VERDICTS_COLUMN] = [row_of(v) for v in verdicts.take(case.id)]
-        if manifest.samples:
-            found = [(k, generated_image(run_dir, case.id, k)) for k in range(1, manifest.samples)]
-            row[SAMPLE_IMAGES] = [_image(run_dir, f"{IMAGES_DIR}/{path.name}",
-                                         f"{run_dir}: case {case.id}: sample {k}'s image") for k, path in found if path]
-            row[SAMPLE_GENERATIONS] = [row_of(info) for k in range(1, manifest.samples)
-                                       if (info := read_generation_info(run_dir / IMAGES_DIR, case.id, k))]
+        row = _run_row(bench, run_dir, case, sources, manifest, verdicts.take(case.id))
         if trees is not None:
             tree = trees.get(case.id)
             row[TREE], row[NODE_IMAGES] = (None, []) if tree is None else nodes.tree(tree)
-        shards.add(row)
+        shards.add(row, f"{run_dir}: case {case.id}")
+        _row_files(content, row)
     verdicts.finish()
     if nodes is not None:
         section["rounds"] = nodes.manifests
+        for name, data in nodes.manifests.items():
+            content.add("run", f"{DIAGNOSIS_DIR}/{name}/{RUN_MANIFEST.name}", json_bytes(RunManifest.model_validate(data)))
+        content.files["run"][f"{DIAGNOSIS_DIR}/{TREES.name}"] = content.trees.hexdigest()
+    section["content"] = content.hashes()
     return section, shards, bench, sample
 
 
-NODE_FOLDER = re.compile(r"(rounds/\d+/run(-\d+)?|external/\d+)")  # where a dataset puts node images' run folders
+def _run_row(bench: Path, run_dir: Path, case: Case, sources: Counter, manifest, verdicts: Iterable[Verdict]) -> dict:
+    from ..run import generated_image
+
+    row = _case_row(bench, case, sources)
+    image = generated_image(run_dir, case.id)
+    row[GENERATED_IMAGE] = None if image is None else _image(run_dir, f"{IMAGES_DIR}/{image.name}",
+                                                             f"{run_dir}: case {case.id}: generated image")
+    info = read_generation_info(run_dir / IMAGES_DIR, case.id)
+    row[GENERATION] = None if info is None else row_of(info)
+    row[VERDICTS_COLUMN] = [row_of(v) for v in verdicts]
+    if manifest.samples:
+        found = [(k, generated_image(run_dir, case.id, k)) for k in range(1, manifest.samples)]
+        row[SAMPLE_IMAGES] = [_image(run_dir, f"{IMAGES_DIR}/{path.name}",
+                                     f"{run_dir}: case {case.id}: sample {k}'s image") for k, path in found if path]
+        row[SAMPLE_GENERATIONS] = [row_of(info) for k in range(1, manifest.samples)
+                                   if (info := read_generation_info(run_dir / IMAGES_DIR, case.id, k))]
+    return row
+
+
+def _diagnosis_section(section: dict, content: Content, diagnosis: Path, run_dir: Path, manifest):
+    """The diagnosis's part of the card (its manifest and summary) and of the content; its trees
+    by case and the node images' namer."""
+    from ..run import RecordIndex
+
+    identity = DIAGNOSIS_MANIFEST.read(diagnosis)
+    if identity.cases_hash != manifest.cases_hash or identity.generator != manifest.generator \
+            or identity.judges != manifest.judges:
+        raise TraceError(f"--diagnosis {diagnosis}: a diagnosis of run {identity.run_dir}, not of {run_dir}")
+    summary = SUMMARY.read(diagnosis)
+    section["diagnosis"] = identity.model_dump(mode="json")
+    section["summary"] = summary.model_dump(mode="json")
+    content.add("run", f"{DIAGNOSIS_DIR}/{DIAGNOSIS_MANIFEST.name}", json_bytes(identity))
+    content.add("run", f"{DIAGNOSIS_DIR}/{SUMMARY.name}", json_bytes(summary))
+    return RecordIndex(TREES, diagnosis, lambda tree: tree.case_id), _NodeImages(diagnosis, run_dir)
+
+
+NODE_FOLDER = re.compile(r"(rounds/[0-9]+/run(-[0-9]+)?|external/[0-9]+)")  # where a dataset puts node images' run
+# folders: ASCII digits only (\d would take Arabic-Indic and other digits, folder names no run has)
 
 
 class _NodeImages:

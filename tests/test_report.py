@@ -319,6 +319,24 @@ def test_screenshots_at_laptop_and_phone_width(page, report):
     phone.close()
 
 
+def test_on_a_phone_every_box_wider_than_the_screen_shows_that_it_scrolls(page):
+    """Wide tables, plots and trees scroll inside their own boxes at 390x844; each box that holds
+    more than it shows casts a shadow on that side (the cue that it scrolls), an open case's
+    questions table included."""
+    phone = page["context"].new_page()
+    phone.set_viewport_size({"width": 390, "height": 844})
+    phone.goto(page["url"])
+    open_case(phone.locator("details.case").first)
+    boxes = phone.evaluate("""() => [...document.querySelectorAll('.scroll, .wide, .tree-box')].map(e => ({
+        overflows: e.scrollWidth > e.clientWidth + 1, background: getComputedStyle(e).backgroundImage,
+        attachment: getComputedStyle(e).backgroundAttachment, questions: !!e.querySelector('table.questions')}))""")
+    overflowing = [b for b in boxes if b["overflows"]]
+    assert overflowing and any(b["questions"] for b in overflowing), boxes
+    for box in overflowing:
+        assert box["background"].count("radial-gradient") == 2 and "local" in box["attachment"], box
+    phone.close()
+
+
 def test_the_avg_score_is_on_a_phones_first_screen(page, report):
     phone = page["context"].new_page()
     phone.set_viewport_size({"width": 390, "height": 844})

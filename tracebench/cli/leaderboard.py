@@ -25,12 +25,13 @@ def register(sub) -> None:
 def run(args) -> int:
     from ..errors import TraceError
     from ..score import leaderboard, write_leaderboard
+    from ..score._leaderboard import terminal_text
 
     if args.out.suffix.lower() not in (".md", ".csv", ".json"):
         raise TraceError(f"--out {args.out}: name a .md, .csv or .json file (the format follows the suffix)")
     board = leaderboard(args.run_dirs, protocols=args.protocol, mixed=args.mixed, gating=args.gating)
     write_leaderboard(board, args.out)
     top = board.rows[0]
-    print(f"{args.out}: {len(board.rows)} runs; first {top.name} (avg "
+    print(f"{args.out}: {len(board.rows)} runs; first {terminal_text(top.name)} (avg "
           f"{'n/a' if top.avg is None else f'{top.avg:.4f}'})" + ("; mixed setups, marked" if board.mixed else ""))
     return 0

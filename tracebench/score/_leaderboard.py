@@ -5,14 +5,23 @@ score`` computes them), the neighbours' protocols asked for, the cases, the abst
 judges' identity. Rows are comparable only over one benchmark and one judge setup (the judges,
 their scale, ensemble rule, batching and prompt templates); runs that differ are refused
 unless ``mixed``, and then every row says what differs from the first run given. The report's
-headline table is these rows (:func:`board_rows`)."""
+headline table is these rows (:func:`board_rows`).
+
+Every text on the board (a generator or judge spec, a model a judge's server reported, a folder's
+name) comes from run.json files anyone may have written: each format passes every cell through
+one function that makes it inert where that format is read (:func:`csv_cell`: no cell a
+spreadsheet evaluates; :func:`markdown_cell`: no cell that breaks the table, carries HTML or
+forms a link; :func:`json_text`: no raw ``<``, ``>``, ``&``; :func:`terminal_text`: one
+printable line)."""
 
 from __future__ import annotations
 
 import csv
 import io
+import json
+import re
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -23,8 +32,8 @@ from ..records import RunManifest
 from ._protocols import ProtocolScore
 from ._score import OPERATORS, Scores
 
-__all__ = ["Leaderboard", "LeaderboardRow", "board_rows", "format_leaderboard", "leaderboard", "run_names",
-           "write_leaderboard"]
+__all__ = ["Leaderboard", "LeaderboardRow", "board_rows", "csv_cell", "csv_line", "format_leaderboard", "json_text",
+           "leaderboard", "markdown_cell", "run_names", "terminal_text", "write_leaderboard"]
 
 
 class _Record(BaseModel):
@@ -132,6 +141,75 @@ def leaderboard(run_dirs: Sequence[Path], *, protocols: Sequence[str] = (), mixe
                        mixed=any(row.differs for row in rows), rows=tuple(rows))
 
 
+# -- making a cell inert, one function per format ------------------------------------------------
+
+# What makes a spreadsheet read a cell as a formula (OWASP, CSV injection): = + - @, a tab or a
+# carriage return first, and their full-width forms (read as formulas by some locales' spreadsheets)
+_FORMULA_FIRST = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "\uff20")
+
+
+def csv_cell(value: object) -> str:
+    """One CSV cell: a number (int or float) as its digits, a negative one included; None as
+    empty; any text made inert for spreadsheets (OWASP): a ``'`` put before a text whose first
+    character, or first after spaces and line breaks, is one of ``= + - @``, a tab or a carriage
+    return (or their full-width forms), nothing else changed. Quoting is :func:`csv_line`'s."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        value = str(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    text = str(value)
+    return "'" + text if text.startswith(_FORMULA_FIRST) or text.lstrip().startswith(_FORMULA_FIRST) else text
+
+
+def csv_line(cells: Sequence[object]) -> str:
+    """One CSV record of ``cells``, each through :func:`csv_cell`, quoted by the csv module (a
+    cell holding a comma, a quote, a carriage return or a line feed is quoted), ended by CRLF
+    (RFC 4180; a carriage return in a cell is then quoted too)."""
+    out = io.StringIO(newline="")
+    csv.writer(out, lineterminator="\r\n", quoting=csv.QUOTE_MINIMAL).writerow([csv_cell(c) for c in cells])
+    return out.getvalue()
+
+
+_MARKDOWN_ESCAPED = re.compile(r"([\\`*_\[\]()|~$])")
+_HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+
+
+def markdown_cell(value: object) -> str:
+    """One cell of a Markdown table, shown as the text it is: every character that is not
+    printable (line breaks of any kind, tabs, control and format characters) a space, so a cell
+    is one line; ``&``, ``<`` and ``>`` as entities (no HTML); and a backslash, a backtick, ``*``,
+    ``_``, ``[``, ``]``, ``(``, ``)``, ``|``, ``~`` and ``$`` escaped by a backslash (no cell split,
+    no code span, emphasis, math or link: ``[``, ``]``, ``(`` and ``)`` never form one)."""
+    text = "".join(ch if ch.isprintable() else " " for ch in str(value))
+    text = "".join(_HTML.get(ch, ch) for ch in text)
+    return _MARKDOWN_ESCAPED.sub(r"\\\1", text)
+
+
+_JSON_INERT = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def json_text(value: Any) -> str:
+    """``value`` (a record or plain data) as indented JSON that reads back to the same value,
+    with ``<``, ``>``, ``&`` and the JavaScript line breaks U+2028 and U+2029 written as
+    ``\\uXXXX`` escapes (they occur in strings only): a text from a run folder stays inert
+    pasted into a page or a script."""
+    text = value.model_dump_json(indent=2) if isinstance(value, BaseModel) else json.dumps(value, indent=2,
+                                                                                        ensure_ascii=False)
+    return "".join(_JSON_INERT.get(ch, ch) for ch in text)
+
+
+def terminal_text(value: object, limit: int = 200) -> str:
+    """A text for one line of a terminal: each character that is not printable (escape
+    sequences, bells, carriage returns, line breaks) shown as its Python escape, cut at
+    ``limit`` characters (an ellipsis marking the cut)."""
+    text = "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in str(value))
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 _PROTOCOL_COLUMNS = {"trace": (), "longbanana": ("overall", "pass_rate"), "macro": ("overall",),
                      "savanna": ("overall",)}
 
@@ -159,50 +237,52 @@ def _value(row: LeaderboardRow, key: str) -> tuple[float | None, tuple[float, fl
 
 def format_leaderboard(board: Leaderboard, kind: str) -> str:
     """The board as ``md`` (a Markdown table), ``csv`` (one column per score and per interval
-    bound) or ``json`` (the record)."""
+    bound) or ``json`` (the record); every cell through its format's function (:func:`csv_cell`,
+    :func:`markdown_cell`, :func:`json_text`)."""
     if kind == "json":
-        return board.model_dump_json(indent=2) + "\n"
+        return json_text(board) + "\n"
     columns = _columns(board)
     if kind == "csv":
-        out = io.StringIO()
-        writer = csv.writer(out, lineterminator="\n")
         header = ["rank", "name", "generator"]
         for title, _ in columns:
             header += [title, f"{title} ci_low", f"{title} ci_high"]
-        writer.writerow(header + ["cases", "abstentions", "judges", "scale", "benchmark", "run", "differs"])
+        lines = [csv_line(header + ["cases", "abstentions", "judges", "scale", "benchmark", "run", "differs"])]
         for row in board.rows:
             cells: list[object] = [row.rank, row.name, row.generator]
             for _, key in columns:
                 value, ci = _value(row, key)
-                cells += ["" if value is None else f"{value:.6g}", *(("", "") if ci is None else (f"{ci[0]:.6g}",
-                                                                                                   f"{ci[1]:.6g}"))]
-            writer.writerow(cells + [row.cases, row.abstentions, "+".join(row.judges), row.scale, row.benchmark[:12],
-                                     row.run, " ".join(row.differs)])
-        return out.getvalue()
+                cells += [value, *((None, None) if ci is None else ci)]
+            lines.append(csv_line(cells + [row.cases, row.abstentions, "+".join(row.judges), row.scale,
+                                           row.benchmark[:12], row.run, " ".join(row.differs)]))
+        return "".join(lines)
     if kind != "md":
         raise TraceError(f"--out: {kind!r} is not a leaderboard format (md, csv or json)")
 
-    def cell(key: str, row: LeaderboardRow) -> str:
+    def score(key: str, row: LeaderboardRow) -> str:
         value, ci = _value(row, key)
         if value is None:
             return "n/a"
         form = "{:.1f}%" if key.endswith("pass_rate") else "{:.2f}" if "." in key else "{:.4f}"
         return form.format(value) + ("" if ci is None else f" [{form.format(ci[0])}, {form.format(ci[1])}]")
 
-    lines = ["| rank | generator | " + " | ".join(title for title, _ in columns) + " | cases | abstentions | judges |",
+    def line(cells: Sequence[object]) -> str:
+        return "| " + " | ".join(markdown_cell(c) for c in cells) + " |"
+
+    lines = [line(["rank", "generator", *(title for title, _ in columns), "cases", "abstentions", "judges"]),
              "|---:|---|" + "---:|" * len(columns) + "---:|---:|---|"]
     for row in board.rows:
         mark = f" (other {', '.join(row.differs)})" if row.differs else ""
-        judges = ", ".join(f"`{j}`" + (f" as {' / '.join(row.judge_models[j])}" if row.judge_models.get(j) else "")
+        judges = ", ".join(j + (f" as {' / '.join(row.judge_models[j])}" if row.judge_models.get(j) else "")
                            for j in row.judges) + (f" ({row.scale})" if row.scale != "binary" else "")
-        lines.append(f"| {row.rank} | {row.name}{mark} | " + " | ".join(cell(key, row) for _, key in columns)
-                     + f" | {row.cases} | {row.abstentions} | {judges} |")
+        lines.append(line([row.rank, row.name + mark, *(score(key, row) for _, key in columns), row.cases,
+                           row.abstentions, judges]))
     notes = ["", "Operator columns and avg as the paper's Table 2 (`trace score`), with 95% bootstrap intervals; "
              "ordered by avg. Abstentions are never scored as fails."]
     if board.mixed:
         first = next((row for row in board.rows if not row.differs), None)
         notes.append(f"**Mixed board**: rows marked *other ...* were made over other cases or another judge setup "
-                     f"than the first run given ({first.name if first else 'its row'}); their scores do not compare.")
+                     f"than the first run given ({markdown_cell(first.name) if first else 'its row'}); their scores "
+                     f"do not compare.")
     return "\n".join(lines + notes) + "\n"
 
 

@@ -250,6 +250,15 @@ def test_attributions_under_trees_use_the_source_titles(page):
         assert key not in text
     table = page["page"].locator("#sources td:first-child").all_inner_texts()
     assert "Joint Composition" in table and all(t in table for t in titles.values())
+    # the drawn trees name each step as the attributions do (rule titles, not keys), under a colour legend
+    from tracebench.diagnose import rules
+
+    node_titles = page["page"].locator("svg.tree g.node title").all_text_contents()
+    steps = {title.split("[", 1)[1].split("]", 1)[0] for title in node_titles}
+    assert steps and steps <= {r.title for r in rules()} | {"the whole case"}, steps
+    assert len(steps) > 1 and not steps & {r.name for r in rules()}
+    legend = page["page"].locator(".tree-legend").first.inner_text()
+    assert "passes" in legend and "fails" in legend and "not generated" in legend
 
 
 def test_failure_source_table_holds_the_diagnosis(page, report):
@@ -387,3 +396,16 @@ def test_same_model_twice_gets_two_rows_and_two_lines(report, tmp_path):
     html = out.read_text()
     assert html.count("data-run=\"synthetic:global-interference,composition-interference:2 #") == 2
     assert "composition-interference:2 #1</text>" in html and "composition-interference:2 #2</text>" in html
+
+
+def test_slot_ticks_never_run_together_and_the_cumulative_plot_has_a_title():
+    """Eight "n=30" under eight ticks of a narrow panel ran together ("n=30n=30"): one n in the
+    axis label when the levels hold alike, else every other n a line lower."""
+    from tracebench.report._plots import _slot_ticks, cumulative_pass
+
+    assert _slot_ticks([1, 2, 3], ["n=30"] * 3) == (["1", "2", "3"], "slot level (n=30 each)")
+    ticks, label = _slot_ticks([1, 2, 3, 4], ["n=30", "n=29", "n=30", "n=30"])
+    assert label == "slot level" and [t.count("\n") for t in ticks] == [1, 2, 1, 2]
+    svg = cumulative_pass({"apply": {"0.0": 0.5, "1.0": 1.0}, "compose": {"0.0": 0.5, "1.0": 1.0}},
+                          {"apply": 2, "compose": 2})
+    assert "requirements passing by relative depth" in svg

@@ -43,12 +43,22 @@ def _counts(per_run: Mapping[str, Mapping[str, int]], key: str) -> str:
     return "n=" + "/".join(str(n) for n in found)
 
 
+def _slot_ticks(slots: list[int], ns: list[str]) -> tuple[list[str], str]:
+    """The slot levels' tick labels and the axis label: one n for all in the label when the
+    levels hold alike ("slot level (n=30 each)"), else each level's n under it, every other one
+    a line lower so that neighbours never run together ("n=30n=30" in a narrow panel)."""
+    if len(set(ns)) == 1:
+        return [str(s) for s in slots], f"slot level ({ns[0]} each)"
+    return [f"{s}\n{'' if k % 2 == 0 else chr(10)}{n}" for k, (s, n) in enumerate(zip(slots, ns))], "slot level"
+
+
 def lines_by_slot(runs: Mapping[str, Mapping[str, Mapping[str, float | None]]],
                   counts: Mapping[str, Mapping[str, int]]) -> str:
     """Operator score by slot level, one panel per operator, one line per run.
     ``runs``: run name -> slot -> {operator: score}; ``counts``: run name -> slot -> cases.
     Each slot's tick shows its n; a slot without a score breaks the line and reads "n/a"."""
     slots = sorted({int(s) for by_slot in runs.values() for s in by_slot})
+    ticks, xlabel = _slot_ticks(slots, [_counts(counts, str(s)) for s in slots])
     with plt.rc_context(_STYLE):
         fig, axes = plt.subplots(1, 4, figsize=(11, 3.0), sharey=True)
         colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -63,10 +73,10 @@ def lines_by_slot(runs: Mapping[str, Mapping[str, Mapping[str, float | None]]],
             for s in sorted(missing):
                 ax.text(s, 0.5, "n/a", color="#757575", ha="center", va="center", fontsize=7, rotation=90)
             ax.set_title(op)
-            ax.set_xlabel("slot level")
             ax.set_ylim(-0.04, 1.04)  # a 0.0 marker sits above the axis line, not on it
             ax.set_xlim(slots[0] - 0.5, slots[-1] + 0.5)
-            ax.set_xticks(slots, [f"{s}\n{_counts(counts, str(s))}" for s in slots], fontsize=6)
+            ax.set_xticks(slots, ticks, fontsize=6)
+            ax.set_xlabel(xlabel)
         axes[0].set_ylabel("score")
         handles = [plt.Line2D([], [], color=colors[k % len(colors)], marker="o", ms=3) for k in range(len(runs))]
         fig.legend(handles, list(runs), fontsize=7, frameon=False, loc="lower center", ncol=min(3, len(runs)),
@@ -119,9 +129,15 @@ def cumulative_pass(curves: Mapping[str, Mapping[str, float]], counts: Mapping[s
     ``counts``: op -> the instances behind its curve (shown in the legend as n)."""
     with plt.rc_context(_STYLE):
         fig, ax = plt.subplots(figsize=(5, 2.8))
-        for op, curve in curves.items():
+        # a marker and a dash of its own per operator, drawn a little transparent: a line on top of
+        # another (apply under compose, both at 1.0) still shows
+        styles = (("o", "-"), ("s", "--"), ("^", "-."), ("D", ":"))
+        for k, (op, curve) in enumerate(curves.items()):
             xs = [float(x) for x in curve]
-            ax.plot(xs, list(curve.values()), marker="o", ms=3, label=f"{op} (n={counts.get(op, 0)})")
+            marker, dash = styles[k % len(styles)]
+            ax.plot(xs, list(curve.values()), marker=marker, ms=4, linestyle=dash, alpha=0.8, lw=1.6,
+                    label=f"{op} (n={counts.get(op, 0)})")
+        ax.set_title("requirements passing by relative depth")
         ax.set_xlabel("relative depth (0 root, 1 most simplified)")
         ax.set_ylabel("passing by then")
         ax.set_ylim(0, 1.02)

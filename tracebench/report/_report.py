@@ -175,6 +175,14 @@ class _Images:
 _NODE_W, _NODE_H, _DX, _DY = 46, 22, 58, 50
 
 
+def _rule_titles() -> dict[str, str]:
+    """A rule's key -> its display name (diagnose/rules.toml): the trees' node titles and the
+    attributions under them name a step alike ("Composition flattening", not ``flatten``)."""
+    from ..diagnose import rules
+
+    return {r.name: r.title for r in rules()}
+
+
 def _tree_svg(tree: DiagnosticTree, failing: list[str]) -> Markup:
     """The tree drawn as SVG: leaves in order, parents centred over their children, one row
     per depth; each node carries its per-target status for the page's script to colour."""
@@ -204,7 +212,8 @@ def _tree_svg(tree: DiagnosticTree, failing: list[str]) -> Markup:
         status = {t: s for t, s in node.status.items() if t in failing}
         state = ("unknown" if not node.evaluated else "fail" if Status.FAIL in status.values()
                  else "pass" if status else "neutral")
-        title = f"{node.id} [{node.rule or 'root'}] {node.formula}"
+        rule = _rule_titles().get(node.rule, node.rule) if node.rule else "the whole case"
+        title = f"{node.id} [{rule}] {node.formula}"
         parts.append(
             f'<g class="node {state}" data-node="{escape(node.id)}" data-status="{escape(json.dumps(node.status))}" '
             f'tabindex="0"><title>{escape(title)}</title>'
@@ -439,13 +448,13 @@ def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, com
                                                      {op: int(v["instances"]) for op, v in summary.by_operator.items()}))
                        if summary else None),
     }
-    from ..diagnose import rules, sources as source_catalogue
+    from ..diagnose import sources as source_catalogue
 
     # the one mapping from a source's key to its display name: diagnose/sources.toml, for the
     # failure-source table and the attributions under each tree alike
     sources = [{"name": name, "title": s.title, "means": s.means} for name, s in source_catalogue().items()]
     titles = {s["name"]: s["title"] for s in sources}
-    rule_titles = {r.name: r.title for r in rules()}  # likewise diagnose/rules.toml for the rules
+    rule_titles = _rule_titles()  # likewise diagnose/rules.toml for the rules
     images = _Images(full_images, keep=False)
     body = html_environment().get_template(CASE_TEMPLATE)
 

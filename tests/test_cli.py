@@ -370,3 +370,15 @@ def test_score_prints_intervals_with_even_decimals_and_a_resume_names_other_judg
     again = run_trace("run", str(bench), "--generator", "synthetic:perfect", "--judge", "oracle", "--judge",
                       "oracle:flip=0.1", "--out", str(out))
     assert again.returncode == 2 and "holds a run with another generator, ensemble and other judges;" in again.stderr
+
+
+def test_the_first_command_ends_with_the_next_one_to_try(tmp_path):
+    out = tmp_path / "my bench"
+    result = run_trace("sample", "--slots", "1", "--per-slot", "1", "--no-applications", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    last = result.stdout.strip().splitlines()[-1]
+    assert last == (f"next: trace run '{out}' --generator synthetic:global-interference --judge oracle "
+                    f"--out '{tmp_path / 'my bench-run'}'")
+    import shlex
+
+    assert run_trace(*shlex.split(last.removeprefix("next: trace "))).returncode == 0  # it runs as printed

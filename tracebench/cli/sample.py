@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 
@@ -82,6 +83,10 @@ def run(args) -> int:
     print(f"{args.out}: {manifest.cases} cases ({slots}; applications: "
           f"{sum(manifest.counts_per_application.values())}), {manifest.distinct_templates} distinct templates"
           + (f", {manifest.clutter['distractors_placed']} distractors" if manifest.clutter else ""))
+    # what a newcomer runs next: the benchmark through the zoo and the oracle, offline (docs/evaluate.md)
+    run_dir = Path(args.out).with_name(f"{Path(args.out).name}-run")
+    print(f"next: trace run {shlex.quote(str(args.out))} --generator synthetic:global-interference --judge oracle "
+          f"--out {shlex.quote(str(run_dir))}")
     if manifest.clutter and manifest.clutter["cases_short"]:
         print(f"clutter: {manifest.clutter['cases_short']} of {manifest.cases} cases have fewer distractors than asked: "
               "the library holds no more hard negatives for their terms (manifest.json: cases_per_distractors)",

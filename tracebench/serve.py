@@ -13,6 +13,14 @@ parsing) is then exercised end to end against it. Endpoints:
 - ``GET /v1/models``.
 
 It binds 127.0.0.1 by default; ``latency`` adds a delay per request (for benchmarks).
+
+What one request may cost is bounded, whoever sends it: a body is read only when its
+``Content-Length`` is a plain number of bytes (else 400; a chunked body is 411) of at most
+:data:`MAX_BODY` (else 413, answered before any of it is read); a JSON body nests at most
+:data:`MAX_JSON_DEPTH` arrays and objects and holds at most :data:`MAX_JSON_CONTAINERS` (else
+400, before it is parsed); a multipart body has at most :data:`MAX_FORM_PARTS` parts, none of
+them multipart itself (else 400; it is split without recursion). Every refusal is an
+OpenAI-shaped error saying why.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import email.parser
 import email.policy
 import json
 import re
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -31,9 +40,24 @@ from typing import Any, Iterable
 from .errors import TraceError
 from .records import CASES, Case
 
-__all__ = ["ZooServer", "serve_forever"]
+__all__ = ["MAX_BODY", "MAX_FORM_PARTS", "MAX_JSON_CONTAINERS", "MAX_JSON_DEPTH", "ZooServer", "serve_forever"]
 
 _QUESTION_LINE = re.compile(r"^- (\S+): ", re.MULTILINE)
+
+MAX_BODY = 64 * 2**20  # bytes of a request body: an image edit with 16 reference images of 4 MiB each fits
+MAX_JSON_DEPTH = 64  # arrays and objects open at once in a JSON body (a judge's request nests about 10)
+MAX_JSON_CONTAINERS = 100_000  # arrays and objects in a JSON body (a judge's request has tens)
+MAX_FORM_PARTS = 100  # parts of a multipart body: its fields and its images (the OpenAI API takes 16 images)
+_LINGER = 2.0  # seconds a refused connection is read from (and dropped) so the client sees the refusal
+
+
+class _Refused(Exception):
+    """A request answered with ``status`` and ``message``; ``unread``: its body was not read
+    (the connection is then closed)."""
+
+    def __init__(self, status: int, message: str, code: str, *, unread: bool = False) -> None:
+        super().__init__(message)
+        self.status, self.code, self.unread = status, code, unread
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -52,11 +76,61 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _error(self, status: int, message: str) -> None:
-        self._send(status, {"error": {"message": message, "type": "invalid_request_error"}})
+    def _error(self, status: int, message: str, code: str | None = None) -> None:
+        self._send(status, {"error": {"message": message, "type": "invalid_request_error", "param": None,
+                                      "code": code}})
 
     def _body(self) -> bytes:
-        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        """The request's body, read whole only when its Content-Length allows (:data:`MAX_BODY`)."""
+        if self.headers.get("Transfer-Encoding") is not None:
+            raise _Refused(411, "send the body with a Content-Length (no Transfer-Encoding)", "length_required",
+                           unread=True)
+        lengths = self.headers.get_all("Content-Length") or []
+        if not lengths:
+            return b""
+        if len(lengths) > 1 or not re.fullmatch(r"[0-9]{1,19}", lengths[0].strip()):
+            shown = ", ".join(lengths)
+            raise _Refused(400, f"bad Content-Length {shown[:40]!r}: one number of bytes", "bad_content_length",
+                           unread=True)
+        length = int(lengths[0])
+        if length > MAX_BODY:
+            raise _Refused(413, f"the body of {length} bytes is over the limit of {MAX_BODY // 2**20} MiB "
+                                f"(trace serve's MAX_BODY)", "body_too_large", unread=True)
+        data = self.rfile.read(length)
+        if len(data) < length:
+            raise _Refused(400, f"the body ended after {len(data)} of its {length} bytes", "body_cut", unread=True)
+        return data
+
+    def _json(self) -> Any:
+        """The body as JSON, its nesting bounded before it is parsed (:func:`_json_bounds`)."""
+        body = self._body()
+        _json_bounds(body)
+        return json.loads(body or b"{}")
+
+    def _refuse(self, refused: _Refused) -> None:
+        """Answer a refusal; with the body unread, close the connection, first reading (and
+        dropping) what the client still sends for a moment, so it reads the answer rather than
+        a reset."""
+        if not refused.unread:
+            return self._error(refused.status, str(refused), refused.code)
+        self.close_connection = True
+        data = json.dumps({"error": {"message": str(refused), "type": "invalid_request_error", "param": None,
+                                     "code": refused.code}}).encode()
+        self.send_response(refused.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(data)
+        try:
+            self.connection.shutdown(socket.SHUT_WR)
+            deadline = time.monotonic() + _LINGER
+            while (left := deadline - time.monotonic()) > 0:
+                self.connection.settimeout(left)
+                if not self.connection.recv(65536):
+                    break
+        except OSError:  # the client is gone, or kept sending past the linger
+            pass
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
         if self.path.rstrip("/") == "/v1/models":
@@ -73,15 +147,17 @@ class _Handler(BaseHTTPRequestHandler):
                 fields = _multipart(self.headers.get("Content-Type", ""), self._body())
                 self._image(fields.get("model", ""), fields.get("prompt", ""))
             elif self.path == "/v1/images/generations":
-                body = json.loads(self._body() or b"{}")
+                body = self._json()
                 self._image(body.get("model", ""), body.get("prompt", ""))
             elif self.path == "/v1/chat/completions":
-                self._chat(json.loads(self._body() or b"{}"))
+                self._chat(self._json())
             else:
                 self._error(404, f"no such endpoint: {self.path}")
+        except _Refused as refused:
+            self._refuse(refused)
         except TraceError as err:
             self._error(400, str(err))
-        except (ValueError, KeyError, TypeError, AttributeError, IndexError) as err:
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError) as err:
             self._error(400, f"bad request: {type(err).__name__}: {err}")
         except Exception as err:  # a bug here must still answer, or the client retries a dead socket
             self._error(500, f"internal error: {type(err).__name__}: {err}")
@@ -148,15 +224,67 @@ def _scale_asked(body: dict) -> str:
     return "ternary" if "2" in allowed else "tiers" if "1.0" in allowed else "binary"
 
 
-def _multipart(content_type: str, body: bytes) -> dict[str, str]:
-    """The text fields of a multipart/form-data body (files are not needed: the prompt names the case)."""
-    message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
-        f"Content-Type: {content_type}\r\n\r\n".encode() + body)
-    fields = {}
-    for part in message.iter_parts():
-        name = part.get_param("name", header="content-disposition")
-        if name and part.get_filename() is None:
-            fields[name] = part.get_content().strip() if isinstance(part.get_content(), str) else part.get_content()
+_JSON_STRING = re.compile(rb'"[^"]*(?:"|\Z)')  # escapes removed first; an unterminated string runs to the end
+_BRACKETS = re.compile(rb"[\[{]+|[\]}]+")
+
+
+def _json_bounds(body: bytes) -> None:
+    """Refuse (400) a JSON body nesting more than :data:`MAX_JSON_DEPTH` arrays and objects, or
+    holding more than :data:`MAX_JSON_CONTAINERS`, before it is parsed (a parser recurses per
+    level). Brackets inside strings are text; a body with few brackets is not scanned."""
+    if body.count(b"[") + body.count(b"{") <= MAX_JSON_DEPTH:
+        return
+    bare = _JSON_STRING.sub(b"", body.replace(b"\\\\", b"").replace(b'\\"', b""))  # the strings' text out
+    if bare.count(b"[") + bare.count(b"{") > MAX_JSON_CONTAINERS:
+        raise _Refused(400, f"the JSON body holds more than {MAX_JSON_CONTAINERS} arrays and objects",
+                       "json_too_large")
+    depth = 0
+    for run in _BRACKETS.finditer(bare):  # runs of openers and of closers alternate: at most 2 per container
+        size = run.end() - run.start()
+        depth = depth + size if bare[run.start()] in b"[{" else max(depth - size, 0)
+        if depth > MAX_JSON_DEPTH:
+            raise _Refused(400, f"the JSON body nests arrays and objects deeper than {MAX_JSON_DEPTH} levels",
+                           "json_too_deep")
+
+
+def _multipart(content_type: str, body: bytes) -> dict[str, str | bytes]:
+    """The text fields of a multipart/form-data body (files are not needed: the prompt names the
+    case). Split at its boundary without recursion: at most :data:`MAX_FORM_PARTS` parts, each a
+    field or a file, none multipart itself (a form is one level deep); else 400."""
+    header = email.parser.HeaderParser(policy=email.policy.HTTP).parsestr(f"Content-Type: {content_type}\r\n\r\n")
+    boundary = header.get_param("boundary") if header.get_content_type() == "multipart/form-data" else None
+    if not isinstance(boundary, str) or not 0 < len(boundary) <= 70:
+        raise _Refused(400, "send the image edit as multipart/form-data with a boundary (of 1 to 70 characters)",
+                       "bad_multipart")
+    delimiter = re.compile(rb"(?:\A|\r\n)--" + re.escape(boundary.encode("latin-1")) + rb"(--|[ \t]*\r\n)")
+    starts, closed = [], False
+    for found in delimiter.finditer(body):
+        if starts:
+            starts[-1] = (starts[-1][0], found.start())
+        if found.group(1) == b"--":
+            closed = True
+            break
+        if len(starts) == MAX_FORM_PARTS:
+            raise _Refused(400, f"the multipart body has more than {MAX_FORM_PARTS} parts", "bad_multipart")
+        starts.append((found.end(), None))
+    if not closed or not starts:
+        raise _Refused(400, "the multipart body has no parts or no closing boundary", "bad_multipart")
+    fields: dict[str, str | bytes] = {}
+    for start, end in starts:
+        part = body[start:end]
+        head, separator, content = part.partition(b"\r\n\r\n")
+        if not separator:  # no headers: the part starts with the blank line
+            head, content = b"", part.removeprefix(b"\r\n")
+        headers = email.parser.BytesHeaderParser(policy=email.policy.HTTP).parsebytes(head + b"\r\n\r\n")
+        if headers.get_content_maintype() == "multipart":
+            raise _Refused(400, "a part of the multipart body is multipart itself (nested): a form is one level deep",
+                           "bad_multipart")
+        name = headers.get_param("name", header="content-disposition")
+        if isinstance(name, str) and headers.get_filename() is None:
+            if headers.get_content_maintype() == "text":
+                fields[name] = content.decode(headers.get_content_charset() or "utf-8").strip()
+            else:
+                fields[name] = content
     return fields
 
 

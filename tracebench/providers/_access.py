@@ -88,24 +88,45 @@ MIN_SECRET = 8  # characters: a shorter key is scrubbed only where it stands as 
 
 
 def scrub(text: str, secrets: Sequence[str] = ()) -> str:
-    """``text`` with every secret replaced by ``***``: in any letter case, and in base64 (standard
-    or URL-safe, at any alignment: the key alone, ``Bearer KEY``, ``user:KEY`` ...). Every text a
-    command stores or prints that a server or a plugin wrote goes through it first. A key under
-    :data:`MIN_SECRET` characters is replaced only where it stands alone (not inside a longer run
-    of letters, digits, ``_`` or ``-``): local servers take any placeholder (``x``, ``EMPTY``), and
-    replacing every "x" of a reply corrupted it (a question id ``C0:leakage_context`` read as
-    ``C0:leakage_conte***t``, an abstention)."""
+    """``text`` with every secret replaced by ``***``, in each form a server may echo it:
+
+    - **plain**, in any letter case;
+    - **hex** of its UTF-8 bytes, two digits a byte with no separator, in any letter case
+      (``key.encode().hex()``, its upper-case form, mixed), found as a run of digits anywhere:
+      alone, or inside the hex of a longer text (``Bearer KEY``, ``user:KEY``); each byte is
+      two digits, so the key's digits are the same wherever that text starts (an odd count of
+      digits before them does not matter; only bytes shifted by half a byte, a bit stream's,
+      would escape);
+    - **base64** (standard or URL-safe) at any of the 3 byte offsets it may sit at in an encoded
+      text: the key alone, ``Bearer KEY``, ``user:KEY`` ... (the characters that depend on the
+      key only; base64 is case-sensitive, so only as encoded).
+
+    Not scrubbed: other encodings (hex with separators or ``\\x``/``0x`` per byte, percent-,
+    base32- or UTF-16-encoding, a reversed key), nor a part of the key. Every text a command
+    stores or prints that a server or a plugin wrote goes through it first.
+
+    A key under :data:`MIN_SECRET` characters is replaced only where it stands alone (not inside
+    a longer run of letters, digits, ``_`` or ``-``), its hex form too; a key under 6 bytes has
+    no hex or base64 form scrubbed (too short to tell from other hex or base64): local servers
+    take any placeholder (``x``, ``EMPTY``), and replacing every "x" of a reply corrupted it (a
+    question id ``C0:leakage_context`` read as ``C0:leakage_conte***t``, an abstention; the hex
+    of "x" is the number 78)."""
     secrets = tuple(s for s in secrets if s)
     return _secrets_pattern(secrets).sub("***", text) if secrets else text
 
 
 @lru_cache(maxsize=32)
 def _secrets_pattern(secrets: tuple[str, ...]) -> re.Pattern[str]:
-    plain = sorted(set(secrets), key=len, reverse=True)
-    encoded = sorted({form for s in secrets for form in _base64_forms(s.encode())}, key=len, reverse=True)
     alone = r"(?<![A-Za-z0-9_\-])(?i:{})(?![A-Za-z0-9_\-])"
-    # plain forms in any case; base64 is case-sensitive (an upper-cased base64 echo decodes to another text)
-    return re.compile("|".join([f"(?i:{re.escape(p)})" if len(p) >= MIN_SECRET else alone.format(re.escape(p))
+    # plain and hex forms in any case; base64 is case-sensitive (an upper-cased base64 echo decodes to another text)
+    caseless = {p: len(p) >= MIN_SECRET for p in secrets}  # form -> found anywhere (else only alone)
+    for secret in secrets:
+        if len(secret.encode()) >= 6:
+            hexed = secret.encode().hex()
+            caseless[hexed] = caseless.get(hexed, False) or len(secret) >= MIN_SECRET
+    plain = sorted(caseless, key=len, reverse=True)
+    encoded = sorted({form for s in secrets for form in _base64_forms(s.encode())}, key=len, reverse=True)
+    return re.compile("|".join([f"(?i:{re.escape(p)})" if caseless[p] else alone.format(re.escape(p))
                                 for p in plain] + [re.escape(e) for e in encoded]))
 
 

@@ -94,6 +94,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         args._parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
+        from ..images import max_image_pixels
+
+        max_image_pixels()  # a TRACEBENCH_MAX_IMAGE_PIXELS that is no number: one line before anything is done
         for option in ("out", "export_nodes"):
             if isinstance(getattr(args, option, None), Path):
                 _check_out(f"--{option.replace('_', '-')}", getattr(args, option))

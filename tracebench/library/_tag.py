@@ -34,11 +34,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from PIL import Image, UnidentifiedImageError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..apikeys import api_key
 from ..errors import TraceError
+from ..images import ImageRefused, open_image
 from ..jsonfiles import loads
 from ..replies import unfence
 from ..cache import Cache, cache_key, sha256
@@ -355,10 +355,10 @@ def _find_images(images_dir: Path) -> tuple[list[_Job], list[SkippedImage]]:
             unreadable.append(SkippedImage(path=rel, reason=problem))
             continue
         try:
-            with Image.open(file) as image:
+            with open_image(file) as image:  # the header: past the pixel limit it is skipped here
                 width, height, found = image.width, image.height, image.format or "unknown"
-        except (UnidentifiedImageError, Image.DecompressionBombError, OSError) as err:
-            unreadable.append(SkippedImage(path=rel, reason=" ".join(f"not a readable image: {err}".split())))
+        except ImageRefused as err:
+            unreadable.append(SkippedImage(path=rel, reason=" ".join(f"not a readable image: {err.cause or err}".split())))
             continue
         # The declared type is what Pillow found, not the suffix: a .png that is a JPEG is sent as one.
         if found not in _MIME_TYPES:

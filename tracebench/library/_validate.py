@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any, Iterable, NamedTuple
 
 import PIL
-from PIL import Image, UnidentifiedImageError
 from pydantic import ValidationError
 
 from ..errors import ValidationFailed
+from ..images import ImageRefused, ImageTooLarge, max_image_pixels, open_image
 from ..jsonfiles import field_path, line_of, loads, problems_of
 from ..safepaths import path_problem
 from ..taxonomy import taxonomy
@@ -126,10 +126,14 @@ def image_size(root: Path, relative: str) -> tuple[tuple[int, int] | None, str |
     if problem:
         return None, problem
     try:
-        with Image.open(root / relative) as handle:
+        with open_image(root / relative) as handle:  # the header: past the pixel limit it is refused here
             size = handle.size
             handle.verify()
-    except (UnidentifiedImageError, OSError, SyntaxError) as exc:
+    except ImageTooLarge as exc:
+        return None, f"image {relative} {exc}"
+    except ImageRefused as exc:  # what Pillow raised, named as always
+        return None, f"cannot read image: {relative} ({type(exc.cause).__name__ if exc.cause else exc})"
+    except Exception as exc:  # noqa: BLE001 - verify() on hostile bytes raises many types
         return None, f"cannot read image: {relative} ({exc.__class__.__name__})"
     return size, None
 
@@ -254,9 +258,9 @@ def _validation_key(root: Path) -> str | None:
     try:
         base = root.resolve(strict=True)
         code = source_hash("library/_validate.py", "library/_models.py", "library/_io.py", "safepaths.py",
-                           "jsonfiles.py", "taxonomy.py")
+                           "jsonfiles.py", "taxonomy.py", "images.py")
         data = data_hash(("taxonomy", "categories.toml"), ("taxonomy", "subtypes.toml"))
-        digest.update(f"{base}\0{code}\0{data}\0{PIL.__version__}\0".encode())
+        digest.update(f"{base}\0{code}\0{data}\0{PIL.__version__}\0{max_image_pixels()}\0".encode())
         for folder, dirs, files in os.walk(base):
             dirs.sort()
             for name in sorted(dirs + files):

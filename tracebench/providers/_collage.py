@@ -4,6 +4,11 @@ MacroBench evaluates such models on a collage: the references stitched into one 
 positional description. Each cell is a reference scaled to fit ``cell`` pixels, labelled
 "Image k" in its corner; the prompt gains one line saying how to read the grid
 (``templates/clutter.toml``, table ``collage``). The judge still sees the case's own references.
+
+A reference is decoded by :func:`tracebench.images.decode_reduced` (a large one reduced as it
+is decoded, one past the pixel limit never decoded); :func:`check_references` decodes each
+reference of the cases to collage before a run writes anything, so a reference that cannot be
+a cell (past the limit, truncated, no image) is a one-line error naming the file.
 """
 
 from __future__ import annotations
@@ -13,12 +18,14 @@ import math
 from functools import cache
 from typing import Sequence
 
+from ..errors import TraceError
+from ..images import ImageRefused, decode_reduced
 from ..records import Case, Reference
 from ._base import COLLAGE_ID
 from ..resources import read_toml
 from ..templating import compile_string
 
-__all__ = ["COLLAGE_ID", "collage_case"]
+__all__ = ["COLLAGE_ID", "check_references", "collage_case"]
 
 
 
@@ -28,8 +35,26 @@ def _settings() -> tuple[object, int]:
     return compile_string(table["line"]), int(table["cell"])
 
 
-def _grid(references: Sequence[bytes], cell: int) -> tuple[bytes, int]:
-    from PIL import Image, ImageDraw, ImageOps
+def _tile(data: bytes, cell: int):
+    """A reference scaled to fit a cell (its margin left); raises ImageRefused."""
+    from PIL import ImageOps
+
+    return ImageOps.contain(decode_reduced(data, cell - 4), (cell - 4, cell - 4))
+
+
+def check_references(references: Sequence[tuple[str, bytes]]) -> None:
+    """Each reference decoded as a cell would be: a TraceError ``<name>: <why>`` for the first
+    that cannot be one (it declares more pixels than the limit, is truncated, is no image)."""
+    _, cell = _settings()
+    for name, data in references:
+        try:
+            _tile(data, cell)
+        except ImageRefused as err:
+            raise TraceError(f"{name}: cannot be a cell of a collage: {err}") from None
+
+
+def _grid(references: Sequence[bytes], cell: int, names: Sequence[str]) -> tuple[bytes, int]:
+    from PIL import Image, ImageDraw
 
     n = len(references)
     columns = math.ceil(math.sqrt(n))
@@ -37,8 +62,10 @@ def _grid(references: Sequence[bytes], cell: int) -> tuple[bytes, int]:
     sheet = Image.new("RGB", (columns * cell, rows * cell), "white")
     draw = ImageDraw.Draw(sheet)
     for k, data in enumerate(references):
-        with Image.open(io.BytesIO(data)) as image:
-            tile = ImageOps.contain(image.convert("RGB"), (cell - 4, cell - 4))
+        try:
+            tile = _tile(data, cell)
+        except ImageRefused as err:  # checked before the run (check_references): changed since
+            raise TraceError(f"{names[k]}: cannot be a cell of a collage: {err}") from None
         x, y = (k % columns) * cell, (k // columns) * cell
         sheet.paste(tile, (x + (cell - tile.width) // 2, y + (cell - tile.height) // 2))
         label = f"Image {k + 1}"
@@ -52,9 +79,10 @@ def _grid(references: Sequence[bytes], cell: int) -> tuple[bytes, int]:
 
 def collage_case(case: Case, references: Sequence[bytes]) -> tuple[Case, list[bytes]]:
     """The case as a generator that takes one image is sent it: its references as one labelled
-    grid image, its prompt with the line that reads the grid."""
+    grid image, its prompt with the line that reads the grid. A reference that cannot be a cell
+    is a TraceError (the run checks them first: :func:`check_references`)."""
     line, cell = _settings()
-    grid, columns = _grid(references, cell)
+    grid, columns = _grid(references, cell, [f"reference {r.path} of case {case.id}" for r in case.references])
     text = line({"count": len(references), "columns": columns, "last": f"Image {len(references)}"})
     sent = case.model_copy(update={
         "prompt": f"{case.prompt}\n{text}",

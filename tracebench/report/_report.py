@@ -31,10 +31,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from markupsafe import Markup, escape
-from PIL import Image, UnidentifiedImageError
 
 from .. import __version__
 from ..errors import TraceError
+from ..images import ImageRefused, decode_reduced, open_image
 from ..records import DIAGNOSIS_MANIFEST, RUN_FILE, SUMMARY, TREES, Case, DiagnosticNode, DiagnosticTree, RunManifest
 from ..run import IMAGES_DIR, RecordIndex, generated_image, stream_run
 from ..safepaths import inside
@@ -61,7 +61,12 @@ class _Images:
     does, gets the other's key. ``add`` gives the key of a file's image; new images wait in
     ``fresh`` until ``take`` hands them to the page being written, and ``uris`` (key -> data
     URI) holds them all unless ``keep`` is false (a page streamed out keeps none in memory). The page's script puts them
-    into <img> elements when a case is opened, so the browser decodes only what is looked at."""
+    into <img> elements when a case is opened, so the browser decodes only what is looked at.
+
+    Every image is opened by :mod:`tracebench.images`: one that declares more pixels than the
+    limit, is truncated or is no image gets no key, and :meth:`unshown` says why (the page shows
+    the reason where the image would be; the page is still written: one image of a run is no
+    reason to withhold the rest)."""
 
     def __init__(self, full: bool, *, side: int = THUMBNAIL, small: int = 0, keep: bool = True) -> None:
         self.full = full
@@ -73,8 +78,10 @@ class _Images:
         self._count = 0
         self._paths: dict[Path, str | None] = {}
         self._files: dict[bytes, str | None] = {}  # SHA-256 of a file's bytes -> key
+        self._refused: dict[bytes, str] = {}  # SHA-256 of a file's bytes -> why it is not shown
+        self._unshown: dict[Path, str] = {}  # path -> why its image is not shown
         self._embedded: dict[bytes, str] = {}  # SHA-256 of a data URI -> key
-        self._coming: dict[Path, Future] = {}  # path -> (bytes, data URI), made ahead by threads
+        self._coming: dict[Path, Future] = {}  # path -> (bytes, data URI, why not), made ahead by threads
         self._pool: ThreadPoolExecutor | None = None
 
     def prefetch(self, paths: Iterable[Path | None]) -> None:
@@ -95,12 +102,12 @@ class _Images:
             self._pool = None
         self._coming.clear()
 
-    def _read(self, path: Path) -> tuple[bytes, str | None] | None:
+    def _read(self, path: Path) -> tuple[bytes, str | None, str | None] | None:
         try:
             data = path.read_bytes()
         except OSError:
             return None
-        return data, self._uri(data)
+        return (data, *self._uri(data))
 
     def add(self, path: Path | None) -> str | None:
         """The key of the image at ``path``; None when there is no image to show."""
@@ -110,6 +117,11 @@ class _Images:
         if path not in self._paths:
             self._paths[path] = self._key(path)
         return self._paths[path]
+
+    def unshown(self, path: Path | None) -> str | None:
+        """Why the image at ``path`` has no key (:meth:`add` it first): it declares more pixels
+        than the limit, is truncated, is no image; None when it is shown or there is none."""
+        return None if path is None else self._unshown.get(Path(path).resolve())
 
     def take(self) -> list[tuple[str, str]]:
         """The (key, data URI) pairs added since the last call."""
@@ -122,7 +134,7 @@ class _Images:
             made = coming.result()
             if made is None:
                 return None
-            data, uri = made
+            data, uri, refused = made
         else:
             try:
                 data = path.read_bytes()
@@ -131,7 +143,9 @@ class _Images:
         digest = hashlib.sha256(data).digest()
         if digest not in self._files:
             if coming is None:
-                uri = self._uri(data)
+                uri, refused = self._uri(data)
+            if refused is not None:
+                self._refused[digest] = refused
             key = None
             if uri:  # two files can make one thumbnail: that too is embedded once
                 embedded = hashlib.sha256(uri.encode()).digest()
@@ -144,27 +158,34 @@ class _Images:
                         self.uris[key] = uri
                     self._embedded[embedded] = key
             self._files[digest] = key
+        if digest in self._refused:
+            self._unshown[path] = self._refused[digest]
         return self._files[digest]
 
-    def _uri(self, data: bytes) -> str | None:
+    def _uri(self, data: bytes) -> tuple[str | None, str | None]:
         """The file as it is with ``full`` or when ``small`` (a PNG, JPEG or WebP); else a WebP
-        thumbnail, or the file itself when it is already that small in pixels and in bytes."""
+        thumbnail, or the file itself when it is already that small in pixels and in bytes. Or
+        no URI and why: the file declares more pixels than the limit, is truncated, is no image
+        (a file embedded as it is has its header checked: the browser would decode it)."""
         kind = ("png" if data.startswith(b"\x89PNG") else "jpeg" if data.startswith(b"\xff\xd8")
                 else "webp" if data[8:12] == b"WEBP" else None)
-        if kind and (self.full or len(data) <= self.small):
-            return f"data:image/{kind};base64," + base64.b64encode(data).decode()
         try:
-            with Image.open(io.BytesIO(data)) as image:
-                fits = max(image.size) <= self.side
-                image = image.convert("RGB")
-                image.thumbnail((self.side, self.side))
-                out = io.BytesIO()
-                image.save(out, **WEBP)
-        except (OSError, UnidentifiedImageError, ValueError):
-            return None
+            if kind and (self.full or len(data) <= self.small):
+                with open_image(data):
+                    pass
+                return f"data:image/{kind};base64," + base64.b64encode(data).decode(), None
+            image = decode_reduced(data, self.side)  # whole, or reduced to at least twice the side
+            fits = max(image.size) <= self.side  # then it was not reduced: the file's own size
+            image.thumbnail((self.side, self.side))
+            out = io.BytesIO()
+            image.save(out, **WEBP)
+        except ImageRefused as err:
+            return None, str(err)
+        except (OSError, ValueError) as err:  # the WebP encoder
+            return None, f"cannot make a thumbnail ({type(err).__name__})"
         if kind and fits and len(data) <= out.tell():
-            return f"data:image/{kind};base64," + base64.b64encode(data).decode()
-        return "data:image/webp;base64," + base64.b64encode(out.getvalue()).decode()
+            return f"data:image/{kind};base64," + base64.b64encode(data).decode(), None
+        return "data:image/webp;base64," + base64.b64encode(out.getvalue()).decode(), None
 
     def json(self) -> Markup:
         return Markup(json.dumps(self.uris, separators=(",", ":")).replace("</", "<\\/"))
@@ -249,11 +270,12 @@ def _case_view(case: Case, outcomes: dict[str, Outcome], shown: dict[str, tuple[
     view: dict[str, Any] = {
         "id": case.id, "slot": case.slot, "application": case.application or "", "formula": case.formula,
         "template": case.template, "prompt": case.prompt, "failing_ops": failing_ops,
-        "references": [{"label": r.image, "src": images.add(reference_file(cases_dir, case, r.path)),
-                        "source": r.source_id,
+        "references": [{"label": r.image, "src": images.add(path := reference_file(cases_dir, case, r.path)),
+                        "unshown": images.unshown(path), "source": r.source_id,
                         "distractor": next((f"distractor {d.id}, confuses {d.confuses}" for d in case.distractors
                                             if d.image == r.image), "")} for r in case.references],
-        "image": images.add(image), "questions": questions, "tree": None, "samples": None}
+        "image": images.add(image), "image_unshown": images.unshown(image), "questions": questions, "tree": None,
+        "samples": None}
     if tree is not None and diag_dir is not None:
         failing = [a.target for a in tree.attributions if a.root is Status.FAIL]
         nodes = []
@@ -261,7 +283,7 @@ def _case_view(case: Case, outcomes: dict[str, Outcome], shown: dict[str, tuple[
             path = _node_image(diag_dir, tree, node)
             nodes.append({"id": node.id, "rule": node.rule or "root", "formula": node.formula, "prompt": node.prompt,
                           "evaluated": node.evaluated, "same_as": node.same_as,
-                          "image": images.add(path),
+                          "image": images.add(path), "unshown": images.unshown(path),
                           "status": node.status})
         view["tree"] = {"svg": _tree_svg(tree, failing), "failing": failing, "nodes": nodes,
                         "attributions": [a.model_dump() for a in tree.attributions if a.root is not Status.PASS]}
@@ -285,7 +307,8 @@ def _sample_views(case: Case, samples, run_root: Path, images: _Images, gating: 
     views = []
     for k, outcomes in enumerate(samples):
         scores = case_scores(instance_scores(case, outcomes, gating))  # type: ignore[arg-type]
-        views.append({"label": f"sample {k}", "image": images.add(generated_image(run_root, case.id, k)),
+        path = generated_image(run_root, case.id, k)
+        views.append({"label": f"sample {k}", "image": images.add(path), "unshown": images.unshown(path),
                       "overall": scores.get("overall")})
     return views
 

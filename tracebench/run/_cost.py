@@ -124,14 +124,12 @@ def image_tokens(size: tuple[int, int]) -> int:
 
 
 def _size(data: bytes) -> tuple[int, int] | None:
-    import io
-
-    from PIL import Image
+    from ..images import ImageRefused, open_image
 
     try:
-        with Image.open(io.BytesIO(data)) as image:  # the header only: no pixel is decoded
+        with open_image(data) as image:  # the header only: no pixel is decoded
             return image.size
-    except Exception:  # noqa: BLE001 - an unreadable image is not the estimate's business: the assumed size
+    except ImageRefused:  # unreadable or past the pixel limit: not the estimate's business, the assumed size
         return None
 
 

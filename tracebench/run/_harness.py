@@ -45,6 +45,8 @@ from ..templating import template_hash
 from ..outcomes import ABSTAINED, ENSEMBLES, Outcome, Status, combine, majority_verdicts
 from ..providers import (JUDGE_TEMPLATES, CallFailed, Generator, ImageBytes, Judge, ModelAccess, ModelSettings, RayGenerator, Reply, RunImages,
                          ReferenceFiles, asking, clip, collage_case, image_suffix, make_generator, make_judge)
+from ..providers._collage import check_references
+from ..images import too_large
 from ..sample import read_cases, read_sample_manifest
 from ..cache import TEMPORARY_PREFIX, Cache, file_sha256, remove_stale_temporaries, write_atomic
 from ..safepaths import inside
@@ -155,6 +157,9 @@ class _Runner:
                 made = await self.access.generate(self.generator, sent, given)
         except CallFailed as err:
             return None, f"generation failed: {err}"
+        refused = too_large(made.image)  # the header only; never kept, judged or shown
+        if refused is not None:
+            return None, f"generated image refused: it {refused}"
         data = ImageBytes(made.image)  # hashed and encoded once for all the judge calls of the case
         name = sample_name(case.id, sample)
         target = self.root / IMAGES_DIR / f"{name}{image_suffix(data)}"
@@ -239,6 +244,18 @@ def _most_calls(case: Case, generator: Generator, judges: Sequence[Judge], judge
     (cache hits make it fewer; a retried call counts once, as ``run.json`` counts calls)."""
     batches = 1 if judge_batch == "case" else len({q.op for q in case.checklist})
     return samples * (1 + len(judges) * batches)
+
+
+def _cells(cases: Iterable[Case], collaged: set[str], cases_dir: Path) -> Iterator[tuple[str, bytes]]:
+    """(name, bytes) of each reference of the cases sent as a collage, each file once."""
+    seen: set[str] = set()
+    for case in cases:
+        if case.id in collaged:
+            for ref in case.references:
+                if ref.path not in seen:
+                    seen.add(ref.path)
+                    where = f"{cases_dir}: case {case.id}: reference image {ref.path}"
+                    yield where, inside(cases_dir, ref.path, where, "benchmark folder").read_bytes()
 
 
 def _sample_seeds(generator: Generator, samples: int) -> tuple[int, ...] | None:
@@ -665,6 +682,9 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
     def todo_now() -> Iterator[Case]:  # the cases still to make, read again from their file
         return (case for case in read_cases(cases_dir)
                 if case.id in checklists and case.id not in previous and (collage or case.id not in beyond))
+
+    if collage and beyond:  # every reference a collage is made of, decoded as a cell before anything is written
+        check_references(_cells(todo_now(), beyond, cases_dir))
 
     from ._cost import CostBudget, CostModel, estimate_cost, generated_size
 

@@ -12,10 +12,10 @@ from collections import OrderedDict
 from functools import cache
 from typing import Any
 
-from PIL import Image, UnidentifiedImageError
 from pydantic import ValidationError
 
 from ..errors import TraceError
+from ..images import ImageRefused, ImageTooLarge, decoding, open_image
 from ..library import default_library, load_library, render_scene
 from ..records import Case, GenerationRecord
 from ..sample import LibraryIndex
@@ -29,6 +29,7 @@ RECORD_KEY = "tracebench-record"  # the PNG text chunk holding the generation re
 COMPRESS_LEVEL = 1  # zlib level of generated PNGs: about half the default level 6 encoding time, files 1.25x larger
 SCENES_KEPT = 256  # drawn scenes kept per process (an encoded PNG of about 11 KB and its drawn plan each)
 WRITTEN_KEPT = 8192  # digests of the PNGs generate() returned, whose records read_record may trust
+INFLATE_CHUNK = 1 << 20  # bytes of rows _inflates holds at a time (a PNG's pixels are checked, never kept)
 
 _SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _CHANNELS = {0: 1, 2: 3, 4: 2, 6: 4}  # PNG color type -> samples per pixel (8-bit, no palette)
@@ -153,31 +154,52 @@ def _decodes(png: bytes) -> bool:
 
 
 def _inflates(data: bytes, width: int, height: int, channels: int) -> bool:
+    """Whether ``data`` inflates to exactly the rows of the header (each a filter byte of at
+    most 4 and its samples) and ends there; inflated :data:`INFLATE_CHUNK` bytes at a time, so
+    the check holds no more than that of a large image's pixels."""
     stride = 1 + width * channels
+    total = stride * height
     inflater = zlib.decompressobj()
-    try:
-        rows = inflater.decompress(data, stride * height + 1)
-    except zlib.error:
-        return False
-    return (len(rows) == stride * height and inflater.eof and not inflater.unused_data
-            and not inflater.unconsumed_tail and max(rows[::stride], default=0) <= 4)
+    pending, done = data, 0
+    while True:
+        try:
+            rows = inflater.decompress(pending, INFLATE_CHUNK)
+        except zlib.error:
+            return False
+        pending = inflater.unconsumed_tail
+        if max(rows[(-done) % stride::stride], default=0) > 4:  # the filter bytes of the rows begun here
+            return False
+        done += len(rows)
+        if done > total:
+            return False
+        if inflater.eof or not rows:
+            break
+    return done == total and inflater.eof and not inflater.unused_data and not inflater.unconsumed_tail
 
 
 def read_record(png: bytes) -> GenerationRecord | None:
     """The generation record embedded in a PNG, or None when the image carries none.
 
-    The chunk is read from the PNG's header (``image.info``) without decoding the pixels when
-    the file is whole (a PNG this process generated, or one :func:`_decodes` accepts); anything
-    else is decoded in full, so a truncated or broken file gives the error it always gave.
-    Raises :class:`~tracebench.errors.TraceError` when the bytes are not an image or the
-    chunk is not a valid record."""
+    The image is opened by :func:`tracebench.images.open_image`: one that declares more pixels
+    than the limit is refused before anything is decoded. The chunk is read from the PNG's
+    header (``image.info``) without decoding the pixels when the file is whole (a PNG this
+    process generated, or one :func:`_decodes` accepts, inflating it a chunk at a time);
+    anything else is decoded in full (within the limit, one large image at a time), so a
+    truncated or broken file gives the error it always gave.
+    Raises :class:`~tracebench.errors.TraceError` when the bytes are not an image, declare more
+    pixels than the limit, or the chunk is not a valid record."""
     try:
-        with Image.open(io.BytesIO(png)) as image:
+        with open_image(png) as image:
             if _WRITTEN.find(hashlib.sha256(png).digest()) or _decodes(png):
                 text = image.info.get(RECORD_KEY)
             else:
-                text = getattr(image, "text", {}).get(RECORD_KEY)
-    except (UnidentifiedImageError, OSError, SyntaxError) as exc:
+                with decoding(image.width * image.height):
+                    text = getattr(image, "text", {}).get(RECORD_KEY)
+    except ImageTooLarge as exc:
+        raise TraceError(f"the image {exc}") from None
+    except ImageRefused as exc:
+        raise TraceError(f"not a readable image: {exc.cause or exc}") from None
+    except Exception as exc:  # noqa: BLE001 - decoding hostile bytes raises OSError, SyntaxError, ValueError...
         raise TraceError(f"not a readable image: {exc}") from None
     if text is None:
         return None

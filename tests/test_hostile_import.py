@@ -223,7 +223,7 @@ def test_an_export_keeps_its_row_groups_within_what_import_reads(made, tmp_path,
 
     from tracebench.share import _limits
 
-    monkeypatch.setattr(_limits, "MAX_ROW_GROUP_BYTES", 400_000)  # the export aims at half of it
+    monkeypatch.setattr(_limits, "MAX_ROW_GROUP_BYTES", 200_000)  # the export aims at 7/8: one row a group
     export_folder(made / "bench", tmp_path / "export")
     assert pq.ParquetFile(_shard(tmp_path / "export")).metadata.num_row_groups == 2
     import_dataset(tmp_path / "export", tmp_path / "back")
@@ -289,3 +289,134 @@ def test_an_import_into_a_folder_of_something_else_is_refused_at_once(made, tmp_
     _one_line_error(run_trace("import", str(made / "export-bench"), "--out", str(tmp_path / "back")),
                     "already exists")
     assert (tmp_path / "back" / "notes.txt").read_text() == "mine"
+
+
+# --------------------------------------------------------------------------- 6. fuzzing: a result or one line
+
+FUZZ = settings(max_examples=max(8, settings.default.max_examples // 8), deadline=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
+                                       HealthCheck.data_too_large])
+YAMLISH = st.lists(st.sampled_from(list("ab01 -:?[]{},&*!|>'\"#%@`\n\t.\u0660\u00e9~")
+                                   + ["!!int ", "!!binary ", "tracebench", "format", "9" * 5000]),
+                   max_size=40).map("".join)
+PATHY = st.lists(st.sampled_from(list("./\\~_-a0\u0661\u00e9 :") + ["..", "images/", "rounds/", "external/", "run/",
+                                                                   "references/", "\x00"]), max_size=12).map("".join)
+
+
+def _imports_or_refuses(export: Path, **options) -> None:
+    """import_dataset in this process: a result or a TraceError, nothing else; nothing half-written."""
+    out = export.parent / "back"
+    try:
+        import_dataset(export, out, **options)
+    except TraceError as error:
+        assert "\n" not in str(error), str(error)
+        assert not out.exists() and not list(export.parent.glob(".back.*"))
+    else:
+        shutil.rmtree(out)
+
+
+def _fuzzed(made: Path, kind: str):
+    """A fresh copy of an export in a temporary folder (Hypothesis runs many examples a test)."""
+    folder = tempfile.TemporaryDirectory(prefix="fuzz-")
+    return folder, _copy(made, kind, Path(folder.name))
+
+
+def _card_section(made: Path, kind: str) -> tuple[str, dict]:
+    import yaml
+
+    text = (made / f"export-{kind}" / "README.md").read_text(encoding="utf-8")
+    return text, yaml.safe_load(text[4:text.index("\n---\n", 3)])
+
+
+def _jsonish():
+    scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20)
+    return st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                                                          max_size=4), max_leaves=20)
+
+
+@FUZZ
+@given(data=st.data())
+def test_fuzzed_card_headers_give_a_result_or_one_line(made, data):
+    import yaml
+
+    kind = data.draw(st.sampled_from(["bench", "run"]))
+    text, header = _card_section(made, kind)
+    how = data.draw(st.sampled_from(["raw", "field", "bytes"]))
+    if how == "raw":  # any YAML-looking text as the header, or spliced into it
+        at = data.draw(st.integers(0, len(text)))
+        card = (text[:at] + data.draw(YAMLISH) + text[at:]).encode()
+    elif how == "field":  # a field of the tracebench section with any JSON-like value
+        section = header["tracebench"]
+        parent = data.draw(st.sampled_from([section] + [v for v in section.values() if isinstance(v, dict)]))
+        key = data.draw(st.sampled_from(sorted(parent) + ["content", "rounds", "diagnosis", "extra"]))
+        parent[key] = data.draw(_jsonish())
+        card = ("---\n" + yaml.safe_dump(header, allow_unicode=True) + "---\n").encode()
+    else:  # bytes, UTF-8 or not
+        at = data.draw(st.integers(0, len(text)))
+        card = text[:at].encode() + data.draw(st.binary(max_size=8)) + text[at:].encode()
+    folder, export = _fuzzed(made, kind)
+    with folder:
+        (export / "README.md").write_bytes(card)
+        _imports_or_refuses(export)
+
+
+def _arrow_values(kind):
+    """Any value a column of Arrow type ``kind`` holds (null included)."""
+    import pyarrow as pa
+
+    if pa.types.is_struct(kind):
+        value = st.fixed_dictionaries({kind.field(k).name: _arrow_values(kind.field(k).type)
+                                       for k in range(kind.num_fields)})
+    elif pa.types.is_list(kind):
+        value = st.lists(_arrow_values(kind.value_type), max_size=3)
+    elif pa.types.is_integer(kind):
+        value = st.integers(-(2 ** 63), 2 ** 63 - 1)
+    elif pa.types.is_floating(kind):
+        value = st.floats()
+    elif pa.types.is_boolean(kind):
+        value = st.booleans()
+    elif pa.types.is_binary(kind):
+        value = st.binary(max_size=16)
+    else:
+        value = st.text(max_size=12) | PATHY
+    return st.none() | value
+
+
+@FUZZ
+@given(data=st.data())
+def test_fuzzed_rows_give_a_result_or_one_line(made, data):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    kind = data.draw(st.sampled_from(["bench", "run"]))
+    folder, export = _fuzzed(made, kind)
+    with folder:
+        table = pq.read_table(_shard(export))
+        rows = table.to_pylist()
+        for _ in range(data.draw(st.integers(1, 3))):  # a column of a row, any value its type holds
+            column = data.draw(st.sampled_from(table.schema.names))
+            row = data.draw(st.integers(0, len(rows) - 1))
+            rows[row][column] = data.draw(_arrow_values(table.schema.field(column).type))
+        pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), _shard(export))
+        _imports_or_refuses(export)
+
+
+PLACES = {  # where a row names a file: (column, the path's place in it)
+    "reference": lambda row, path: row["references"][0].update(path=path),
+    "generated": lambda row, path: row["generated_image"] and row["generated_image"].update(path=path),
+    "node": lambda row, path: row["node_images"] and row["node_images"][0].update(path=path),
+    "node-file": lambda row, path: row["node_images"] and row["node_images"][0].update(
+        path=f"rounds/01/run/images/{path}"),
+}
+
+
+@FUZZ
+@given(data=st.data())
+def test_fuzzed_paths_give_a_result_or_one_line(made, data):
+    place = data.draw(st.sampled_from(sorted(PLACES)))
+    path = data.draw(PATHY | st.sampled_from([".", "..", "references", "cases.jsonl", "manifest.json", "images/.",
+                                             "rounds/\u0661/run/images/x.png", "run.json", "/etc/x", "a" * 300]))
+    folder, export = _fuzzed(made, "run")
+    with folder:
+        _edit_rows(export, lambda rows: [PLACES[place](row, path) for row in rows])
+        _imports_or_refuses(export)

@@ -9,7 +9,7 @@ header the Hub and ``datasets.load_dataset`` read (configs, features, license, c
 whose ``tracebench`` section holds the folder's manifests, so :func:`import_dataset` rebuilds
 the folder byte for byte. Nothing here talks to the network.
 
-Rows are written a hundred at a time (one parquet row group), fewer when their bytes pass half of
+Rows are written a hundred at a time (one parquet row group), fewer when their bytes pass 7/8 of
 what the import reads in a row group (:data:`~._limits.MAX_ROW_GROUP_BYTES`), so memory does not
 grow with the benchmark; a shard is closed once it passes :data:`SHARD_BYTES` (the Hub's habit,
 500 MB). Each row is checked against the import's limits (:func:`~._limits.check_cells`) before it
@@ -143,7 +143,7 @@ class _Shards:
 
         table = pa.Table.from_pylist([row], schema=self.schema)
         _limits.check_cells(table, where)
-        aim = _limits.MAX_ROW_GROUP_BYTES // 2  # the footer's sizes differ a little from Arrow's
+        aim = _limits.export_row_group_bytes()
         if table.nbytes > aim:
             raise TraceError(f"{where}: a row of {table.nbytes:,} bytes, more than an export's row group holds "
                              f"({aim:,}): its images are too large to share this way")

@@ -17,17 +17,25 @@ from ..errors import TraceError
 
 __all__ = ["MAX_CARD_BYTES", "MAX_YAML_DEPTH", "MAX_NUMBER_CHARS", "MAX_FOOTER_BYTES", "MAX_ROW_GROUP_BYTES",
            "MAX_IMAGE_BYTES", "MAX_STRING_BYTES", "CODECS", "check_card_header", "check_cells", "check_footer",
-           "check_shard", "parse_error", "read_card_text"]
+           "check_shard", "export_row_group_bytes", "parse_error", "read_card_text"]
 
 MiB = 1 << 20
 MAX_CARD_BYTES = 1 * MiB  # the card (README.md), by its size on disk; an export's is some 10 KB
 MAX_YAML_DEPTH = 32  # collections inside collections in the card's header; an export's go 8 deep
 MAX_NUMBER_CHARS = 100  # characters of a number in the header (Python refuses integers past 4,300 digits)
 MAX_FOOTER_BYTES = 16 * MiB  # a shard's parquet footer (about 10 KB a row group)
-MAX_ROW_GROUP_BYTES = 128 * MiB  # a row group's columns, compressed or not, as its footer gives them
+MAX_ROW_GROUP_BYTES = 64 * MiB  # a row group's columns, compressed or not, as its footer gives them: read
+# whole (its pages and its Arrow arrays), then up to 16 rows of it as Python objects, it bounds the import's peak
+# memory (bench/import_memory.py); an export's row groups aim at 7/8 of it (export_row_group_bytes)
 MAX_IMAGE_BYTES = 32 * MiB  # one image (a binary cell)
 MAX_STRING_BYTES = 1 * MiB  # one string field (a prompt, a reason, a judge's reply, a tree's line)
 CODECS = ("SNAPPY", "UNCOMPRESSED")  # what pyarrow writes; a codec of unbounded ratio is a bomb's way in
+
+
+def export_row_group_bytes() -> int:
+    """The bytes (in Arrow) an export puts in a row group at most: 7/8 of what the import reads,
+    as a footer's sizes run some 2% over Arrow's."""
+    return MAX_ROW_GROUP_BYTES * 7 // 8
 
 
 # ------------------------------------------------------------------------------ the card

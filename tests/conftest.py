@@ -173,12 +173,18 @@ def shared_folder(tmp_path_factory) -> Callable[[str, Callable[[Path], None]], P
     return lambda name, make: made_once(tmp_path_factory, name, make)
 
 
+# application cases of the tests' benchmarks: the default's 20 each, the count the tests were written
+# against before it scaled with per_slot (their small benchmarks would otherwise hold one each)
+APPLICATIONS = 20
+
+
 def _benchmark(tmp_path_factory, per_slot: int, seed: int, applications: bool) -> Path:
     """A benchmark of slot levels 1-8, sampled into a shared folder."""
     from tracebench.sample import sample_benchmark
 
     def make(out: Path) -> None:
-        sample_benchmark(out, slots=tuple(range(1, 9)), per_slot=per_slot, seed=seed, applications=applications)
+        sample_benchmark(out, slots=tuple(range(1, 9)), per_slot=per_slot, seed=seed,
+                         applications=APPLICATIONS if applications else False)
 
     return made_once(tmp_path_factory, f"bench-{per_slot}-{seed}-{int(applications)}", make)
 

@@ -21,6 +21,7 @@ GOLDEN = Path(__file__).parent / "golden" / "outputs.json"
 
 SLOTS = "1-8"
 PER_SLOT = 6
+PER_APPLICATION = 20  # the default's count: the outputs were made with it before it scaled with --per-slot
 SEED = 3
 PROFILES = (
     "perfect",
@@ -86,7 +87,8 @@ def report_tables(html: str) -> dict[str, list[list[str]]]:
 
 def compute(work: Path) -> dict:
     bench = work / "bench"
-    trace("sample", "--slots", SLOTS, "--per-slot", str(PER_SLOT), "--seed", str(SEED), "--out", str(bench))
+    trace("sample", "--slots", SLOTS, "--per-slot", str(PER_SLOT), "--per-application", str(PER_APPLICATION), "--seed",
+          str(SEED), "--out", str(bench))
     out: dict = {"scores": {}, "diagnoses": {}, "reports": {}}
 
     def one(k: int, profile: str) -> None:

@@ -10,6 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import APPLICATIONS
 
 from test_cli import run_trace
 from tracebench.diagnose import build_tree, diagnose_run, tree_nodes
@@ -30,7 +31,8 @@ IDENTITY_GROUPS = ("1_Appearance", "2_Form")  # templates/clutter.toml
 
 def _sample(shared_folder, name: str, per_slot: int, seed: int, applications: bool = True, **clutter) -> Path:
     return shared_folder(f"clutter-{name}", lambda out: sample_benchmark(
-        out, slots=SLOTS, per_slot=per_slot, seed=seed, applications=applications, clutter=ClutterSpec(**clutter)))
+        out, slots=SLOTS, per_slot=per_slot, seed=seed, applications=APPLICATIONS if applications else False,
+        clutter=ClutterSpec(**clutter)))
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +67,8 @@ def _images(text: str) -> set[str]:
 # ------------------------------------------------------------------------------ sampling
 
 def test_distractors_zero_is_todays_benchmark_byte_for_byte(tmp_path, plain):
-    result = run_trace("sample", "--slots", "1-8", "--per-slot", "6", "--seed", "3", "--distractors", "0",
-                       "--out", str(tmp_path / "zero"))
+    result = run_trace("sample", "--slots", "1-8", "--per-slot", "6", "--per-application", str(APPLICATIONS), "--seed",
+                       "3", "--distractors", "0", "--out", str(tmp_path / "zero"))
     assert result.returncode == 0, result.stderr
     for name in ("cases.jsonl", "manifest.json"):
         assert (tmp_path / "zero" / name).read_bytes() == (plain / name).read_bytes(), name
@@ -92,7 +94,7 @@ def test_clutter_keeps_template_slot_and_bindings(plain, named):
 
 def test_same_seed_same_distractors_other_seed_others(tmp_path, named):
     again = tmp_path / "again"
-    sample_benchmark(again, slots=SLOTS, per_slot=6, seed=3, clutter=ClutterSpec(4, 4))
+    sample_benchmark(again, slots=SLOTS, per_slot=6, seed=3, applications=APPLICATIONS, clutter=ClutterSpec(4, 4))
     assert (again / "cases.jsonl").read_bytes() == (named / "cases.jsonl").read_bytes()
     other = tmp_path / "other"
     sample_benchmark(other, slots=(5,), per_slot=6, seed=4, clutter=ClutterSpec(4, 4))

@@ -172,7 +172,7 @@ def test_repeats_decide_each_question_by_majority_resume_and_refuse_another_k(sm
     calls = [json.loads(p.read_text())["calls"] for p in (tmp_path / "d" / "rounds").glob("*/run*/run.json")]
     assert len(calls) >= 3 and all(c == {} for c in calls)
     result = run_trace("diagnose", str(run), "--cases", chosen, "--out", str(tmp_path / "d"), "--repeats", "5")
-    assert result.returncode == 2 and "another repeats" in result.stderr, result.stderr
+    assert result.returncode == 2 and "other repeats" in result.stderr, result.stderr
     for bad in ("0", "two", "1001"):
         result = run_trace("diagnose", str(run), "--out", str(tmp_path / "e"), "--repeats", bad)
         assert result.returncode == 2 and "--repeats" in result.stderr and "Traceback" not in result.stderr

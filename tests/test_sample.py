@@ -336,7 +336,7 @@ def _golden_view(case: Case) -> dict:
 def test_golden_cases(tmp_path):
     """A few realized cases, checked word for word (TRACEBENCH_UPDATE_GOLDEN=1 rewrites them)."""
     out = tmp_path / "golden"
-    sample_benchmark(out, slots=(1, 3, 5, 8), per_slot=3, seed=0)
+    sample_benchmark(out, slots=(1, 3, 5, 8), per_slot=3, seed=0, applications=20)
     found = {c.id: _golden_view(c) for c in read_cases(out) if c.id in GOLDEN_IDS}
     assert set(found) == set(GOLDEN_IDS)
     if os.environ.get("TRACEBENCH_UPDATE_GOLDEN"):
@@ -473,3 +473,19 @@ def test_an_anchor_named_by_its_kind_is_drawn_from_that_category(index):
     people = [t.category for seed in range(12) for t in bind(parse("f(person) ⊕ g_attach"), index,
                                                               random.Random(seed)).terms if t.role == "anchor"]
     assert set(people) == {"Human"}
+
+
+def test_application_cases_keep_the_papers_share_at_any_per_slot():
+    """20 cases an application at the default 180 a slot level (160 of 1,600, the paper's share),
+    in proportion at another --per-slot, at least one each: a small benchmark is not mostly applications."""
+    from collections import Counter
+
+    def applications(per_slot: int) -> Counter:
+        return Counter(p.application for p in plan_cases((1,), per_slot, 0, True) if p.application)
+
+    default = applications(180)
+    assert len(default) == 8 and set(default.values()) == {20}
+    assert set(applications(30).values()) == {3}  # 20 * 30 / 180 = 3.33
+    assert set(applications(45).values()) == {5}  # 5.0
+    assert set(applications(5).values()) == {1}  # 0.56, kept at one
+    assert set(applications(360).values()) == {40}

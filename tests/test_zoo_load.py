@@ -20,6 +20,7 @@ import tomllib
 from collections import Counter, defaultdict
 
 import pytest
+from conftest import APPLICATIONS
 
 from test_zoo import _branches, _entities
 from tracebench.errors import TraceError
@@ -38,7 +39,8 @@ SEEDS = range(4)
 @pytest.fixture(scope="module")
 def cases(shared_folder) -> list[Case]:
     out = shared_folder("test_zoo_load-bench",
-                        lambda out: sample_benchmark(out, slots=tuple(range(1, 9)), per_slot=40, seed=3))
+                        lambda out: sample_benchmark(out, slots=tuple(range(1, 9)), per_slot=40, seed=3,
+                                                         applications=APPLICATIONS))
     return list(read_cases(out))
 
 

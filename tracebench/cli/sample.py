@@ -20,8 +20,12 @@ def register(sub) -> None:
     p.add_argument("--library", type=Path, help="a tagged library folder (default: the shipped synthetic library)")
     apps = p.add_mutually_exclusive_group()
     apps.add_argument("--applications", dest="applications", action="store_true", default=True,
-                      help="add the application cases of templates/applications.toml (default)")
+                      help="add the application cases of templates/applications.toml (default): each "
+                           "application's cases there are for the default --per-slot (180), scaled in proportion "
+                           "to --per-slot (at least one each)")
     apps.add_argument("--no-applications", dest="applications", action="store_false")
+    apps.add_argument("--per-application", type=int, default=None, metavar="N",
+                      help="N cases for each application instead (0: none)")
     p.add_argument("--strict", action="store_true",
                    help="refuse a library that cannot supply every template and application (default: leave "
                         "those out, one line each on stderr, and record them in the manifest)")
@@ -75,7 +79,8 @@ def run(args) -> int:
     from ..sample._parallel import default_jobs
 
     manifest = sample_benchmark(args.out, slots=args.slots, per_slot=args.per_slot, seed=args.seed,
-                                library=args.library, applications=args.applications, strict=args.strict,
+                                library=args.library, strict=args.strict,
+                                applications=args.applications if args.per_application is None else args.per_application,
                                 report=lambda line: print(line, file=sys.stderr),
                                 jobs=default_jobs() if args.jobs is None else args.jobs,
                                 clutter=ClutterSpec(*args.distractors, args.max_references, args.pool))

@@ -81,10 +81,21 @@ def _application_needs() -> dict[str, tuple[tuple[str, Expr, frozenset[Need]], .
     return out
 
 
-def plan_cases(slots: tuple[int, ...], per_slot: int, seed: int, applications: bool,
+def application_cases(cases: int, per_slot: int) -> int:
+    """An application's cases for ``per_slot`` cases a slot level: its ``cases`` of
+    templates/applications.toml at the default level (templates/quotas.toml's ``per_slot``,
+    the paper's 180), in proportion elsewhere (rounded half up), at least one: a small benchmark
+    keeps the paper's share of application cases instead of being mostly applications."""
+    default = quotas().per_slot
+    return max(1, (2 * cases * per_slot + default) // (2 * default))
+
+
+def plan_cases(slots: tuple[int, ...], per_slot: int, seed: int, applications: bool | int,
                without: frozenset[Need] = frozenset()) -> list[Plan]:
-    """Every case's template, in output order: slot levels, then applications. ``without``:
-    needs the library cannot supply; templates and application formulas with one are left out."""
+    """Every case's template, in output order: slot levels, then applications (True: each
+    application's cases for ``per_slot``, :func:`application_cases`; a number: that many each;
+    False: none). ``without``: needs the library cannot supply; templates and application
+    formulas with one are left out."""
     plans: list[Plan] = []
     for slot in slots:
         drawn = draw_templates(slot, per_slot, random.Random(f"{seed}:templates:{slot}"), without=without)
@@ -95,7 +106,8 @@ def plan_cases(slots: tuple[int, ...], per_slot: int, seed: int, applications: b
             if not formulas:
                 continue
             categories = frozenset(spec["carrier_categories"]) if "carrier_categories" in spec else None
-            for k in range(int(spec["cases"])):
+            count = application_cases(int(spec["cases"]), per_slot) if applications is True else int(applications)
+            for k in range(count):
                 template = formulas[k % len(formulas)]
                 plans.append(Plan(f"app-{name}-{k:03d}", slot_count(template), template, name, categories))
     return plans
@@ -283,11 +295,15 @@ def write_benchmark(out: Path, cases: Iterable[Case | Written], *, source: Calla
 
 @fewer_collections()  # the cases' objects, in the writer and its forked workers
 def sample_benchmark(out: Path, *, slots: tuple[int, ...], per_slot: int | None = None, seed: int = 0,
-                     library: Path | None = None, applications: bool = True,
+                     library: Path | None = None, applications: bool | int = True,
                      progress: bool | None = None, strict: bool = False,
                      report: Callable[[str], None] | None = None, jobs: int = 1,
                      clutter: ClutterSpec = ClutterSpec()) -> SampleManifest:
     """Build a benchmark folder at ``out``; returns its manifest.
+
+    ``applications``: True, each application's cases of templates/applications.toml in
+    proportion to ``per_slot`` (:func:`application_cases`: 20 at the default 180); a number,
+    that many cases each; False (or 0), none.
 
     ``clutter``: distractor references per case and the mode (named or pool); without it the
     benchmark is that of a tracebench without clutter, byte for byte.
@@ -304,6 +320,9 @@ def sample_benchmark(out: Path, *, slots: tuple[int, ...], per_slot: int | None 
     per_slot = q.per_slot if per_slot is None else per_slot
     if per_slot < 1:
         raise TraceError(f"--per-slot: {per_slot} must be at least 1")
+    if applications is not True and applications is not False and (not isinstance(applications, int)
+                                                                    or applications < 0):
+        raise TraceError(f"--per-application: {applications!r} must be a whole number, 0 or more")
     bounds = space_bounds()
     bad = [s for s in slots if not bounds.min_slot <= s <= bounds.max_slot]
     if bad:

@@ -121,3 +121,24 @@ def test_a_run_against_a_refusing_endpoint_stops_at_once_and_resumes_where_it_wo
     local = (root / "local" / "verdicts.jsonl").read_text().replace('"oracle"', '"openai:oracle"')
     assert [json.loads(line)["verdict"] for line in (out / "verdicts.jsonl").read_text().splitlines()] == \
         [json.loads(line)["verdict"] for line in local.splitlines()]
+
+
+def test_a_diagnosis_through_a_server_without_the_nodes_says_how_to_serve_them(served, tmp_path):
+    """The zoo behind trace serve knows only the benchmarks it was started with: a diagnosis whose
+    nodes it was not given stops with the two commands that fix it, and export-nodes counts both
+    the sub-cases and the cases they come from."""
+    root, _ = served
+    bench = root / "bench"
+    with ZooServer([bench]).start() as zoo:
+        result = run_trace("diagnose", str(root / "run"), "--generator", f"openai:synthetic/{PROFILE}@{zoo.base_url}",
+                           "--judge", f"openai:oracle@{zoo.base_url}", "--out", str(tmp_path / "diag"))
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert "trace diagnose RUN --export-nodes DIR, then start trace serve BENCH DIR" in line
+    assert "Fix the benchmarks trace serve was started with" in line and "endpoint, model or key" not in line
+    exported = run_trace("diagnose", str(root / "run"), "--export-nodes", str(tmp_path / "nodes"))
+    assert exported.returncode == 0, exported.stderr
+    nodes = [json.loads(l) for l in (tmp_path / "nodes" / "nodes.jsonl").read_text().splitlines()]
+    assert exported.stdout.strip() == (f"{tmp_path / 'nodes'}: {len({n['case_id'] for n in nodes})} sub-cases, the nodes "
+                                       f"of {len({n['root'] for n in nodes})} cases' diagnostic trees (nodes.jsonl says "
+                                       "where each sits)")

@@ -173,7 +173,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(404, f"unknown model {model!r}; use synthetic/PROFILE")
         case = self.server.case_for(prompt)
         if case is None:
-            return self._error(400, "the prompt matches no case of the benchmarks this server was started with")
+            return self._error(400, "the prompt matches no case of the benchmarks this server was started with (to "
+                                    "diagnose a run made here: trace diagnose RUN --export-nodes DIR, then start "
+                                    "trace serve BENCH DIR)")
         png, _ = generate(case, parse_profile(model.removeprefix("synthetic/")), seed=self.server.seed)
         self._send(200, {"created": int(time.time()), "data": [{"b64_json": base64.b64encode(png).decode()}]})
 

@@ -90,11 +90,13 @@ def run(args) -> int:
     if args.out is None and args.export_nodes is None:
         raise TraceError("give --out DIAG_DIR (or --export-nodes DIR to only write the nodes)")
     from ..diagnose import diagnose_run, export_nodes
-    from ..records import NODES_FILE, RUN_MANIFEST
+    from ..records import NODES, NODES_FILE, RUN_MANIFEST
 
     if args.export_nodes is not None:
         count = export_nodes(args.run_dir, args.export_nodes, cases=args.cases, shard=args.shard, gating=args.gating)
-        print(f"{args.export_nodes}: {count} sub-cases ({NODES_FILE} says where each sits)")
+        roots = len({node.root for node in NODES.read(args.export_nodes)})
+        print(f"{args.export_nodes}: {count} sub-cases, the nodes of {roots} cases' diagnostic trees ({NODES_FILE} "
+              f"says where each sits)")
         if args.out is None:
             return 0
     manifest = RUN_MANIFEST.read(args.run_dir)  # the rest is read once, below

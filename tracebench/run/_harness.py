@@ -44,7 +44,8 @@ from ..scales import outcome as scaled_outcome
 from ..templating import template_hash
 from ..outcomes import ABSTAINED, ENSEMBLES, Outcome, Status, combine, majority_verdicts
 from ..providers import (JUDGE_TEMPLATES, CallFailed, Generator, ImageBytes, Judge, ModelAccess, ModelSettings, RayGenerator, Reply, RunImages,
-                         ReferenceFiles, asking, clip, collage_case, image_suffix, make_generator, make_judge)
+                         ReferenceFiles, asking, clip, collage_case, image_suffix, make_generator, make_judge,
+                         synthetic_profile)
 from ..providers._collage import check_references
 from ..images import too_large
 from ..sample import read_cases, read_sample_manifest
@@ -434,6 +435,8 @@ def _kept_any(out: Path) -> bool:
 
 def _what_to_fix(spec: str) -> str:
     """What a stopped provider's user fixes, by its scheme: a served model's endpoint, a command ..."""
+    if synthetic_profile(spec) is not None or spec.partition(":")[2].partition(":")[0] == "oracle":
+        return "the benchmarks trace serve was started with"  # the zoo behind a server knows only its cases
     scheme = spec.partition(":")[0]
     return {"openai": "the endpoint, model or key", "command": "the command", "python": "the plugin",
             "folder": "the folder"}.get(scheme, f"the {scheme} provider")

@@ -39,6 +39,7 @@ import os
 import threading
 import warnings
 from contextlib import contextmanager, nullcontext
+from decimal import Decimal
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
@@ -66,9 +67,6 @@ def _pillow():
     """Pillow, imported when an image is first opened (the CLI starts without it)."""
     from PIL import Image
 
-    # Pillow warns of an image past its limit, which is ours (open_image sets it): such an image
-    # is refused with a reason of ours, so the warning would only repeat it on stderr.
-    warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
     return Image
 
 
@@ -103,7 +101,8 @@ def max_image_pixels() -> int:
 
 
 def _megapixels(pixels: int) -> str:
-    return f"{pixels / 1e6:.1f}".removesuffix(".0")
+    """Pixels in megapixels, exactly: 169, 0.02, 10000."""
+    return format(Decimal(pixels) / 1_000_000, "f")
 
 
 def _refusal(width: int, height: int, limit: int) -> ImageTooLarge:
@@ -131,6 +130,10 @@ def open_image(source: bytes | Path | str, *, limit: int | None = None) -> Itera
     :func:`max_image_pixels`)."""
     Image = _pillow()
     limit = max_image_pixels() if limit is None else limit
+    # Pillow warns of an image past its limit, which is ours: such an image is refused below with
+    # a reason of ours, so the warning would only repeat it on stderr. (Set at each open: a caller's
+    # catch_warnings, pytest's for one, restores the filters it found.)
+    warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
     Image.MAX_IMAGE_PIXELS = limit  # Pillow's own check (a warning past it, an error past twice it) agrees
     opened = io.BytesIO(source) if isinstance(source, (bytes, bytearray, memoryview)) else source
     try:

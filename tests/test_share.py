@@ -206,6 +206,22 @@ def test_the_leaderboard_ranks_runs_and_refuses_other_setups(world, shared_runs,
     assert mixed.mixed and [row.differs for row in mixed.rows if row.run == str(tmp_path / "ternary")] == [("scale",)]
 
 
+def test_the_markdown_board_tells_runs_of_one_generator_apart_by_their_folder(world, tmp_path):
+    import shutil
+
+    from tracebench.score._leaderboard import markdown_cell
+
+    again = tmp_path / "again"
+    shutil.copytree(world["run"], again)
+    out = tmp_path / "board.md"
+    result = run_trace("leaderboard", str(world["run"]), str(again), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    header, _, *rows = out.read_text().split("\n\n")[0].splitlines()
+    assert header.startswith("| rank | generator | run |")
+    runs = {row.split(" | ")[2] for row in rows}
+    assert runs == {markdown_cell(str(world["run"])), markdown_cell(str(again))}, rows
+
+
 def test_a_leaderboard_of_two_benchmarks_is_one_line_exit_2(diagnosis_bench, run_bench, shared_runs, tmp_path):
     one = shared_runs(run_bench, "synthetic:perfect")
     two = shared_runs(diagnosis_bench, "synthetic:perfect")

@@ -268,13 +268,14 @@ def format_leaderboard(board: Leaderboard, kind: str) -> str:
     def line(cells: Sequence[object]) -> str:
         return "| " + " | ".join(markdown_cell(c) for c in cells) + " |"
 
-    lines = [line(["rank", "generator", *(title for title, _ in columns), "cases", "abstentions", "judges"]),
-             "|---:|---|" + "---:|" * len(columns) + "---:|---:|---|"]
+    # the run folder beside the name: two runs of one generator (#1, #2 by the order given) told apart
+    lines = [line(["rank", "generator", "run", *(title for title, _ in columns), "cases", "abstentions", "judges"]),
+             "|---:|---|---|" + "---:|" * len(columns) + "---:|---:|---|"]
     for row in board.rows:
         mark = f" (other {', '.join(row.differs)})" if row.differs else ""
         judges = ", ".join(j + (f" as {' / '.join(row.judge_models[j])}" if row.judge_models.get(j) else "")
                            for j in row.judges) + (f" ({row.scale})" if row.scale != "binary" else "")
-        lines.append(line([row.rank, row.name + mark, *(score(key, row) for _, key in columns), row.cases,
+        lines.append(line([row.rank, row.name + mark, row.run, *(score(key, row) for _, key in columns), row.cases,
                            row.abstentions, judges]))
     notes = ["", "Operator columns and avg as the paper's Table 2 (`trace score`), with 95% bootstrap intervals; "
              "ordered by avg. Abstentions are never scored as fails."]

@@ -40,7 +40,7 @@ from ._export import (BENCHMARK_DIR, DIAGNOSIS_DIR, FORMAT, GENERATED_IMAGE, GEN
 __all__ = ["ImportSummary", "import_dataset", "BENCHMARK_DIR", "DIAGNOSIS_DIR"]
 
 _SUFFIXES = IMAGE_SUFFIXES
-ROWS_PER_BATCH = 16  # rows made Python objects at a time, out of a row group already checked
+ROWS_PER_BATCH = 16  # rows read, checked and made Python objects at a time (of row groups the footer bounds)
 NODE_FILE = re.compile(r"(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._~-]{0,254}")  # a node image's file: a (sample's) image name
 
 
@@ -88,19 +88,20 @@ def _shards(folder: Path) -> list[Path]:
 
 
 def _shard_rows(shard: Path, name: Path, schema) -> Iterator[tuple[str, dict]]:
+    """The shard's rows, :data:`ROWS_PER_BATCH` at a time, its column chunks read through a buffer
+    (never loaded whole): each batch's cells are checked before they become Python objects."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     _limits.check_footer(shard, name)
-    parquet = pq.ParquetFile(shard)
+    parquet = pq.ParquetFile(shard, buffer_size=_limits.READ_BUFFER_BYTES, pre_buffer=False)
     _limits.check_shard(parquet, name, schema)
     n = 0
-    for group in range(parquet.num_row_groups):
-        table = parquet.read_row_group(group)
-        _limits.check_cells(table, f"{name}: row group {group}")
-        for batch in table.to_batches(max_chunksize=ROWS_PER_BATCH):
-            for row in batch.to_pylist():
-                n += 1
-                yield f"{name}: row {n}", row
+    for batch in parquet.iter_batches(batch_size=ROWS_PER_BATCH):
+        _limits.check_cells(pa.Table.from_batches([batch]), f"{name}: rows {n + 1}-{n + batch.num_rows}")
+        for row in batch.to_pylist():
+            n += 1
+            yield f"{name}: row {n}", row
 
 
 def _image_bytes(image: Any, where: str) -> bytes:

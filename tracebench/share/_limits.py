@@ -16,7 +16,7 @@ from typing import Any, Iterator
 from ..errors import TraceError
 
 __all__ = ["MAX_CARD_BYTES", "MAX_YAML_DEPTH", "MAX_NUMBER_CHARS", "MAX_FOOTER_BYTES", "MAX_ROW_GROUP_BYTES",
-           "MAX_IMAGE_BYTES", "MAX_STRING_BYTES", "CODECS", "check_card_header", "check_cells", "check_footer",
+           "MAX_IMAGE_BYTES", "MAX_STRING_BYTES", "READ_BUFFER_BYTES", "CODECS", "check_card_header", "check_cells", "check_footer",
            "check_shard", "export_row_group_bytes", "parse_error", "read_card_text"]
 
 MiB = 1 << 20
@@ -24,9 +24,11 @@ MAX_CARD_BYTES = 1 * MiB  # the card (README.md), by its size on disk; an export
 MAX_YAML_DEPTH = 32  # collections inside collections in the card's header; an export's go 8 deep
 MAX_NUMBER_CHARS = 100  # characters of a number in the header (Python refuses integers past 4,300 digits)
 MAX_FOOTER_BYTES = 16 * MiB  # a shard's parquet footer (about 10 KB a row group)
-MAX_ROW_GROUP_BYTES = 64 * MiB  # a row group's columns, compressed or not, as its footer gives them: read
-# whole (its pages and its Arrow arrays), then up to 16 rows of it as Python objects, it bounds the import's peak
-# memory (bench/import_memory.py); an export's row groups aim at 7/8 of it (export_row_group_bytes)
+MAX_ROW_GROUP_BYTES = 48 * MiB  # a row group's columns, compressed or not, as its footer gives them; the rows
+# are read 16 at a time (their pages, decompressed, Arrow's arrays, then Python's objects: some 4 times their
+# bytes), so it bounds the import's peak memory (bench/import_memory.py: under 400 MiB); an export's row groups
+# aim at 7/8 of it (export_row_group_bytes)
+READ_BUFFER_BYTES = 1 * MiB  # a column chunk is read through a buffer of this size, not loaded whole
 MAX_IMAGE_BYTES = 32 * MiB  # one image (a binary cell)
 MAX_STRING_BYTES = 1 * MiB  # one string field (a prompt, a reason, a judge's reply, a tree's line)
 CODECS = ("SNAPPY", "UNCOMPRESSED")  # what pyarrow writes; a codec of unbounded ratio is a bomb's way in
@@ -175,7 +177,7 @@ def _check_columns(schema, expected, name: str) -> None:
 
 
 def check_cells(table, where: str) -> None:
-    """Refuse a table (a row group, or a row being exported) holding an image over
+    """Refuse a table (rows being imported, or a row being exported) holding an image over
     :data:`MAX_IMAGE_BYTES` or a string over :data:`MAX_STRING_BYTES`, naming the field."""
     import pyarrow.compute as pc
 

@@ -122,9 +122,9 @@ def _outcome(stderr: str) -> str:
     """``traceback``, ``ok``, an abstention's main reason, or the end of an error's line, shortened."""
     if "Traceback" in stderr:
         return "traceback"
-    if "DecompressionBombWarning" in stderr:
-        return "ok, after Pillow's DecompressionBombWarning"
     last = stderr.strip().splitlines()[-1] if stderr.strip() else "ok"
+    if "DecompressionBombWarning" in stderr and "main reasons: " not in last:
+        return "ok, after Pillow's DecompressionBombWarning"
     if "main reasons: " in last:
         last = "abstained: " + last.split("main reasons: ", 1)[1].split(". Ask again", 1)[0]
         return last if len(last) <= 90 else last[:87] + "..."

@@ -134,24 +134,17 @@ class _Shards:
         self.rows = 0
         self.num_bytes = 0  # the rows' size in Arrow, as the card's dataset_info counts it
         self._writer = None
-        self._batch: list = []  # one-row tables
-        self._bytes = 0
+        self._batch: list[dict] = []
+        self._where: list[str] = []  # what names each row of the batch in a refusal
+        self._bytes = 0  # the batch's image bytes
 
     def add(self, row: dict, where: str) -> None:
-        """Add a row, refused (``where`` names it) when the import would refuse it."""
-        import pyarrow as pa
-
-        table = pa.Table.from_pylist([row], schema=self.schema)
-        _limits.check_cells(table, where)
-        aim = _limits.export_row_group_bytes()
-        if table.nbytes > aim:
-            raise TraceError(f"{where}: a row of {table.nbytes:,} bytes, more than an export's row group holds "
-                             f"({aim:,}): its images are too large to share this way")
-        if self._bytes + table.nbytes > aim:
-            self._flush()
-        self._batch.append(table)
-        self._bytes += table.nbytes
-        if len(self._batch) >= ROWS_PER_GROUP:
+        """Add a row (refused by its ``where`` when the import would refuse it: a cell over the
+        import's limits, a row over a row group's bytes)."""
+        self._batch.append(row)
+        self._where.append(where)
+        self._bytes += sum(len(image["bytes"]) for image in _images_of(row))
+        if len(self._batch) >= ROWS_PER_GROUP or self._bytes >= _limits.export_row_group_bytes():
             self._flush()
 
     def _flush(self) -> None:
@@ -159,8 +152,28 @@ class _Shards:
             return
         import pyarrow as pa
 
-        table = pa.concat_tables(self._batch).combine_chunks()
-        self._batch, self._bytes = [], 0
+        table = pa.Table.from_pylist(self._batch, schema=self.schema)
+        where, self._batch, self._where, self._bytes = self._where, [], [], 0
+        try:
+            _limits.check_cells(table, where[0])
+        except TraceError:
+            for k, row in enumerate(where):  # the row at fault, by its name
+                _limits.check_cells(table.slice(k, 1), row)
+            raise
+        self._write(table, where)
+
+    def _write(self, table, where: list[str]) -> None:
+        """``table`` as row groups of at most :func:`~._limits.export_row_group_bytes` (halved until
+        they are; a single row over it is refused)."""
+        aim = _limits.export_row_group_bytes()
+        if table.nbytes > aim:
+            if table.num_rows == 1:
+                raise TraceError(f"{where[0]}: a row of {table.nbytes:,} bytes, more than an export's row group "
+                                 f"holds ({aim:,}): its images are too large to share this way")
+            half = table.num_rows // 2
+            self._write(table.slice(0, half), where[:half])
+            self._write(table.slice(half), where[half:])
+            return
         if self._writer is None:
             self.paths.append(self.folder / f".shard-{len(self.paths):05d}.parquet")
             self._writer = self._pq.ParquetWriter(self.paths[-1], self.schema)
@@ -184,6 +197,12 @@ class _Shards:
             os.replace(path, target)
             named.append(target)
         return named
+
+
+def _images_of(row: dict) -> list[dict]:
+    """The image cells of a row (references, generated, samples', nodes')."""
+    lists = [row.get(column) or [] for column in (REFERENCE_IMAGES, SAMPLE_IMAGES, NODE_IMAGES)]
+    return [image for images in lists for image in images] + ([row[GENERATED_IMAGE]] if row.get(GENERATED_IMAGE) else [])
 
 
 def _image(folder: Path, relative: str, what: str) -> dict:

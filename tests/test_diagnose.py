@@ -202,7 +202,7 @@ def test_dropped_references_are_stated_in_words(small):
     words = next(t for t in sub.terms if t.replaces == relation.symbol)
     assert (words.op, words.role, words.value, words.image) == ("T", "relation", relation.value, None)
     assert 'T_rel' in sub.formula and json.dumps(relation.value)[1:-1] in sub.formula
-    assert f"are arranged like this: {relation.value}" in sub.prompt.splitlines()[0]
+    assert f"interact as in this scene: {relation.value}" in sub.prompt.splitlines()[0]
     anchors = {t.symbol for t in case.terms if t.op == "f"}
     leaf = next(n for n in tree_nodes(graph) if n.rule == "composition_flattening"
                 and not anchors <= {t.symbol for t in analyze(n.formula)})

@@ -229,6 +229,17 @@ def test_an_export_keeps_its_row_groups_within_what_import_reads(made, tmp_path,
     import_dataset(tmp_path / "export", tmp_path / "back")
 
 
+@pytest.mark.parametrize("limit, message", [("MAX_IMAGE_BYTES", r"reference_images\.bytes: a value of"),
+                                            ("MAX_ROW_GROUP_BYTES", "a row of")])
+def test_an_export_refuses_a_row_the_import_would_refuse_naming_its_case(made, tmp_path, monkeypatch, limit, message):
+    from tracebench.share import _limits
+
+    monkeypatch.setattr(_limits, limit, 20_000)
+    with pytest.raises(TraceError, match=rf"bench: case s3-0000\d: {message}"):
+        export_folder(made / "bench", tmp_path / "export")
+    assert not (tmp_path / "export").exists() and not list(tmp_path.glob(".export.*"))
+
+
 # --------------------------------------------------------------------------- 3. ASCII digits only
 
 @pytest.mark.parametrize("path", ["rounds/\u0660\u0661/run/images/x.png", "rounds/01/run-\u0661/images/x.png",

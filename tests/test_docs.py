@@ -70,3 +70,16 @@ def test_the_readme_and_the_docs_cite_the_paper():
     assert f"TRACE-Bench ({PAPER})" in words(ROOT / "README.md")
     for name in ("diagnose.md", "formula-language.md", "library.md"):
         assert PAPER in words(ROOT / "docs" / name), name
+
+
+def test_every_test_docs_security_names_exists():
+    """docs/security.md backs each line of its threat model with a test: each one it names is
+    defined (in the file it names, when it names one)."""
+    text = (ROOT / "docs" / "security.md").read_text(encoding="utf-8")
+    named = re.findall(r"`(?:(test_\w+\.py)::)?(test_\w+)`", text)
+    assert len(named) > 20
+    sources = {path.name: path.read_text(encoding="utf-8") for path in (ROOT / "tests").glob("test_*.py")}
+    missing = [f"{file}::{name}" if file else name for file, name in named
+               if not any(re.search(rf"^def {name}\(", body, re.MULTILINE)
+                          for fname, body in sources.items() if not file or fname == file)]
+    assert missing == []

@@ -213,7 +213,7 @@ def test_the_markdown_board_tells_runs_of_one_generator_apart_by_their_folder(wo
 
     again = tmp_path / "again"
     shutil.copytree(world["run"], again)
-    out = tmp_path / "board.md"
+    out = (tmp_path / "board").with_suffix(".md")
     result = run_trace("leaderboard", str(world["run"]), str(again), "--out", str(out))
     assert result.returncode == 0, result.stderr
     header, _, *rows = out.read_text().split("\n\n")[0].splitlines()

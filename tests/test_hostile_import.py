@@ -163,6 +163,15 @@ def test_a_card_over_the_limit_is_refused_by_its_size_before_it_is_parsed(made, 
     assert not (tmp_path / "back").exists()
 
 
+def test_a_shard_that_is_a_pipe_is_refused_not_waited_on(made, tmp_path):
+    export = _copy(made, "bench", tmp_path)
+    shard = _shard(export)
+    shard.unlink()
+    os.mkfifo(shard)
+    _one_line_error(run_trace("import", str(export), "--out", str(tmp_path / "back"), timeout=30),
+                    "test-00000-of-00001.parquet: not a regular file")
+
+
 def _big_reference(size: int):
     """An edit making the first reference image ``size`` bytes (every row naming its path)."""
     def edit(rows: list[dict]) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import stat
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -35,13 +36,15 @@ def content_hash(files: Iterable[tuple[str, str]]) -> str:
 
 def folder_files(root: Path, skip: str | None = None) -> Iterator[tuple[str, str]]:
     """(path relative to ``root``, SHA-256) of every file below ``root`` (but its folder ``skip``),
-    each read a megabyte at a time."""
+    each read a megabyte at a time; anything but a regular file (a link, a pipe) is never opened
+    and hashes as ``"not a regular file"``."""
     for folder, dirs, files in os.walk(root):
         if skip in dirs and Path(folder) == Path(root):
             dirs.remove(skip)
         for name in files:
             path = Path(folder) / name
-            yield path.relative_to(root).as_posix(), file_sha256(path)
+            regular = stat.S_ISREG(path.lstat().st_mode)
+            yield path.relative_to(root).as_posix(), file_sha256(path) if regular else "not a regular file"
 
 
 class Staged:

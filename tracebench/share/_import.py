@@ -84,6 +84,9 @@ def _shards(folder: Path) -> list[Path]:
         missing = sorted(set(expected) - {p.name for p in shards}) or [p.name for p in shards if p.name not in expected]
         raise TraceError(f"{folder}/data: the shards are not {SPLIT}-00000-of-{len(shards):05d} ... in sequence "
                          f"(a shard missing or foreign: {missing[0]})")
+    for shard in shards:
+        if not shard.is_file():  # a pipe would block the read, a device never end it
+            raise TraceError(f"{shard.relative_to(folder)}: not a regular file")
     return shards
 
 

@@ -44,12 +44,15 @@ def export_row_group_bytes() -> int:
 
 def read_card_text(path: Path) -> str:
     """The card's text: refused by its size before anything is parsed, and when it is not UTF-8."""
-    size = path.stat().st_size
-    if size > MAX_CARD_BYTES:
-        raise TraceError(f"{path}: {size:,} bytes, more than a dataset card may hold ({MAX_CARD_BYTES:,}); not a "
-                         f"dataset card of trace export")
-    with open(path, "rb") as handle:
-        data = handle.read(MAX_CARD_BYTES + 1)  # a file grown since: still no more than the limit is read
+    try:
+        size = path.stat().st_size
+        if size > MAX_CARD_BYTES:
+            raise TraceError(f"{path}: {size:,} bytes, more than a dataset card may hold ({MAX_CARD_BYTES:,}); not "
+                             f"a dataset card of trace export")
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_CARD_BYTES + 1)  # a file grown since (or /dev/zero): no more than the limit
+    except OSError as error:
+        raise TraceError(f"{path}: cannot be read ({error.strerror or error})") from None
     if len(data) > MAX_CARD_BYTES:
         raise TraceError(f"{path}: more than a dataset card may hold ({MAX_CARD_BYTES:,} bytes)")
     try:

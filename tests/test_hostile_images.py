@@ -339,3 +339,18 @@ def test_the_opener_decodes_within_the_limit_or_refuses(data, fit, limit):
     assert image.mode == "RGB" and image.width * image.height <= max(1, declared[0]) * max(1, declared[1]) <= limit
     if max(declared) >= 4 * fit:
         assert max(image.size) < 4 * fit + 2  # reduced: the consumer resizes a small image
+
+
+def test_pillow_s_own_limit_is_never_lowered():
+    """Pillow's limit backs every other use of Pillow in the process (it also checks the size of
+    text it draws): a tiny limit of tracebench's leaves it as it was."""
+    from PIL import ImageDraw
+
+    from tracebench.images import ImageTooLarge, open_image
+
+    before = Image.MAX_IMAGE_PIXELS
+    with pytest.raises(ImageTooLarge, match="declares 64x48 pixels"):
+        with open_image(_small_png(), limit=5):
+            pass
+    assert Image.MAX_IMAGE_PIXELS == before
+    ImageDraw.Draw(Image.new("RGB", (200, 40))).text((2, 2), "Image 1 of a collage")

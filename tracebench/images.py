@@ -8,9 +8,11 @@ valid 0.5 MB PNG of 13000 x 13000 pixels decodes to 0.7 GB. So every image is op
 - :func:`open_image` reads the header only (Pillow's ``Image.open`` is lazy: no pixel is
   decoded) and refuses an image that declares more than :func:`max_image_pixels` pixels,
   before anything is decoded. Pillow's own check (``Image.MAX_IMAGE_PIXELS``, a warning past
-  it and ``DecompressionBombError`` past twice it) is set to the same limit, so the two agree:
-  every image Pillow would warn of is refused here with a reason of tracebench's (its warning
-  is silenced, it would only repeat the refusal).
+  it and ``DecompressionBombError`` past twice it) stays as the backstop of every other use of
+  Pillow in the process; it is raised to tracebench's limit when the user raises that past
+  Pillow's default (89 megapixels), never lowered (Pillow also checks the size of text it
+  draws against it). Its warning is silenced: the images it warns of are past the default
+  limit, refused here with a reason of tracebench's.
 - :func:`decode_reduced` decodes an image for a consumer that shows it small (the report's
   thumbnails, a collage's cells): a JPEG at 1/2, 1/4 or 1/8 of its size (``Image.draft``:
   the DCT decodes fewer pixels), any other format whole and then reduced by an integer
@@ -68,6 +70,18 @@ def _pillow():
     from PIL import Image
 
     return Image
+
+
+@cache
+def _pillow_default() -> int | None:
+    """Pillow's own limit as this process found it (None: switched off by someone else)."""
+    return _pillow().MAX_IMAGE_PIXELS
+
+
+def _pillow_limit(limit: int) -> int | None:
+    """Pillow's limit for an open under ``limit``: its own, or ``limit`` when that is higher."""
+    default = _pillow_default()
+    return None if default is None else max(default, limit)
 
 
 class ImageRefused(TraceError):
@@ -134,7 +148,7 @@ def open_image(source: bytes | Path | str, *, limit: int | None = None) -> Itera
     # a reason of ours, so the warning would only repeat it on stderr. (Set at each open: a caller's
     # catch_warnings, pytest's for one, restores the filters it found.)
     warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
-    Image.MAX_IMAGE_PIXELS = limit  # Pillow's own check (a warning past it, an error past twice it) agrees
+    Image.MAX_IMAGE_PIXELS = _pillow_limit(limit)  # never below Pillow's own: only raised with ours
     opened = io.BytesIO(source) if isinstance(source, (bytes, bytearray, memoryview)) else source
     try:
         image = Image.open(opened)
@@ -152,7 +166,7 @@ def open_image(source: bytes | Path | str, *, limit: int | None = None) -> Itera
 
 
 def _declared(opened, limit: int) -> ImageTooLarge:
-    """The refusal of an image Pillow refused (it declares more than twice the limit), naming
+    """The refusal of an image Pillow refused (it declares more than twice its own limit), naming
     its declared size: the header read again with Pillow's check off for that one open. (Another
     thread opening meanwhile is still refused by :func:`open_image`'s own check, made before
     any pixel is decoded.)"""
@@ -167,7 +181,7 @@ def _declared(opened, limit: int) -> ImageTooLarge:
         return ImageTooLarge(f"declares more pixels than the limit of {_megapixels(limit)} megapixels "
                              f"({LIMIT_VARIABLE} raises it)")
     finally:
-        Image.MAX_IMAGE_PIXELS = limit
+        Image.MAX_IMAGE_PIXELS = _pillow_limit(limit)
     return _refusal(width, height, limit)
 
 

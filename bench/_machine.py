@@ -40,3 +40,16 @@ def compile_bytecode(tree: Path) -> None:
     which a user never pays. Python checks each file's bytecode against its source as usual."""
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(Path(tree) / "tracebench")], check=True,
                    stdout=subprocess.DEVNULL)
+
+
+def source_trees(ap, root: Path, against: Path | None) -> dict[str, Path]:
+    """The trees a bench compares: this one and, with ``--against``, another (a folder holding
+    tracebench/; ``ap.error`` otherwise), each with its bytecode written (:func:`compile_bytecode`)."""
+    trees = {"this tree": root}
+    if against is not None:
+        if not (against / "tracebench" / "__init__.py").is_file():
+            ap.error(f"--against {against}: holds no tracebench/ package")
+        trees["against"] = against.resolve()
+    for tree in trees.values():
+        compile_bytecode(tree)
+    return trees

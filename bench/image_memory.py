@@ -50,7 +50,7 @@ import time
 import zlib
 from pathlib import Path
 
-from _machine import compile_bytecode, machine
+from _machine import machine, source_trees
 
 ROOT = Path(__file__).resolve().parent.parent
 RAISED = "200_000_000"  # TRACEBENCH_MAX_IMAGE_PIXELS of the "limit 200 MP" rows
@@ -154,13 +154,7 @@ def main() -> int:
     ap.add_argument("--against", type=Path, help="another source tree (a folder holding tracebench/)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    trees = {"this tree": ROOT}
-    if args.against is not None:
-        if not (args.against / "tracebench" / "__init__.py").is_file():
-            ap.error(f"--against {args.against}: holds no tracebench/ package")
-        trees["against"] = args.against.resolve()
-    for tree in trees.values():
-        compile_bytecode(tree)
+    trees = source_trees(ap, ROOT, args.against)
     rows = []
     with tempfile.TemporaryDirectory(prefix="image-memory-") as tmp:
         tmp = Path(tmp)

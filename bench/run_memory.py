@@ -43,7 +43,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _machine import compile_bytecode, machine
+from _machine import machine, source_trees
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -113,13 +113,7 @@ def main() -> int:
                     help="the synthetic profile whose run trace diagnose reads")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    trees = {"this tree": ROOT}
-    if args.against is not None:
-        if not (args.against / "tracebench" / "__init__.py").is_file():
-            ap.error(f"--against {args.against}: holds no tracebench/ package")
-        trees["against"] = args.against.resolve()
-    for tree in trees.values():
-        compile_bytecode(tree)
+    trees = source_trees(ap, ROOT, args.against)
     steps = [step for step in STEPS if step in args.steps]
     results: dict = {name: {} for name in trees}
     identical = True

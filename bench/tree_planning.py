@@ -50,7 +50,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _machine import compile_bytecode, machine
+from _machine import machine, source_trees
 
 ROOT = Path(__file__).resolve().parent.parent
 GENERATOR = "synthetic:global-interference,noise:0.05"
@@ -136,14 +136,7 @@ def main() -> int:
     ap.add_argument("--target", type=float, default=0.3, help="planning target in seconds (default 0.3)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    sources = {"this tree": ROOT}
-    if args.against is not None:
-        if not (args.against / "tracebench" / "__init__.py").is_file():
-            ap.error(f"--against {args.against}: holds no tracebench/ package")
-        sources["against"] = args.against.resolve()
-
-    for source in sources.values():
-        compile_bytecode(source)  # imports timed as an installed package has them
+    sources = source_trees(ap, ROOT, args.against)  # imports timed as an installed package has them
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="tree-planning-") as tmp:
         run_dir, run_cases, failing = build_input(Path(tmp), args.per_slot)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from ._access import STOP_AFTER, AccessStats, ModelAccess, Stopped, clip, generation_key, one_line, scrub
 from ._base import (CallFailed, EndpointRefused, Generation, Generator, Judge, NotSent, Provider, RateLimited, Reply, Transient,
                     asking, generator_view)
-from ._collage import COLLAGE_ID, collage_case
+from ._collage import COLLAGE_ID, check_references, collage_case
 from ._config import (DEFAULT_BASE_URL, DEFAULT_MAX_REPLY_BYTES, ModelConfig, ModelEntry, ModelSettings, read_models_file, resolve_spec,
                       check_call_limits, runs_offline, synthetic_profile)
 from ._local import RunImages
@@ -28,6 +28,6 @@ __all__ = [
     "COLLAGE_ID", "STOP_AFTER", "AccessStats", "CallFailed", "ChatReply", "DEFAULT_BASE_URL", "DEFAULT_MAX_REPLY_BYTES", "ENTRY_POINT_GROUPS", "EndpointRefused", "Generation", "Generator",
     "ImageBytes", "JUDGE_TEMPLATES", "Judge", "NotSent", "ModelAccess", "ModelConfig", "ModelEntry", "ModelSettings",
     "OpenAIClients", "OpenAIImages", "OpenAIJudge", "Provider", "RateLimited", "ReferenceFiles", "RayGenerator", "Reply", "RunImages", "Stopped",
-    "Transient", "asking", "check_call_limits", "clip", "collage_case", "data_url", "digest", "generation_key", "generator_view", "image_suffix", "mime_type", "make_generator", "make_judge", "one_line",
+    "Transient", "asking", "check_call_limits", "check_references", "clip", "collage_case", "data_url", "digest", "generation_key", "generator_view", "image_suffix", "mime_type", "make_generator", "make_judge", "one_line",
     "read_models_file", "resolve_spec", "runs_offline", "scrub", "synthetic_profile", "translate_openai_error",
 ]

@@ -44,9 +44,8 @@ from ..scales import outcome as scaled_outcome
 from ..templating import template_hash
 from ..outcomes import ABSTAINED, ENSEMBLES, Outcome, Status, combine, majority_verdicts
 from ..providers import (JUDGE_TEMPLATES, CallFailed, Generator, ImageBytes, Judge, ModelAccess, ModelSettings, RayGenerator, Reply, RunImages,
-                         ReferenceFiles, asking, clip, collage_case, image_suffix, make_generator, make_judge,
-                         synthetic_profile)
-from ..providers._collage import check_references
+                         ReferenceFiles, asking, check_references, clip, collage_case, image_suffix, make_generator,
+                         make_judge, synthetic_profile)
 from ..images import too_large
 from ..sample import read_cases, read_sample_manifest
 from ..cache import TEMPORARY_PREFIX, Cache, file_sha256, remove_stale_temporaries, write_atomic

@@ -292,9 +292,11 @@ def test_the_table_row_by_row(cases):
     lines = format_scores(scores).splitlines()
     assert lines[1] == f"{'operator':12s} {'score':>7s}  {'95% CI':18s}  case-weighted"
     for op, line in zip(OPERATORS, lines[2:6]):
-        assert line == (f"{op.value:12s} {scores.operators[op]:7.4f}  {str(list(scores.ci95[op])):18s}  "
+        low, high = scores.ci95[op]
+        assert line == (f"{op.value:12s} {scores.operators[op]:7.4f}  {f'[{low:.4f}, {high:.4f}]':18s}  "
                         f"{scores.case_weighted.operators[op]:.4f}")
-    assert lines[6] == (f"{'avg':12s} {scores.avg:7.4f}  {str(list(scores.ci95['avg'])):18s}  "
+    low, high = scores.ci95["avg"]
+    assert lines[6] == (f"{'avg':12s} {scores.avg:7.4f}  {f'[{low:.4f}, {high:.4f}]':18s}  "
                         f"{scores.case_weighted.overall:.4f} (overall)")
     only = score_cases(MANIFEST, ((c, _passing(c)) for c in cases if c.application), root=Path("run"))
     first = format_scores(only).splitlines()

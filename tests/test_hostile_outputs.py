@@ -286,7 +286,7 @@ def _nested_form(depth: int) -> bytes:
     return body
 
 
-@pytest.mark.parametrize("attack", ["nested", "parts", "no boundary"])
+@pytest.mark.parametrize("attack", ["nested", "parts", "no boundary", "unknown charset"])
 def test_a_multipart_body_nested_or_split_too_far_is_400(zoo, attack):
     from tracebench.serve import MAX_FORM_PARTS
 
@@ -295,13 +295,15 @@ def test_a_multipart_body_nested_or_split_too_far_is_400(zoo, attack):
     elif attack == "parts":
         body = _form("x", [("image[]", "image/png", b"p")] * (MAX_FORM_PARTS + 1))
         kind = "multipart/form-data; boundary=x"
+    elif attack == "unknown charset":  # a LookupError while decoding the field: a 500 before
+        body, kind = _form("x", [("model", "text/plain; charset=nope", b"m")]), "multipart/form-data; boundary=x"
     else:
         body, kind = _form("x", [("model", "", b"m")]), "multipart/form-data"
     status, reply, _ = _post(zoo, "/v1/images/edits", {"Content-Type": kind, "Content-Length": str(len(body))}, body)
     assert status == 400, reply
     message = _error_message(status, reply)
     assert {"nested": "nested", "parts": f"more than {MAX_FORM_PARTS} parts",
-            "no boundary": "boundary"}[attack] in message
+            "no boundary": "boundary", "unknown charset": "nope"}[attack] in message
 
 
 def test_a_real_client_s_image_edit_with_references_is_still_answered(zoo, world):

@@ -108,6 +108,36 @@ def test_diagnose_sends_no_key_to_a_host_a_run_names(world, tmp_path, canaries):
                          "--judge-api-key-env TRACEBENCH_CANARY_KEY")
 
 
+def test_the_flags_printed_keep_each_key_for_its_own_host_and_the_generation_options(world, tmp_path):
+    """A served generator whose key is in G and a judge whose key is in the default variable:
+    the printed flags name both variables (--api-key-env alone would send $G to the judge's
+    host too), and the run's generation options as --generator-option."""
+    run = tmp_path / "run"
+    shutil.copytree(world["run"], run)
+    manifest = json.loads((run / "run.json").read_text())
+    manifest.update(generator="openai:image-model", judges=["openai:judge-model"], generator_options={"quality": "high"},
+                    endpoints={"openai:image-model": {"base_urls": ["http://127.0.0.1:9/v1"], "api_key_env": "G_KEY"},
+                               "openai:judge-model": {"base_urls": ["http://127.0.0.1:8/v1"],
+                                                      "api_key_env": "OPENAI_API_KEY"}})
+    (run / "run.json").write_text(json.dumps(manifest))
+    line = _refused_diagnosis(run, tmp_path / "diag")
+    assert line.endswith("e.g. --generator openai:image-model@http://127.0.0.1:9/v1 --generator-option quality=high "
+                         "--judge openai:judge-model@http://127.0.0.1:8/v1 --api-key-env G_KEY "
+                         "--judge-api-key-env OPENAI_API_KEY"), line
+    assert "only what you trust" in line
+
+
+def test_a_models_file_table_named_like_the_oracle_is_not_taken_from_a_run(world, tmp_path):
+    """The record says oracle; the user's models file maps a table of that name to a served
+    model: what the record names is then not offline, and the command asks for the judge."""
+    models = tmp_path / "models.toml"
+    models.write_text('[models.oracle]\nspec = "openai:paid-model"\nbase_url = "http://127.0.0.1:9/v1"\n')
+    result = run_trace("diagnose", str(world["run"]), "--cases", "all", "--models", str(models),
+                       "--out", str(tmp_path / "diag"))
+    _no_traceback(result, 2)
+    assert "names the judge oracle" in result.stderr and not (tmp_path / "diag").exists()
+
+
 def test_the_zoo_and_the_oracle_are_the_only_specs_taken_from_a_run(world, tmp_path):
     """A run of the zoo and the oracle (nothing of anyone's runs, no host is called) is
     diagnosed without flags; a run of the zoo *behind a server* is not (its URL is a host)."""
@@ -160,3 +190,57 @@ def test_a_run_travels_through_export_import_and_rejudge_as_data(world, tmp_path
     _no_traceback(run_trace("rejudge", str(tmp_path / "imported"), "--judge", "oracle",
                             "--out", str(tmp_path / "rejudged")), 0)
     assert "--generator 'command:touch" in _refused_diagnosis(tmp_path / "rejudged", tmp_path / "diag2")
+
+
+def test_a_resumed_folder_linking_out_gets_no_write(world, tmp_path):
+    """A run or a diagnosis folder resumed may be anyone's: an images, cache or rounds folder that
+    is a link out of it is refused (one line, exit 2), and nothing is written where it points."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "mine.txt").write_text("precious")
+    run = tmp_path / "run"
+    shutil.copytree(world["run"], run)
+    for name in ("images", "cache"):
+        if (run / name).exists():
+            shutil.rmtree(run / name)
+    (run / "images").symlink_to(elsewhere, target_is_directory=True)
+    again = run_trace("run", str(world["bench"]), "--generator", test_records.GENERATOR, "--judge", "oracle",
+                      "--out", str(run), "--retry-abstained")
+    _no_traceback(again, 2)
+    assert "a link that leaves the output folder" in again.stderr and len(again.stderr.strip().splitlines()) == 1
+    diag = tmp_path / "diag"
+    shutil.copytree(world["diag"], diag)
+    shutil.rmtree(diag / "rounds")
+    (diag / "rounds").symlink_to(elsewhere, target_is_directory=True)
+    resumed = run_trace("diagnose", str(world["run"]), "--cases", "all", "--out", str(diag))
+    _no_traceback(resumed, 2)
+    assert "a link that leaves the output folder" in resumed.stderr
+    assert [p.name for p in elsewhere.iterdir()] == ["mine.txt"]
+
+
+def test_crafted_manifest_fields_are_one_line_each(world, tmp_path):
+    """A benchmark whose manifest names a library that is no path, a run whose shard is no
+    shard, an oracle spec of 100,000 characters: one line each (it was a traceback, or a 200 KB
+    line)."""
+    bench = tmp_path / "bench"
+    shutil.copytree(world["bench"], bench)
+    manifest = json.loads((bench / "manifest.json").read_text())
+    manifest["arguments"]["library"] = 5
+    (bench / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    result = run_trace("run", str(bench), "--generator", test_records.GENERATOR, "--judge", "oracle",
+                       "--out", str(tmp_path / "r"))
+    _no_traceback(result, 2)
+    assert "manifest.json" in result.stderr and "arguments.library" in result.stderr
+    run = tmp_path / "run"
+    shutil.copytree(world["run"], run)
+    manifest = json.loads((run / "run.json").read_text())
+    for field, value, fragment in (("shard", "1/0", "shard"), ("judges", ["oracle:" + "x" * 100_000], "oracle:xxx")):
+        (run / "run.json").write_text(json.dumps({**manifest, field: value}))
+        for args in (("score", str(run)), ("diagnose", str(run), "--cases", "all", "--out", str(tmp_path / "d"))):
+            result = run_trace(*args)
+            if args[0] == "score" and field == "judges":  # a judge's name is a label to score
+                _no_traceback(result, 0)
+                continue
+            _no_traceback(result, 2)
+            (line,) = result.stderr.strip().splitlines()
+            assert fragment in line and len(line) < 1000, line[:300]

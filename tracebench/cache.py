@@ -19,6 +19,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable
 
+from .errors import TraceError
+
 __all__ = ["Cache", "TEMPORARY_PREFIX", "cache_key", "file_sha256", "make_stage", "remove_stale_temporaries", "sha256",
            "write_atomic"]
 
@@ -170,5 +172,8 @@ class Cache:
     def _write(self, path: Path, data: bytes) -> None:
         if path.parent not in self._made:
             path.parent.mkdir(parents=True, exist_ok=True)
+            if path.parent.is_symlink():  # a cache folder resumed may be anyone's: no write through a link
+                raise TraceError(f"{path.parent}: a symbolic link in the cache; tracebench writes only inside its "
+                                 f"folders (remove the link)")
             self._made.add(path.parent)
         write_atomic(path, data)

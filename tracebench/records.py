@@ -12,9 +12,9 @@ file once, with its one reader and writer (:mod:`tracebench.jsonfiles`): ``CASES
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, Literal, Mapping
+from typing import Annotated, Any, ClassVar, Iterator, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from .errors import TraceError
 from .jsonfiles import JsonFile, JsonLinesFile
@@ -178,12 +178,24 @@ class LeftOut(_Record):
                                       '"<application>: <formula>"')
 
 
+def _shard_in_range(text: str) -> str:
+    first, _, count = text.partition("/")
+    if not 1 <= int(first) <= int(count):
+        raise ValueError(f"{text!r}: a shard i/n has 1 <= i <= n")
+    return text
+
+
+# ``i/n``, the shard a run or a diagnosis covers: checked when read (a record may come from anyone)
+Shard = Annotated[str, Field(pattern=r"^[1-9][0-9]{0,8}/[1-9][0-9]{0,8}$"), AfterValidator(_shard_in_range)]
+
+
 class SampleManifest(_Sparse):
     """``manifest.json`` of a benchmark folder: what produced it."""
 
     tool: str = Field(description="tracebench version")
     seed: int
-    arguments: dict = Field(description="the sampling arguments")
+    arguments: dict = Field(description="the sampling arguments (``library``: the library folder, when not the "
+                                        "shipped one, a path)")
     library: dict = Field(description="name, version and content hash of the library")
     hashes: dict[str, str] = Field(description="SHA-256 of the template space, quotas, applications, prompt and question templates")
     cases: int
@@ -201,6 +213,22 @@ class SampleManifest(_Sparse):
 
     _omitted_when_none: ClassVar[tuple[str, ...]] = ("clutter", "counts_per_inputs")
 
+
+
+    @field_validator("arguments")
+    @classmethod
+    def _library_is_a_path(cls, arguments: dict) -> dict:
+        library = arguments.get("library")
+        if library is not None and not (isinstance(library, str) and library and "\0" not in library):
+            raise ValueError(f"arguments.library: expected a folder's path, got {type(library).__name__}")
+        return arguments
+
+    @property
+    def library_folder(self) -> Path | None:
+        """The library the benchmark was sampled from (the synthetic zoo's render plans); None:
+        the shipped one."""
+        library = self.arguments.get("library")
+        return Path(library) if library else None
 
 class GenerationRecord(_Sparse):
     """What a synthetic generator drew for a case, and every requirement it broke, with why.
@@ -318,7 +346,7 @@ class RunManifest(_Sparse):
                                                            "none with one judge (and in runs before the rule was "
                                                            "recorded, which took the majority)")
     hashes: dict[str, str] = Field(description="SHA-256 of the judge prompt templates")
-    shard: str | None = Field(default=None, description="i/n when the run covers one shard")
+    shard: Shard | None = Field(default=None, description="i/n when the run covers one shard")
     cases: int = Field(description="cases with verdicts")
     verdicts: int
     calls: dict[str, int] = Field(description="model calls made by the last invocation, per generator and judge spec")
@@ -478,7 +506,7 @@ class DiagnosisManifest(_Sparse):
     gating: str | None = Field(default=None, description="within or cross (trace score --gating); none: a diagnosis "
                                                          "of a tracebench that gated across instances")
     cases: str = Field(description="the selection: failing, all, or a list of ids")
-    shard: str | None = None
+    shard: Shard | None = None
     roots_from_run: bool = Field(description="whether root verdicts are the run's (same generator, judges and scale)")
     scale: Literal["ternary", "tiers"] | None = Field(default=None, description="the judges' answer scale when not "
                                                       "binary (trace diagnose --scale; default the run's)")

@@ -26,8 +26,8 @@ from pydantic import AfterValidator, Field
 
 from .errors import TraceError
 
-__all__ = ["MAX_ID", "RelativePath", "SafeId", "id_from_name", "inside", "path_problem", "relative_path_problem",
-           "safe_id_problem"]
+__all__ = ["MAX_ID", "RelativePath", "SafeId", "id_from_name", "inside", "owned_folder", "path_problem",
+           "relative_path_problem", "safe_id_problem"]
 
 MAX_ID = 128
 _ID_PATTERN = rf"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._-]{{0,{MAX_ID - 1}}}$"  # as JSON Schema writes it
@@ -121,6 +121,17 @@ def inside(folder: Path, relative: str, where: str, what: str = "folder") -> Pat
         shown = relative if len(relative) <= 200 else relative[:200] + "..."
         raise TraceError(f"{where}: {shown}: {problem}")
     return Path(resolved)
+
+
+def owned_folder(out: Path, relative: str) -> Path:
+    """``out / relative``, a folder a command writes into (a run's ``images``, its default
+    ``cache``, a diagnosis's ``rounds/NN``), when it does not leave ``out`` once symlinks are
+    resolved; else a TraceError. An output folder resumed may be someone else's: a link in it
+    would carry the writes elsewhere."""
+    problem = path_problem(out, relative, "output folder")
+    if problem:
+        raise TraceError(f"{Path(out) / relative}: {problem}; tracebench writes only inside --out (remove the link)")
+    return Path(out) / relative
 
 
 def id_from_name(name: str) -> str:

@@ -157,7 +157,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._refuse(refused)
         except TraceError as err:
             self._error(400, str(err))
-        except (ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError) as err:
+        except (ValueError, LookupError, TypeError, AttributeError, RecursionError) as err:  # LookupError: an unknown charset too
             self._error(400, f"bad request: {type(err).__name__}: {err}")
         except Exception as err:  # a bug here must still answer, or the client retries a dead socket
             self._error(500, f"internal error: {type(err).__name__}: {err}")

@@ -9,6 +9,7 @@ from ..errors import TraceError
 from ._args import (
     EXIT_STATUSES,
     add_executor_options,
+    add_generator_options,
     add_model_options,
     model_settings,
     report_incomplete,
@@ -41,6 +42,7 @@ def register(sub) -> None:
     p.add_argument("--gating", choices=("within", "cross"), default="within",
                    help="which dependencies fail a question, as trace score --gating (default within, the paper)")
     add_model_options(p, cache_default="DIAG_DIR/cache", defaults_from="the run's")
+    add_generator_options(p)  # the zoo's default: the run's options; a generator named here takes these
     add_executor_options(p)  # one set of Ray workers makes the images of every round and repeat
     p.add_argument("--export-nodes", type=Path, metavar="DIR",
                    help="write every node of the whole trees as a benchmark folder (trace sample's format, with "

@@ -24,8 +24,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from ..errors import TraceError
-    from ..score import leaderboard, write_leaderboard
-    from ..score._leaderboard import terminal_text
+    from ..score import leaderboard, terminal_text, write_leaderboard
 
     if args.out.suffix.lower() not in (".md", ".csv", ".json"):
         raise TraceError(f"--out {args.out}: name a .md, .csv or .json file (the format follows the suffix)")

@@ -43,9 +43,9 @@ from ..records import (CASES, DIAGNOSIS_MANIFEST, MAX_SAMPLES, NODES, SUMMARY, T
                        DiagnosticEdge, DiagnosticNode, DiagnosticTree, NodeOccurrence, RUN_MANIFEST, RunManifest, SampleManifest, VERDICTS)
 from ..gcpolicy import fewer_collections
 from ..resources import data_hash
-from ..safepaths import MAX_ID, inside, safe_id_problem
+from ..safepaths import MAX_ID, inside, owned_folder, safe_id_problem
 from ..outcomes import ABSTAINED, Outcome, majority_verdicts
-from ..providers import ModelSettings, RayGenerator, runs_offline, synthetic_profile
+from ..providers import ModelSettings, RayGenerator, resolve_spec, runs_offline, synthetic_profile
 from ..run import (abstention_reason, generated_image, library_of, make_providers, run_benchmark, shard_of,
                    stream_run)
 from ..cache import remove_stale_temporaries, sha256
@@ -583,21 +583,29 @@ def export_nodes(run_dir: Path, out: Path, *, cases: str = "failing", shard: tup
     return len(plan.cases)
 
 
-def named_providers(run_dir: Path, manifest: RunManifest, generator: str | None,
-                    judges: Sequence[str] | None) -> tuple[str, tuple[str, ...]]:
-    """The generator and judges of a diagnosis: those the command line names, else the run's
-    when they are built in and offline (:func:`~tracebench.providers.runs_offline`: the zoo,
-    the oracle). A run folder may come from anyone: a spec, plugin file, URL or key variable it
-    records is shown, never run, imported or called; anything else it names is a TraceError
-    that prints the flags to pass it explicitly."""
+# recorded models listed in the message of a refusal (a record may name any number)
+_LISTED = 5
+
+
+def named_providers(run_dir: Path, manifest: RunManifest, generator: str | None, judges: Sequence[str] | None,
+                    settings: ModelSettings) -> tuple[str, tuple[str, ...], ModelSettings]:
+    """The generator and judges of a diagnosis, and the settings they run with: those the
+    command line names, else the run's when they are built in and offline
+    (:func:`~tracebench.providers.runs_offline`: the zoo, the oracle; also as the user's models
+    file resolves them), the zoo with the run's generation options unless the command line
+    gives some. A run folder may come from anyone: a spec, plugin file, URL, key variable or
+    option it records is shown, never run, imported or called; anything else it names is a
+    TraceError that prints the flags to pass it explicitly."""
     needed: list[tuple[str, str]] = []  # (role, recorded spec) the command line must name
     if generator is None:
-        if runs_offline(manifest.generator, "generator"):
+        if _offline(manifest.generator, "generator", settings):
             generator = manifest.generator
+            if not settings.generator_options and manifest.generator_options:  # the nodes made as the run's images
+                settings = replace(settings, generator_options=manifest.generator_options)
         else:
             needed.append(("generator", manifest.generator))
     if not judges:
-        offline = all(runs_offline(j, "judge") for j in manifest.judges)
+        offline = all(_offline(j, "judge", settings) for j in manifest.judges)
         judges = manifest.judges if offline else ()
         needed += [] if offline else [("judge", j) for j in manifest.judges]
     if needed:
@@ -605,24 +613,43 @@ def named_providers(run_dir: Path, manifest: RunManifest, generator: str | None,
         for role in ("generator", "judge"):
             specs = [_shown(spec) for r, spec in needed if r == role]
             if specs:
-                named.append(f"the {role}{'s' if len(specs) > 1 else ''} {', '.join(specs)}")
-        flags = " ".join(_flag(role, spec, manifest) for role, spec in needed)
+                listed = ", ".join(specs[:_LISTED]) + (f" and {len(specs) - _LISTED} more" if len(specs) > _LISTED else "")
+                named.append(f"the {role}{'s' if len(specs) > 1 else ''} {listed}")
         raise TraceError(f"{RUN_MANIFEST.path(run_dir)}: names {' and '.join(named)}; what runs and where requests "
-                         f"go is never taken from a run folder: name them yourself, e.g. {flags}")
+                         f"go is never taken from a run folder: name them yourself, and only what you trust, e.g. "
+                         f"{_flags(needed, manifest)}")
     assert generator is not None
-    return generator, tuple(judges)
+    return generator, tuple(judges), settings
 
 
-def _flag(role: str, spec: str, manifest: RunManifest) -> str:
-    """``--ROLE 'SPEC[@URL,...]'`` for a recorded model: where the run loaded a plugin from, or
-    called a server (its key variable, when not the default, as the option that names it)."""
-    given = manifest.loaded_from.get(spec, spec)
-    endpoint = manifest.endpoints.get(spec)
-    suffix = f"@{','.join(endpoint.base_urls)}" if endpoint and endpoint.base_urls else ""
-    flag = f"--{role} {_shown(given + suffix)}"
-    if endpoint and endpoint.api_key_env != ModelSettings.api_key_env:
-        flag += f" --{'judge-' if role == 'judge' else ''}api-key-env {_shown(endpoint.api_key_env)}"
-    return flag
+def _offline(spec: str, role: str, settings: ModelSettings) -> bool:
+    """:func:`~tracebench.providers.runs_offline` of a recorded spec, as written and as the
+    user's models file resolves it (a table named ``oracle`` could name a served model)."""
+    return runs_offline(spec, role) and runs_offline(resolve_spec(spec, settings, judge=role == "judge")[0], role)
+
+
+def _flags(needed: list[tuple[str, str]], manifest: RunManifest) -> str:
+    """The flags that name the recorded models ``needed``: ``--ROLE 'SPEC[@URL,...]'`` (where
+    the run loaded a plugin from, or called a server), the generator's recorded options, and
+    the key variables, each where the command line can say it (the judges' own when the
+    generator's is not the default, so that no key goes to another's host)."""
+    flags, keys = [], {"generator": set(), "judge": set()}
+    for role, spec in needed[:1 + _LISTED]:
+        endpoint = manifest.endpoints.get(spec)
+        suffix = f"@{','.join(endpoint.base_urls)}" if endpoint and endpoint.base_urls else ""
+        flags.append(f"--{role} {_shown(manifest.loaded_from.get(spec, spec) + suffix)}")
+        if role == "generator":
+            flags += [f"--generator-option {_shown(f'{k}={v}')}" for k, v in (manifest.generator_options or {}).items()]
+        if endpoint:  # a served model: its key's variable (a plugin or a command takes none)
+            keys[role].add(endpoint.api_key_env)
+    default = {ModelSettings.api_key_env}
+    if keys["generator"] - default:
+        flags.append(f"--api-key-env {_shown(next(iter(keys['generator'])))}")
+    if len(keys["judge"]) > 1:
+        flags.append("(the judges' keys are in different variables: give each judge's in a --models file)")
+    elif keys["judge"] and (keys["judge"] - default or keys["generator"] - default):
+        flags.append(f"--judge-api-key-env {_shown(next(iter(keys['judge'])))}")
+    return " ".join(flags)
 
 
 def _shown(text: str, limit: int = 200) -> str:
@@ -662,14 +689,12 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
     if not isinstance(repeats, int) or isinstance(repeats, bool) or not 1 <= repeats <= MAX_SAMPLES:
         raise TraceError(f"--repeats: {repeats!r} must be a whole number from 1 to {MAX_SAMPLES}")
     # what runs and where requests go: the command line's, or the run's only when built in and offline
-    generator, judges = named_providers(run.root, manifest, generator, judges)
-    settings = settings or ModelSettings(seed=manifest.seed or 0)
+    generator, judges, settings = named_providers(run.root, manifest, generator, judges,
+                                                  settings or ModelSettings(seed=manifest.seed or 0))
     if settings.scale is None:  # the judges answer on the run's scale unless told otherwise
         settings = replace(settings, scale=manifest.scale or "binary")
     if settings.library is None:
         settings = replace(settings, library=library_of(run.cases_dir))
-    if not settings.generator_options and manifest.generator_options and generator is None:
-        settings = replace(settings, generator_options=manifest.generator_options)  # the nodes made as the run's images
     judge_batch = judge_batch or manifest.judge_batch
     # the nodes' judges combine as the run's did (a run before the rule was recorded took the majority)
     ensemble = manifest.ensemble or ("majority" if len(manifest.judges) > 1 else "mean")
@@ -688,7 +713,10 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
                                 address=ray_address) if executor == "ray" else None
     seed = settings.seed if gen.spec.startswith("synthetic:") else None
     generator_spec, judge_specs = gen.spec, tuple(j.spec for j in judge_list)
-    roots_from_run = (generator_spec == manifest.generator and judge_specs == tuple(manifest.judges)
+    same_generator = generator_spec == manifest.generator  # the run's limit on references holds for its generator
+    # the run's images: its generator with its generation options (other options make other images)
+    same_images = same_generator and dict(gen.options) == (manifest.generator_options or {})
+    roots_from_run = (same_images and judge_specs == tuple(manifest.judges)
                       and judge_batch == manifest.judge_batch and seed == manifest.seed and manifest.sample == 0
                       and scale == (manifest.scale or "binary"))
     # a run of --samples K: a root's generations are the run's K (those --repeats asks; more are made)
@@ -713,12 +741,13 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
                f"trace run ... --retry-abstained" if unanswered else "")
         raise TraceError(f"{run.root}: no case to diagnose ({cases}){why}")
     sample = read_sample_manifest(run.cases_dir)
-    same_generator = generator_spec == manifest.generator  # the run's limit on references holds for its generator
     collage = bool(manifest.collage) and same_generator
     # the sub-cases of a root the run sent as a collage are sent one too: a node differs from its
     # root by what a rule took away, not by how the references were fed
     collage_always: set[str] = set()
     out.mkdir(parents=True, exist_ok=True)
+    for folder in (ROUNDS_DIR, *((CACHE_DIR,) if cache_dir is None else ())):  # a resumed folder may be anyone's
+        owned_folder(out, folder)
     remove_stale_temporaries(out)  # what a killed invocation was writing (kill -9); each round's run cleans its own
     DIAGNOSIS_MANIFEST.write(out, identity)
     rounds = itertools.count(1)
@@ -726,7 +755,7 @@ def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator:
     evaluated_in: dict[str, str] = {}  # sub-case id -> the round folder that evaluated it
 
     def evaluate(batch: list[Case], samples: Sequence[int]) -> list[Evaluated]:
-        folder = out / ROUNDS_DIR / f"{next(rounds):02d}"
+        folder = owned_folder(out, f"{ROUNDS_DIR}/{next(rounds):02d}")
         used.append(folder.name)
         runs = [folder / _run_name(s) for s in samples]
         if _write_node_folder(folder / "cases", batch, run.cases_dir, sample,

@@ -49,7 +49,7 @@ from ..providers import (JUDGE_TEMPLATES, CallFailed, Generator, ImageBytes, Jud
 from ..images import too_large
 from ..sample import read_cases, read_sample_manifest
 from ..cache import TEMPORARY_PREFIX, Cache, file_sha256, remove_stale_temporaries, write_atomic
-from ..safepaths import inside
+from ..safepaths import inside, owned_folder
 
 __all__ = ["IMAGES_DIR", "RunFolder", "abstention_reason", "abstention_reasons", "vote_abstention_reasons", "generated_image", "library_of", "load_run", "make_providers", "parse_reply",
            "run_benchmark", "shard_of"]
@@ -512,7 +512,7 @@ def library_of(cases_dir: Path) -> Path | None:
     """The library a benchmark was sampled from (its manifest says), where the synthetic
     generator finds the render plans; None: the shipped one."""
     sample = read_sample_manifest(cases_dir)
-    return Path(sample.arguments["library"]) if sample and sample.arguments.get("library") else None
+    return sample.library_folder if sample else None
 
 
 def make_providers(generator: str | Generator, judges: Sequence[str],
@@ -706,6 +706,8 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
                              generated_size=generated_size(gen.options),
                              collaged=frozenset(beyond) if collage else frozenset(), samples=samples)
     out.mkdir(parents=True, exist_ok=True)
+    for folder in (IMAGES_DIR, *((CACHE_DIR,) if cache_dir is None else ())):  # a resumed folder may be anyone's
+        owned_folder(out, folder)
     if start_over:  # what the other command left: no case, perhaps images of another generator
         VERDICTS.path(out).unlink(missing_ok=True)
         shutil.rmtree(out / IMAGES_DIR, ignore_errors=True)

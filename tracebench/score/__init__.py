@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ._leaderboard import Leaderboard, LeaderboardRow, board_rows, format_leaderboard, leaderboard, run_names, write_leaderboard
+from ._leaderboard import (Leaderboard, LeaderboardRow, board_rows, format_leaderboard, leaderboard, run_names, terminal_text,
+                           write_leaderboard)
 from ._compare import Comparison, Difference, compare_runs, format_comparison, holm
 from ._protocols import PROTOCOLS, DifficultyWeights, ProtocolScore, difficulty_weights, read_weights, write_weights
 from ._score import (INPUT_BINS, OPERATORS, Abstentions, CaseWeighted, EntityCountScore, Gating, GroupScores, RejectionScore,
@@ -17,4 +18,4 @@ __all__ = ["Abstentions", "CaseWeighted", "EntityCountScore", "Gating", "GroupSc
            "score_run", "PROTOCOLS", "DifficultyWeights", "ProtocolScore", "difficulty_weights", "read_weights",
            "write_weights", "weights_from_runs", "Comparison", "Difference", "compare_runs", "format_comparison", "holm",
            "Leaderboard", "LeaderboardRow", "board_rows", "format_leaderboard", "leaderboard", "run_names",
-           "write_leaderboard"]
+           "terminal_text", "write_leaderboard"]

@@ -28,9 +28,9 @@ def _licenses(bench: Path, sample: SampleManifest | None, sources: Counter) -> C
     from ..library import load_library
     from ..library.synth import default_library
 
-    library = (sample.arguments.get("library") if sample else None) or None
+    library = sample.library_folder if sample else None
     try:
-        root = Path(library) if library else default_library()
+        root = library or default_library()
         _, images = load_library(root)
     except (TraceError, OSError):
         return Counter()

@@ -68,13 +68,14 @@ def parse_oracle(spec: str) -> JudgeErrors:
     from ..checklist import aspects
 
     head, colon, rest = spec.strip().partition(":")
+    shown = repr(spec if len(spec) <= 120 else spec[:119] + "…")  # a spec may come from a record: any length
     if head != ORACLE or (colon and not rest.strip()):
-        raise TraceError(f"--judge {spec!r}: expected oracle or oracle:flip=P,yes-bias=Q[,flip.ASPECT=P ...]")
+        raise TraceError(f"--judge {shown}: expected oracle or oracle:flip=P,yes-bias=Q[,flip.ASPECT=P ...]")
     known = sorted(set().union(*aspects().values()))
     rates: dict[tuple[str, str | None], float] = {}
     for part in (p.strip() for p in rest.split(",")) if colon else ():
         def fail(message: str, part: str = part) -> None:
-            raise TraceError(f"--judge {spec!r}: {part!r}: {message}")
+            raise TraceError(f"--judge {shown}: {part[:120]!r}: {message}")
 
         key, eq, raw = part.partition("=")
         kind, dot, aspect = key.strip().partition(".")

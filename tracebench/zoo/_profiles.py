@@ -164,7 +164,9 @@ def parse_profile(spec: str) -> Profile:
     parts = [p.strip() for p in text.split(",")]
     for part in parts:
         def fail(message: str, part: str = part) -> None:
-            where = f"{spec!r}: {part!r}" if part != text else repr(spec)  # one part: named once
+            # one part: named once; a spec may come from a record: any length, cut
+            shown = repr(spec if len(spec) <= 120 else spec[:119] + "…")
+            where = f"{shown}: {part[:120]!r}" if part != text else shown
             raise TraceError(f"generator profile {where}: {message}; known profiles: {_known()}")
 
         if not part:

@@ -244,3 +244,26 @@ def test_crafted_manifest_fields_are_one_line_each(world, tmp_path):
             _no_traceback(result, 2)
             (line,) = result.stderr.strip().splitlines()
             assert fragment in line and len(line) < 1000, line[:300]
+
+
+def test_a_record_file_or_line_past_its_bound_is_one_line_before_it_is_held(world, tmp_path, monkeypatch):
+    """run.json and each line of verdicts.jsonl are read up to a bound (64 MiB, 16 MiB; made
+    small here), never whole: a crafted gigabyte is one line, exit 2."""
+    import tracebench.jsonfiles as jsonfiles
+
+    monkeypatch.setattr(jsonfiles, "MAX_FILE_BYTES", 50_000)
+    monkeypatch.setattr(jsonfiles, "MAX_LINE_BYTES", 20_000)
+    run = tmp_path / "run"
+    shutil.copytree(world["run"], run)
+    manifest = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**manifest, "tool": "x" * 60_000}))
+    result = run_trace("score", str(run))
+    _no_traceback(result, 2)
+    assert result.stderr.strip() == f"trace score: {run / 'run.json'}: more than 50,000 bytes, more than any record " \
+                                    "tracebench writes"
+    (run / "run.json").write_text(json.dumps(manifest))
+    lines = (run / "verdicts.jsonl").read_text().splitlines(keepends=True)
+    (run / "verdicts.jsonl").write_text(lines[0] + json.dumps({"case_id": "x" * 30_000}) + "\n" + "".join(lines[1:]))
+    result = run_trace("score", str(run))
+    _no_traceback(result, 2)
+    assert "verdicts.jsonl:2: a line of more than 20,000 bytes" in result.stderr

@@ -27,9 +27,14 @@ from pydantic import BaseModel, ValidationError
 from .cache import write_atomic
 from .errors import TraceError
 
-__all__ = ["JsonFile", "JsonLinesFile", "decode", "explain", "field_path", "json_bytes", "json_members", "json_text",
+__all__ = ["MAX_FILE_BYTES", "MAX_LINE_BYTES", "JsonFile", "JsonLinesFile", "decode", "explain", "field_path", "json_bytes", "json_members", "json_text",
            "line_of", "loads", "numbered_jsonl", "problems_of", "read_json", "read_jsonl", "record_line",
            "spanned_jsonl", "write_json", "write_jsonl"]
+
+# what one record file may hold before it is read (a folder may come from anyone): far more than
+# tracebench writes (a case line is kilobytes, a run.json at most a few megabytes)
+MAX_LINE_BYTES = 16 << 20  # one line of a JSONL file
+MAX_FILE_BYTES = 64 << 20  # a JSON file
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -105,7 +110,11 @@ def spanned_jsonl(path: Path, model: type[M], *, check: Callable[[M], str | None
     first: dict[tuple[str, str], int] = {}
     end = 0
     with handle:
-        for lineno, raw in enumerate(handle, 1):  # a binary file splits on b"\n" alone
+        # a binary file splits on b"\n" alone; a line is read up to a bound (a record from anyone)
+        for lineno, raw in enumerate(iter(lambda: handle.readline(MAX_LINE_BYTES + 1), b""), 1):
+            if len(raw) > MAX_LINE_BYTES:
+                raise TraceError(f"{path}:{lineno}: a line of more than {MAX_LINE_BYTES:,} bytes, more than any "
+                                 f"record tracebench writes")
             start, end = end, end + len(raw)
             torn = torn_tail and not raw.endswith(b"\n")
             try:
@@ -137,9 +146,12 @@ def read_json(path: Path, model: type[M]) -> M:
     """The one record of a JSON file; a problem names the line of the field it is about."""
     path = Path(path)
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_FILE_BYTES + 1)
     except OSError as err:
         raise TraceError(f"{path}: cannot read ({err.strerror})") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise TraceError(f"{path}: more than {MAX_FILE_BYTES:,} bytes, more than any record tracebench writes")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:

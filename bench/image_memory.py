@@ -38,11 +38,9 @@ bench/run_memory.py).
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
@@ -52,38 +50,15 @@ from pathlib import Path
 
 from _machine import machine, source_trees
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the tests' crafted images
+from image_bombs import jpeg_bomb, large_png, png_bomb  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 RAISED = "200_000_000"  # TRACEBENCH_MAX_IMAGE_PIXELS of the "limit 200 MP" rows
 COMMANDS = ("report", "collage", "oracle")
 
 
 # --------------------------------------------------------------------------- the images
-
-def _chunk(kind: bytes, data: bytes) -> bytes:
-    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-
-def _png(width: int, height: int, idat: bytes) -> bytes:
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", header) + _chunk(b"IDAT", idat) + _chunk(b"IEND", b"")
-
-
-def large_png(side: int = 13_000) -> bytes:
-    row = b"\0" + b"\xff" * (3 * side)
-    deflate = zlib.compressobj(6)
-    parts = [deflate.compress(row * 100) for _ in range(side // 100)]
-    return _png(side, side, b"".join([*parts, deflate.compress(row * (side % 100)), deflate.flush()]))
-
-
-def jpeg_bomb(side: int = 65_000) -> bytes:
-    from PIL import Image
-
-    out = io.BytesIO()
-    Image.new("RGB", (16, 16), "red").save(out, format="JPEG")
-    data = bytearray(out.getvalue())
-    struct.pack_into(">HH", data, data.index(b"\xff\xc0") + 5, side, side)
-    return bytes(data)
-
 
 def at_the_limit(folder: Path) -> dict[str, bytes]:
     """A gradient 8000 x 5000 PNG and JPEG (40 megapixels), drawn by a child process."""
@@ -94,7 +69,7 @@ def at_the_limit(folder: Path) -> dict[str, bytes]:
 
 
 def images(folder: Path) -> dict[str, bytes | None]:
-    return {"none": None, "13000 px png": large_png(), "png bomb": _png(100_000, 100_000, zlib.compress(b"\0" * 4096)),
+    return {"none": None, "13000 px png": large_png(), "png bomb": png_bomb(),
             "jpeg bomb": jpeg_bomb(), **at_the_limit(folder)}
 
 

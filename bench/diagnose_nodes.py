@@ -56,22 +56,22 @@ def attributions(diagnosis: Path) -> dict[str, list[dict]]:
 
 
 def timed_diagnosis(run_dir: Path, out: Path, strategy: str, settings, concurrency: int):
-    from tracebench.diagnose import diagnose_run
+    from tracebench.diagnose import DiagnoseOptions, diagnose_run
 
     start = time.perf_counter()
-    summary = diagnose_run(run_dir, out, strategy=strategy, settings=settings, concurrency=concurrency,
-                           progress=False)
+    summary = diagnose_run(run_dir, out, DiagnoseOptions(strategy=strategy, settings=settings, concurrency=concurrency,
+                           progress=False))
     return summary, time.perf_counter() - start
 
 
 def measure_profile(bench: Path, work: Path, profile: str, concurrency: int) -> dict:
     """Part 1 for one profile: in-process run, then full and adaptive diagnoses of its failing cases."""
     from tracebench.providers import ModelSettings
-    from tracebench.run import run_benchmark
+    from tracebench.run import RunOptions, run_benchmark
 
     settings = ModelSettings(seed=0)
-    run = run_benchmark(bench, work / "run", generator=f"synthetic:{profile}", judges=["oracle"],
-                        settings=settings, concurrency=concurrency, progress=False)
+    run = run_benchmark(bench, work / "run", RunOptions(generator=f"synthetic:{profile}", judges=["oracle"],
+                        settings=settings, concurrency=concurrency, progress=False))
     full, full_s = timed_diagnosis(work / "run", work / "full", "full", settings, concurrency)
     adaptive, adaptive_s = timed_diagnosis(work / "run", work / "adaptive", "adaptive", settings, concurrency)
     same = attributions(work / "full") == attributions(work / "adaptive")
@@ -93,17 +93,17 @@ def measure_served(bench: Path, work: Path, profile: str, latency: float, concur
     """Part 2: the benchmark and both diagnoses through `trace serve --latency`."""
     from tracebench.diagnose import export_nodes
     from tracebench.providers import ModelSettings
-    from tracebench.run import run_benchmark
+    from tracebench.run import RunOptions, run_benchmark
 
-    run_benchmark(bench, work / "local-run", generator=f"synthetic:{profile}", judges=["oracle"],
-                  settings=ModelSettings(seed=0), concurrency=concurrency, progress=False)
+    run_benchmark(bench, work / "local-run", RunOptions(generator=f"synthetic:{profile}", judges=["oracle"],
+                  settings=ModelSettings(seed=0), concurrency=concurrency, progress=False))
     exported = export_nodes(work / "local-run", work / "export")
     server, base_url = start_server([bench, work / "export"], latency, work / "serve.log")
     try:
         settings = ModelSettings(base_url=base_url, api_key_env=NO_KEY_ENV, max_retries=3, timeout=60)
         start = time.perf_counter()
-        run = run_benchmark(bench, work / "served-run", generator=f"openai:synthetic/{profile}",
-                            judges=["openai:oracle"], settings=settings, concurrency=concurrency, progress=False)
+        run = run_benchmark(bench, work / "served-run", RunOptions(generator=f"openai:synthetic/{profile}",
+                            judges=["openai:oracle"], settings=settings, concurrency=concurrency, progress=False))
         run_s = time.perf_counter() - start
         full, full_s = timed_diagnosis(work / "served-run", work / "full", "full", settings, concurrency)
         adaptive, adaptive_s = timed_diagnosis(work / "served-run", work / "adaptive", "adaptive", settings,

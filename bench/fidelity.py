@@ -88,13 +88,13 @@ def _checklist(bench: Path) -> dict:
 def _ensemble(bench: Path, images: Path, work: Path) -> dict:
     from tracebench.providers import ModelSettings
     from tracebench.records import Verdict
-    from tracebench.run import run_benchmark
+    from tracebench.run import RunOptions, run_benchmark
     from tracebench.score import score_run
 
     out = {}
     for rule in ("mean", "majority"):
-        manifest = run_benchmark(bench, work / rule, generator=f"folder:{images}", judges=["oracle", ALWAYS_YES],
-                                 settings=ModelSettings(seed=0), ensemble=rule, progress=False)
+        manifest = run_benchmark(bench, work / rule, RunOptions(generator=f"folder:{images}", judges=["oracle", ALWAYS_YES],
+                                 settings=ModelSettings(seed=0), ensemble=rule, progress=False))
         scores = score_run(work / rule)
         out[rule] = {"abstentions": manifest.abstentions, "verdicts": manifest.verdicts,
                      "operators": {op.value: v for op, v in scores.operators.items()}, "avg": scores.avg}
@@ -105,14 +105,14 @@ def _ensemble(bench: Path, images: Path, work: Path) -> dict:
 
 
 def _diagnosis(bench: Path, work: Path, profile: str) -> dict:
-    from tracebench.diagnose import diagnose_run
+    from tracebench.diagnose import DiagnoseOptions, diagnose_run
     from tracebench.providers import ModelSettings
     from tracebench.records import DiagnosticTree
-    from tracebench.run import run_benchmark
+    from tracebench.run import RunOptions, run_benchmark
 
-    run_benchmark(bench, work / "run", generator=f"synthetic:{profile}", judges=["oracle"],
-                  settings=ModelSettings(seed=0), progress=False)
-    summary = diagnose_run(work / "run", work / "diag", settings=ModelSettings(seed=0), progress=False)
+    run_benchmark(bench, work / "run", RunOptions(generator=f"synthetic:{profile}", judges=["oracle"],
+                  settings=ModelSettings(seed=0), progress=False))
+    summary = diagnose_run(work / "run", work / "diag", DiagnoseOptions(settings=ModelSettings(seed=0), progress=False))
     paper, earlier = Counter(), Counter()
     by_path, by_tree = defaultdict(list), defaultdict(list)
     for line in (work / "diag" / "trees.jsonl").read_text().splitlines():
@@ -148,7 +148,7 @@ def main() -> None:
     compile_bytecode(ROOT)
     from tracebench import __version__
     from tracebench.providers import ModelSettings
-    from tracebench.run import run_benchmark
+    from tracebench.run import RunOptions, run_benchmark
     from tracebench.sample import sample_benchmark
 
     start = time.perf_counter()
@@ -156,8 +156,8 @@ def main() -> None:
         work = Path(tmp)
         bench = work / "bench"
         sample_benchmark(bench, slots=tuple(range(1, 9)), per_slot=args.per_slot, seed=7, applications=True)
-        run_benchmark(bench, work / "run", generator=f"synthetic:{args.profile}", judges=["oracle"],
-                      settings=ModelSettings(seed=0), progress=False)
+        run_benchmark(bench, work / "run", RunOptions(generator=f"synthetic:{args.profile}", judges=["oracle"],
+                      settings=ModelSettings(seed=0), progress=False))
         result = {
             "machine": machine(tracebench=__version__),
             "benchmark": {"per_slot": args.per_slot, "seed": 7, "profile": args.profile},

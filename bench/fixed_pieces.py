@@ -45,7 +45,7 @@ print(time.process_time() - start)
 
 def build(work: Path) -> tuple[Path, list[Path]]:
     from tracebench.providers import ModelSettings
-    from tracebench.run import run_benchmark
+    from tracebench.run import RunOptions, run_benchmark
     from tracebench.sample import sample_benchmark
 
     sample_benchmark(work / "default", slots=tuple(range(1, 9)), seed=0)
@@ -53,8 +53,8 @@ def build(work: Path) -> tuple[Path, list[Path]]:
     runs = []
     for k, judge in enumerate(("oracle", "oracle:flip=0.1", "oracle:flip=0.2")):
         runs.append(work / f"run{k}")
-        run_benchmark(work / "agree", runs[-1], generator="synthetic:global-interference", judges=[judge],
-                      settings=ModelSettings(), progress=False)
+        run_benchmark(work / "agree", runs[-1], RunOptions(generator="synthetic:global-interference", judges=[judge],
+                      settings=ModelSettings(), progress=False))
     return work, runs
 
 

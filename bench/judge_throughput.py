@@ -236,11 +236,11 @@ def bare_round(requests: list[dict], base_url: str, concurrency: int) -> tuple[i
 def tracebench_round(bench: Path, images: Path, out: Path, cache: Path, settings,
                      concurrency: int) -> tuple[int, float, object]:
     """(judge calls, wall seconds, manifest) of one run_benchmark with an empty cache."""
-    from tracebench.run import run_benchmark
+    from tracebench.run import RunOptions, run_benchmark
 
     start = time.perf_counter()
-    manifest = run_benchmark(bench, out, generator=f"folder:{images}", judges=["openai:oracle"], settings=settings,
-                             concurrency=concurrency, cache_dir=cache, progress=False)
+    manifest = run_benchmark(bench, out, RunOptions(generator=f"folder:{images}", judges=["openai:oracle"], settings=settings,
+                             concurrency=concurrency, cache_dir=cache, progress=False))
     wall = time.perf_counter() - start
     if manifest.abstentions:
         raise SystemExit(f"tracebench run: {manifest.abstentions} abstentions (server errors?) in {out}")
@@ -283,7 +283,7 @@ def main() -> None:
     import openai  # noqa: F401  imported once here, not inside the first timed run
 
     from tracebench.providers import ModelSettings
-    from tracebench.run import run_benchmark
+    from tracebench.run import RunOptions, run_benchmark
 
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="judge-throughput-") as tmp_name:
@@ -323,9 +323,9 @@ def main() -> None:
             for k in range(args.cached_rounds):
                 gc.collect()
                 start = time.perf_counter()
-                manifest = run_benchmark(bench, tmp / f"rerun-{k}", generator=f"folder:{images}",
+                manifest = run_benchmark(bench, tmp / f"rerun-{k}", RunOptions(generator=f"folder:{images}",
                                          judges=["openai:oracle"], settings=settings, concurrency=levels[0],
-                                         cache_dir=runs[levels[0]]["last_cache"], progress=False)
+                                         cache_dir=runs[levels[0]]["last_cache"], progress=False))
                 wall = time.perf_counter() - start
                 if sum(manifest.calls.values()):
                     raise SystemExit(f"cached re-run made calls: {manifest.calls}")

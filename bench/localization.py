@@ -82,17 +82,17 @@ def _judge_truth(run: Path) -> dict:
 
 
 def _configuration(bench: Path, work: Path, name: str, profile: str, judge: str, repeats: int) -> dict:
-    from tracebench.diagnose import diagnose_run
+    from tracebench.diagnose import DiagnoseOptions, diagnose_run
     from tracebench.providers import ModelSettings
-    from tracebench.run import run_benchmark
+    from tracebench.run import RunOptions, run_benchmark
     from tracebench.score import score_run
 
     settings = ModelSettings(max_retries=0, timeout=60.0)
     run, diag = work / "run", work / "diag"
     started = time.perf_counter()
-    run_benchmark(bench, run, generator=f"synthetic:{profile}", judges=[judge], settings=settings, progress=False)
+    run_benchmark(bench, run, RunOptions(generator=f"synthetic:{profile}", judges=[judge], settings=settings, progress=False))
     scores = score_run(run)
-    summary = diagnose_run(run, diag, strategy="full", settings=settings, progress=False, repeats=repeats)
+    summary = diagnose_run(run, diag, DiagnoseOptions(strategy="full", settings=settings, progress=False, repeats=repeats))
     loc = summary.localization_accuracy or {}
     return {
         "name": name, "generator": f"synthetic:{profile}", "judge": judge, "repeats": repeats,

@@ -29,7 +29,7 @@ from scipy.stats import spearmanr
 
 from _machine import machine
 from tracebench.providers import ModelSettings
-from tracebench.run import run_benchmark
+from tracebench.run import RunOptions, run_benchmark
 from tracebench.sample import ClutterSpec, sample_benchmark
 from tracebench.score import compare_runs, score_run
 
@@ -63,8 +63,8 @@ def rank(tmp: Path, per_slot: int) -> list[dict]:
             scores = []
             for level in levels:
                 out = tmp / f"rank-{mode}-{level}-{scale}"
-                run_benchmark(bench, out, generator=f"synthetic:{mode}:{level}", judges=["oracle"],
-                              settings=ModelSettings(max_retries=0, scale=scale))
+                run_benchmark(bench, out, RunOptions(generator=f"synthetic:{mode}:{level}", judges=["oracle"],
+                              settings=ModelSettings(max_retries=0, scale=scale)))
                 scores.append(_scores(out))
             row = {"family": family, "scale": scale, "levels": list(levels)}
             for name in ("trace", *PROTOCOL_NAMES):
@@ -80,12 +80,12 @@ def misses(tmp: Path, per_slot: int, seeds: int) -> list[dict]:
         bench = tmp / f"miss-bench-{seed}"
         sample_benchmark(bench, slots=tuple(range(1, 9)), per_slot=per_slot, seed=100 + seed, applications=False)
         perfect = tmp / f"miss-perfect-{seed}"
-        run_benchmark(bench, perfect, generator="synthetic:perfect", judges=["oracle"],
-                      settings=ModelSettings(max_retries=0))
+        run_benchmark(bench, perfect, RunOptions(generator="synthetic:perfect", judges=["oracle"],
+                      settings=ModelSettings(max_retries=0)))
         for profile in DETERMINISTIC:
             out = tmp / f"miss-{seed}-{profile.replace(':', '_').replace(',', '+')}"
-            run_benchmark(bench, out, generator=f"synthetic:{profile}", judges=["oracle"],
-                          settings=ModelSettings(max_retries=0))
+            run_benchmark(bench, out, RunOptions(generator=f"synthetic:{profile}", judges=["oracle"],
+                          settings=ModelSettings(max_retries=0)))
             result = compare_runs([perfect, out], protocols=PROTOCOL_NAMES, seed=seed)
             seen = {d.metric: d.significant and (d.difference or 0) > 0 for d in result.differences}
             # the difference in units of its own interval's half-width: how clearly the metric sees it

@@ -99,12 +99,12 @@ def build_input(work: Path, per_slot: int) -> tuple[Path, int, int]:
     """The benchmark and its run; returns the run folder, its cases and its failing cases."""
     from tracebench.diagnose._diagnose import _select
     from tracebench.providers import ModelSettings
-    from tracebench.run import load_run, run_benchmark
+    from tracebench.run import load_run, RunOptions, run_benchmark
     from tracebench.sample import sample_benchmark
 
     sample_benchmark(work / "bench", slots=tuple(range(1, 9)), per_slot=per_slot, seed=5, applications=True)
-    run_benchmark(work / "bench", work / "run", generator=GENERATOR, judges=["oracle"],
-                  settings=ModelSettings(seed=0), concurrency=4, progress=False)
+    run_benchmark(work / "bench", work / "run", RunOptions(generator=GENERATOR, judges=["oracle"],
+                  settings=ModelSettings(seed=0), concurrency=4, progress=False))
     run = load_run(work / "run")
     return work / "run", len(run.cases), len(_select(run, "failing", None))
 

@@ -229,12 +229,12 @@ class SharedRuns:
     def __call__(self, bench: Path, generator: str, *, shard: tuple[int, int] | None = None) -> Path:
         import hashlib
 
-        from tracebench.run import run_benchmark
+        from tracebench.run import RunOptions, run_benchmark
 
         key = hashlib.sha256(repr((str(Path(bench).resolve()), generator, shard)).encode()).hexdigest()[:16]
 
         def make(out: Path) -> None:
-            run_benchmark(bench, out, generator=generator, judges=["oracle"], settings=SHARED_SETTINGS, shard=shard)
+            run_benchmark(bench, out, RunOptions(generator=generator, judges=["oracle"], settings=SHARED_SETTINGS, shard=shard))
 
         return made_once(self.factory, f"run-{key}", make)
 
@@ -252,8 +252,8 @@ def default_world(tmp_path_factory) -> dict:
     by ``synthetic:perfect``, both judged by the oracle, and the first run's full diagnosis."""
     import json
 
-    from tracebench.diagnose import diagnose_run
-    from tracebench.run import run_benchmark
+    from tracebench.diagnose import DiagnoseOptions, diagnose_run
+    from tracebench.run import RunOptions, run_benchmark
 
     injected = '<script>alert("injected")</script><img src=x onerror=alert(1)>'
 
@@ -267,11 +267,11 @@ def default_world(tmp_path_factory) -> dict:
         first["prompt"] = first["prompt"] + "\n" + injected
         lines[0] = json.dumps(first, ensure_ascii=False)
         (bench / "cases.jsonl").write_text("\n".join(lines) + "\n")
-        run_benchmark(bench, root / "run", generator="synthetic:global-interference,composition-interference:2",
-                      judges=["oracle"], settings=SHARED_SETTINGS)
-        run_benchmark(bench, root / "perfect", generator="synthetic:perfect", judges=["oracle"],
-                      settings=SHARED_SETTINGS)
-        diagnose_run(root / "run", root / "diag", strategy="full", settings=SHARED_SETTINGS)
+        run_benchmark(bench, root / "run", RunOptions(generator="synthetic:global-interference,composition-interference:2",
+                      judges=["oracle"], settings=SHARED_SETTINGS))
+        run_benchmark(bench, root / "perfect", RunOptions(generator="synthetic:perfect", judges=["oracle"],
+                      settings=SHARED_SETTINGS))
+        diagnose_run(root / "run", root / "diag", DiagnoseOptions(strategy="full", settings=SHARED_SETTINGS))
 
     root = made_once(tmp_path_factory, "default-world", make)
     first = json.loads((root / "bench" / "cases.jsonl").read_text().splitlines()[0])

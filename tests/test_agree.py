@@ -13,7 +13,7 @@ from scipy.stats import rankdata
 
 from test_cli import run_trace
 from test_report import FLAGS, _chromium
-from tracebench.diagnose import diagnose_run
+from tracebench.diagnose import DiagnoseOptions, diagnose_run
 from tracebench.providers import ModelSettings
 from tracebench.run import read_verdicts
 from tracebench.operators import OPERATORS
@@ -185,7 +185,7 @@ def test_the_bootstrap_distributions_are_scipys(monkeypatch, levels, continuous)
 
 def test_diagnosis_agreement(world, tmp_path):
     diag = tmp_path / "diag"
-    diagnose_run(world["root"] / "judge", diag, strategy="adaptive", settings=SETTINGS)
+    diagnose_run(world["root"] / "judge", diag, DiagnoseOptions(strategy="adaptive", settings=SETTINGS))
     attributions = [(t["case_id"], a["target"], a["source"])
                     for t in map(json.loads, (diag / "trees.jsonl").read_text().splitlines())
                     for a in t["attributions"] if a["source"]]
@@ -346,14 +346,14 @@ def test_graded_krippendorff_is_ordinal(world, graded):
 # ------------------------------------------------------------------------------ the zoo's truth
 
 def test_truth_examines_an_exact_and_an_erring_oracle(world, tmp_path):
-    from tracebench.run import run_benchmark
+    from tracebench.run import RunOptions, run_benchmark
 
     bench = world["bench"]
     exact = _agree("--truth", str(world["root"] / "judge"))
     assert exact["accuracy"] == 1.0 and exact["false_pass"] == 0.0 and exact["false_fail"] == 0.0
     assert exact["yes_bias"] == 0.0 and exact["pass_excess"] == 0.0 and exact["abstention_rate"] == 0.0
-    run_benchmark(bench, tmp_path / "lenient", generator="synthetic:global-interference,composition-interference:2",
-                  judges=["oracle:yes-bias=0.3"], settings=SETTINGS)
+    run_benchmark(bench, tmp_path / "lenient", RunOptions(generator="synthetic:global-interference,composition-interference:2",
+                  judges=["oracle:yes-bias=0.3"], settings=SETTINGS))
     lenient = _agree("--truth", str(tmp_path / "lenient"))
     truth = {(v.case_id, v.question_id): v.outcome.passed for v in read_verdicts(world["root"] / "judge")}
     judged = {(v.case_id, v.question_id): v.outcome.passed for v in read_verdicts(tmp_path / "lenient")}
@@ -392,10 +392,10 @@ def test_the_exam_is_built_once_and_judged(tmp_path):
 
 def test_a_binary_ensemble_run_labels_pass_or_fail(world, tmp_path):
     """The mean of two binary judges may be 0.5: as a label it is a fail, not a third category."""
-    from tracebench.run import run_benchmark
+    from tracebench.run import RunOptions, run_benchmark
 
-    run_benchmark(world["bench"], tmp_path / "pair", generator="synthetic:global-interference,composition-interference:2",
-                  judges=["oracle", "oracle:flip=0.3"], settings=SETTINGS)
+    run_benchmark(world["bench"], tmp_path / "pair", RunOptions(generator="synthetic:global-interference,composition-interference:2",
+                  judges=["oracle", "oracle:flip=0.3"], settings=SETTINGS))
     values = {v.value for v in read_verdicts(tmp_path / "pair")}
     assert 0.5 in values
     result = _agree("--cases", str(world["bench"]), "--judge", str(world["root"] / "judge"), "--judge",

@@ -17,7 +17,7 @@ from test_cli import run_trace
 from test_run import _oracle_handler
 from tracebench.providers import ModelSettings
 from tracebench.records import RUN_MANIFEST, read_cases
-from tracebench.run import run_benchmark
+from tracebench.run import RunOptions, run_benchmark
 
 GENERATOR = "synthetic:global-interference"
 
@@ -134,15 +134,15 @@ def test_judges_that_report_no_model_keep_the_records_they_had(run_bench, shared
     assert b'"model"' not in (run / "verdicts.jsonl").read_bytes()
     assert "judge_models" not in json.loads((run / "run.json").read_text())
     assert "judge_models" not in json.loads(run_trace("score", str(run), "--json").stdout)["run"]
-    again = run_benchmark(run_bench, tmp_path / "again", generator=GENERATOR, judges=["oracle"],
-                          settings=ModelSettings(max_retries=0), max_calls=10_000, progress=False)
+    again = run_benchmark(run_bench, tmp_path / "again", RunOptions(generator=GENERATOR, judges=["oracle"],
+                          settings=ModelSettings(max_retries=0), max_calls=10_000, progress=False))
     assert again.unfinished is None and again.judge_models is None
 
 
 @pytest.mark.parametrize("budget", [1, 2])
 def test_a_budget_smaller_than_one_case_starts_nothing(run_bench, tmp_path, budget):
-    manifest = run_benchmark(run_bench, tmp_path / "run", generator=GENERATOR, judges=["oracle", "oracle:flip=0.1"],
-                             max_calls=budget, progress=False)
+    manifest = run_benchmark(run_bench, tmp_path / "run", RunOptions(generator=GENERATOR, judges=["oracle", "oracle:flip=0.1"],
+                             max_calls=budget, progress=False))
     assert manifest.cases == 0 and manifest.calls == {} and manifest.unfinished > 0
 
 
@@ -163,8 +163,8 @@ def test_the_size_option_is_the_size_of_images_not_made_yet(tiny_bench, tmp_path
     judged = {}
     for size in (None, "512x512"):  # nothing is called in a dry run: the URL need not answer
         settings = ModelSettings(base_url="http://127.0.0.1:9/v1", generator_options={"size": size} if size else {})
-        judged[size] = run_benchmark(tiny_bench, tmp_path / "run", generator="openai:image-model",
-                                     judges=["openai:oracle"], settings=settings, dry_run=True).input_tokens
+        judged[size] = run_benchmark(tiny_bench, tmp_path / "run", RunOptions(generator="openai:image-model",
+                                     judges=["openai:oracle"], settings=settings, dry_run=True)).input_tokens
     cases = len(list(read_cases(tiny_bench)))
     assert judged[None]["openai:oracle"] - judged["512x512"]["openai:oracle"] == \
         cases * (image_tokens(ASSUMED_SIZE) - image_tokens((512, 512)))
@@ -300,9 +300,9 @@ def test_a_judge_that_reports_no_tokens_is_charged_the_estimate_of_each_call(tin
     prices = tmp_path / "prices.toml"
     prices.write_text(PRICES.replace("synthetic:global-interference", "synthetic:perfect"))
     with OpenAIStub(judge) as stub:
-        manifest = run_benchmark(tiny_bench, tmp_path / "run", generator="synthetic:perfect", judges=["openai:oracle"],
+        manifest = run_benchmark(tiny_bench, tmp_path / "run", RunOptions(generator="synthetic:perfect", judges=["openai:oracle"],
                                  settings=ModelSettings(base_url=stub.base_url, max_retries=0), progress=False,
-                                 max_cost=5.0, prices=read_prices(prices))
+                                 max_cost=5.0, prices=read_prices(prices)))
         cases = list(read_cases(tiny_bench))
         # each call as estimated with the image it judged (its real size), as the dry run's rules say
         made = {c.id: Image.open(tmp_path / "run" / "images" / f"{c.id}.png").size for c in cases}
@@ -316,15 +316,15 @@ def test_a_budget_in_money_smaller_than_one_case_starts_nothing(run_bench, tmp_p
     from tracebench.run._cost import Price
 
     prices = {GENERATOR: Price(per_image=0.01), "oracle": Price()}  # an empty table: a free model
-    manifest = run_benchmark(run_bench, tmp_path / "run", generator=GENERATOR, judges=["oracle"], max_cost=0.0099,
-                             prices=prices, progress=False)
+    manifest = run_benchmark(run_bench, tmp_path / "run", RunOptions(generator=GENERATOR, judges=["oracle"], max_cost=0.0099,
+                             prices=prices, progress=False))
     assert manifest.cases == 0 and manifest.calls == {} and manifest.unfinished == len(list(read_cases(run_bench)))
     assert json.loads((tmp_path / "run" / "run.json").read_text())["cost"] == 0
     with pytest.raises(TraceError, match=r"^--max-cost: .*no price for oracle"):
-        run_benchmark(run_bench, tmp_path / "b", generator=GENERATOR, judges=["oracle"], max_cost=1.0,
-                      prices={GENERATOR: Price(per_image=0.01)}, progress=False)
+        run_benchmark(run_bench, tmp_path / "b", RunOptions(generator=GENERATOR, judges=["oracle"], max_cost=1.0,
+                      prices={GENERATOR: Price(per_image=0.01)}, progress=False))
     with pytest.raises(TraceError, match=r"^--max-cost: give --price-file"):
-        run_benchmark(run_bench, tmp_path / "c", generator=GENERATOR, judges=["oracle"], max_cost=1.0, progress=False)
+        run_benchmark(run_bench, tmp_path / "c", RunOptions(generator=GENERATOR, judges=["oracle"], max_cost=1.0, progress=False))
     assert not (tmp_path / "b").exists() and not (tmp_path / "c").exists()
 
 
@@ -333,8 +333,8 @@ def test_merged_shards_count_what_every_shard_left_and_spent(run_bench, tmp_path
     from tracebench.run._cost import Price
 
     prices = {GENERATOR: Price(per_image=0.01), "oracle": Price()}
-    shards = [run_benchmark(run_bench, tmp_path / f"shard{i}", generator=GENERATOR, judges=["oracle"], shard=(i, 2),
-                            max_cost=0.015, prices=prices, progress=False) for i in (1, 2)]
+    shards = [run_benchmark(run_bench, tmp_path / f"shard{i}", RunOptions(generator=GENERATOR, judges=["oracle"], shard=(i, 2),
+                            max_cost=0.015, prices=prices, progress=False)) for i in (1, 2)]
     assert [(m.cases, m.cost) for m in shards] == [(1, 0.01), (1, 0.01)]  # one image each fits, not two
     merged = merge_runs([tmp_path / "shard1", tmp_path / "shard2"], tmp_path / "merged")
     assert merged.unfinished == len(list(read_cases(run_bench))) - 2 and merged.cost == 0.02
@@ -452,8 +452,8 @@ def test_four_shard_processes_on_one_cache_merge_to_the_unsharded_run(small, sha
     assert (tmp_path / "shard1-again" / "verdicts.jsonl").read_bytes() == \
         (tmp_path / "shard1" / "verdicts.jsonl").read_bytes()
     # every cache entry whole: a run over it makes no call
-    again = run_benchmark(small, tmp_path / "again", generator=GENERATOR, judges=["oracle"], cache_dir=cache,
-                          progress=False)
+    again = run_benchmark(small, tmp_path / "again", RunOptions(generator=GENERATOR, judges=["oracle"], cache_dir=cache,
+                          progress=False))
     assert again.calls == {} and (tmp_path / "again" / "verdicts.jsonl").read_bytes() == \
         (whole / "verdicts.jsonl").read_bytes()
     assert not [p for p in cache.rglob("*") if p.is_file() and not p.name.endswith((".json", ".bin"))]

@@ -13,12 +13,12 @@ import pytest
 from conftest import APPLICATIONS
 
 from test_cli import run_trace
-from tracebench.diagnose import build_tree, diagnose_run, tree_nodes
+from tracebench.diagnose import build_tree, DiagnoseOptions, diagnose_run, tree_nodes
 from tracebench.formula import parse, relabel_images, template_of, to_text
 from tracebench.library import load_library
 from tracebench.providers import ModelSettings
 from tracebench.records import DiagnosticTree, TREES_FILE, read_cases, read_sample_manifest, read_verdicts
-from tracebench.run import run_benchmark, shard_of
+from tracebench.run import RunOptions, run_benchmark, shard_of
 from tracebench.sample import ClutterSpec, sample_benchmark
 from tracebench.score import input_bin, score_run
 from tracebench.zoo import failed_questions, parse_profile
@@ -329,8 +329,8 @@ def test_a_cluttered_tree_removes_the_distractors_first(named):
 ])
 def test_localization_names_reference_clutter(shared_folder, tmp_path, profile, causes):
     bench = _sample(shared_folder, "localization", 32, 12, applications=False, low=3, high=3)
-    run_benchmark(bench, tmp_path / "run", generator=f"synthetic:{profile}", judges=["oracle"], settings=SETTINGS)
-    full = diagnose_run(tmp_path / "run", tmp_path / "full", strategy="full", settings=SETTINGS)
+    run_benchmark(bench, tmp_path / "run", RunOptions(generator=f"synthetic:{profile}", judges=["oracle"], settings=SETTINGS))
+    full = diagnose_run(tmp_path / "run", tmp_path / "full", DiagnoseOptions(strategy="full", settings=SETTINGS))
     assert full.cases >= 200
     localization = full.localization_accuracy
     assert localization is not None and set(localization["by_cause"]) == causes
@@ -340,7 +340,7 @@ def test_localization_names_reference_clutter(shared_folder, tmp_path, profile, 
     assert full.sources["reference_clutter"] > 0
     if "," in profile:
         return  # adaptive against full: once is enough (the same rules decide both)
-    diagnose_run(tmp_path / "run", tmp_path / "adaptive", strategy="adaptive", settings=SETTINGS)
+    diagnose_run(tmp_path / "run", tmp_path / "adaptive", DiagnoseOptions(strategy="adaptive", settings=SETTINGS))
 
     def attributions(folder):
         return [[a.model_dump() for a in DiagnosticTree.model_validate_json(line).attributions]
@@ -415,7 +415,7 @@ def _small(shared_folder) -> Path:
 def test_a_command_sees_no_clutter_truth_and_reports_the_references_it_used(shared_folder, tmp_path, command):
     bench = _small(shared_folder)
     spec, seen = command
-    run_benchmark(bench, tmp_path / "run", generator=spec, judges=[YES], settings=SETTINGS)
+    run_benchmark(bench, tmp_path / "run", RunOptions(generator=spec, judges=[YES], settings=SETTINGS))
     cases = {c.id: c for c in read_cases(bench)}
     given = {row["id"]: row["case"] for row in map(json.loads, seen.read_text().splitlines())}
     assert set(given) == set(cases)
@@ -483,8 +483,8 @@ def test_max_images_skips_or_collages(shared_folder, tmp_path, command):
     assert manifest["not_applicable"] == len(beyond) and manifest["cases"] == len(cases) - len(beyond)
     assert {v.case_id for v in read_verdicts(tmp_path / "skip")} == set(cases) - beyond
     seen.unlink()
-    collaged = run_benchmark(bench, tmp_path / "collage", generator=spec, judges=[YES], settings=SETTINGS,
-                             max_images=5, collage=True, shard=(1, 2))
+    collaged = run_benchmark(bench, tmp_path / "collage", RunOptions(generator=spec, judges=[YES], settings=SETTINGS,
+                             max_images=5, collage=True, shard=(1, 2)))
     assert collaged.collaged == len(beyond) and collaged.cases == len(cases) and collaged.not_applicable is None
     rows = {row["id"]: row for row in map(json.loads, seen.read_text().splitlines())}
     for case_id, case in cases.items():
@@ -526,8 +526,8 @@ def test_served_zoo_serves_cluttered_benchmarks(named, shared_runs, tmp_path, mo
     local = shared_runs(named, "synthetic:distractor-confusion")
     with ZooServer([named]).start() as server:
         settings = ModelSettings(base_url=server.base_url, max_retries=2, timeout=30.0)
-        run_benchmark(named, tmp_path / "http", generator="openai:synthetic/distractor-confusion",
-                      judges=["openai:oracle"], settings=settings, concurrency=4)
+        run_benchmark(named, tmp_path / "http", RunOptions(generator="openai:synthetic/distractor-confusion",
+                      judges=["openai:oracle"], settings=settings, concurrency=4))
     mine = {(v.case_id, v.question_id): v.verdict for v in read_verdicts(tmp_path / "http")}
     theirs = {(v.case_id, v.question_id): v.verdict for v in read_verdicts(local)}
     assert mine == theirs and any(s == "fail" for s in mine.values())
@@ -579,8 +579,8 @@ def test_a_plugin_s_key_sees_the_view_and_a_collage_s_cells_are_no_failure(share
     plugin = tmp_path / "spy.py"
     plugin.write_text(_KEY_SPY)
     monkeypatch.setenv("KEYS", str(tmp_path / "keys.jsonl"))
-    manifest = run_benchmark(bench, tmp_path / "run", generator=f"python:{plugin}", judges=[YES], settings=SETTINGS,
-                             max_images=3, collage=True, shard=(1, 3))
+    manifest = run_benchmark(bench, tmp_path / "run", RunOptions(generator=f"python:{plugin}", judges=[YES], settings=SETTINGS,
+                             max_images=3, collage=True, shard=(1, 3)))
     assert manifest.abstentions == 0 and manifest.collaged
     cases = {c.id: c for c in read_cases(bench) if shard_of(c.id, 3) == 1}
     for row in map(json.loads, (tmp_path / "keys.jsonl").read_text().splitlines()):
@@ -597,9 +597,9 @@ def test_merge_refuses_other_limits_and_sums_the_counts(shared_folder, tmp_path,
     shards = []
     for k in (1, 2):
         shards.append(tmp_path / f"s{k}")
-        run_benchmark(bench, shards[-1], generator=spec, judges=[YES], settings=SETTINGS, shard=(k, 2), max_images=5)
+        run_benchmark(bench, shards[-1], RunOptions(generator=spec, judges=[YES], settings=SETTINGS, shard=(k, 2), max_images=5))
     other = tmp_path / "other"
-    run_benchmark(bench, other, generator=spec, judges=[YES], settings=SETTINGS, shard=(2, 2))
+    run_benchmark(bench, other, RunOptions(generator=spec, judges=[YES], settings=SETTINGS, shard=(2, 2)))
     refused = run_trace("merge", str(shards[0]), str(other), "--out", str(tmp_path / "bad"))
     assert refused.returncode == 2 and "another max_images or collage" in refused.stderr
     merged = run_trace("merge", *map(str, shards), "--out", str(tmp_path / "m"))
@@ -613,9 +613,9 @@ def test_merge_refuses_other_limits_and_sums_the_counts(shared_folder, tmp_path,
 @pytest.mark.slow
 def test_a_diagnosis_feeds_the_nodes_of_a_collaged_root_a_collage(shared_runs, named, tmp_path):
     run = tmp_path / "run"
-    run_benchmark(named, run, generator="synthetic:distractor-confusion", judges=["oracle"], settings=SETTINGS,
-                  shard=(1, 6), max_images=5, collage=True)
-    diagnose_run(run, tmp_path / "diag", strategy="adaptive", settings=SETTINGS)
+    run_benchmark(named, run, RunOptions(generator="synthetic:distractor-confusion", judges=["oracle"], settings=SETTINGS,
+                  shard=(1, 6), max_images=5, collage=True))
+    diagnose_run(run, tmp_path / "diag", DiagnoseOptions(strategy="adaptive", settings=SETTINGS))
     cases = {c.id: c for c in read_cases(named)}
     trees = [DiagnosticTree.model_validate_json(line) for line in (tmp_path / "diag" / TREES_FILE).read_text().splitlines()]
     checked = 0

@@ -14,13 +14,13 @@ from hypothesis import given
 from strategies import valid_exprs
 from test_cli import run_trace
 from tracebench.diagnose import (NODES_FILE, SUMMARY_FILE, TREES_FILE, attribute, build_tree,
-                                 compositions_of, diagnose_run, node_case, number_terms, plan_trees, root_formula,
+                                 compositions_of, DiagnoseOptions, diagnose_run, node_case, number_terms, plan_trees, root_formula,
                                  draw_tree, rules, sources, summarize_sources, targets, tree_nodes)
 from tracebench.formula import Anchor, Apply, Compose, Disentangle, Expr, Text, analyze, parse, slot_count, to_text
 from tracebench.records import Case, DiagnosisSummary, DiagnosticTree, NodeOccurrence
 from tracebench.outcomes import ABSTAINED, FAILED, PASSED, Outcome
 from tracebench.providers import ModelSettings
-from tracebench.run import run_benchmark
+from tracebench.run import RunOptions, run_benchmark
 from tracebench.sample import read_cases
 from tracebench.sample._bind import bind
 from tracebench.zoo import failed_questions, parse_profile
@@ -382,8 +382,8 @@ WEAK = "weak-subtype:1.1_pattern_texture,weak-subtype:4.1_style,weak-subtype:att
 ])
 def test_localization_names_the_injected_cause(large, tmp_path, profile, cause, expected):
     bench = _breakable(large, profile, tmp_path / "bench")
-    run_benchmark(bench, tmp_path / "run", generator=f"synthetic:{profile}", judges=["oracle"], settings=SETTINGS)
-    summary = diagnose_run(tmp_path / "run", tmp_path / "diag", strategy="adaptive", settings=SETTINGS)
+    run_benchmark(bench, tmp_path / "run", RunOptions(generator=f"synthetic:{profile}", judges=["oracle"], settings=SETTINGS))
+    summary = diagnose_run(tmp_path / "run", tmp_path / "diag", DiagnoseOptions(strategy="adaptive", settings=SETTINGS))
     assert summary.cases >= 200
     localization = summary.localization_accuracy
     assert localization is not None and set(localization["by_cause"]) == {cause}
@@ -397,8 +397,8 @@ def test_localization_names_the_injected_cause(large, tmp_path, profile, cause, 
                                                   "relation-blind,leaky-binding", marks=pytest.mark.slow)])
 def test_adaptive_matches_full_with_fewer_nodes(small, shared_runs, tmp_path, profile):
     run = shared_runs(small, profile)
-    full = diagnose_run(run, tmp_path / "full", strategy="full", settings=SETTINGS)
-    adaptive = diagnose_run(run, tmp_path / "adaptive", strategy="adaptive", settings=SETTINGS)
+    full = diagnose_run(run, tmp_path / "full", DiagnoseOptions(strategy="full", settings=SETTINGS))
+    adaptive = diagnose_run(run, tmp_path / "adaptive", DiagnoseOptions(strategy="adaptive", settings=SETTINGS))
 
     def attributions(folder):
         return [[a.model_dump() for a in DiagnosticTree.model_validate_json(line).attributions]
@@ -414,7 +414,7 @@ def test_adaptive_matches_full_with_fewer_nodes(small, shared_runs, tmp_path, pr
 
 def test_trees_and_summary_on_disk(small, shared_runs, tmp_path):
     run = shared_runs(small, "synthetic:global-interference")
-    summary = diagnose_run(run, tmp_path / "diag", cases="all", settings=SETTINGS)
+    summary = diagnose_run(run, tmp_path / "diag", DiagnoseOptions(cases="all", settings=SETTINGS))
     on_disk = DiagnosisSummary.model_validate_json((tmp_path / "diag" / SUMMARY_FILE).read_text())
     assert on_disk == summary and summary.cases == len(list(read_cases(small)))
     assert abs(sum(summary.sources.values()) - 1) < 1e-3
@@ -431,7 +431,7 @@ def test_trees_and_summary_on_disk(small, shared_runs, tmp_path):
     assert {(a.op, a.target) for a in one.attributions} == {(q_op, t) for q_op, t in
                                                             targets(parse(one.formula))}
     before = (tmp_path / "diag" / TREES_FILE).read_bytes()
-    diagnose_run(run, tmp_path / "diag", cases="all", settings=SETTINGS)  # resumed: nothing redone
+    diagnose_run(run, tmp_path / "diag", DiagnoseOptions(cases="all", settings=SETTINGS))  # resumed: nothing redone
     assert (tmp_path / "diag" / TREES_FILE).read_bytes() == before
     calls = [json.loads(p.read_text())["calls"] for p in (tmp_path / "diag" / "rounds").glob("*/run/run.json")]
     assert calls and all(c == {} for c in calls)
@@ -448,11 +448,11 @@ def test_exported_nodes_come_back_through_a_folder_generator(small, shared_runs,
     assert {o.case_id for o in occurrences} == {c.id for c in exported}
     assert all(o.case_id.startswith(o.root + ".N") for o in occurrences if o.case_id.endswith("." + o.node))
     # "their own infrastructure": the exported folder run elsewhere, its images brought back
-    run_benchmark(tmp_path / "nodes", tmp_path / "elsewhere", generator="synthetic:composition-interference:2",
-                  judges=["oracle"], settings=SETTINGS)
-    back = diagnose_run(run, tmp_path / "back", generator=f"folder:{tmp_path / 'elsewhere' / 'images'}",
-                        settings=SETTINGS)
-    direct = diagnose_run(run, tmp_path / "direct", settings=SETTINGS)
+    run_benchmark(tmp_path / "nodes", tmp_path / "elsewhere", RunOptions(generator="synthetic:composition-interference:2",
+                  judges=["oracle"], settings=SETTINGS))
+    back = diagnose_run(run, tmp_path / "back", DiagnoseOptions(generator=f"folder:{tmp_path / 'elsewhere' / 'images'}",
+                        settings=SETTINGS))
+    direct = diagnose_run(run, tmp_path / "direct", DiagnoseOptions(settings=SETTINGS))
     assert back.sources == direct.sources and back.by_operator == direct.by_operator
     assert back.nodes_generated == direct.nodes_generated
 
@@ -483,7 +483,7 @@ def test_bad_input_is_one_line_and_writes_nothing(small, shared_runs, tmp_path, 
     run = shared_runs(small, "synthetic:global-interference", shard=(1, 8))
     out = tmp_path / "out"
     if "another strategy" in message:
-        diagnose_run(run, out, settings=SETTINGS)
+        diagnose_run(run, out, DiagnoseOptions(settings=SETTINGS))
     before = sorted(p.name for p in out.rglob("*")) if out.exists() else None
     args = [{"RUN": str(run), "OUT": str(out), "MISSING": str(tmp_path / "missing")}.get(a, a) for a in args]
     result = run_trace("diagnose", *args)
@@ -509,10 +509,10 @@ def _attributions(folder: Path) -> dict[str, list[dict]]:
 @pytest.mark.slow
 def test_shards_merge_to_the_whole_diagnosis(small, shared_runs, tmp_path):
     run = shared_runs(small, "synthetic:composition-interference:2,relation-blind")
-    whole = diagnose_run(run, tmp_path / "whole", settings=SETTINGS)
+    whole = diagnose_run(run, tmp_path / "whole", DiagnoseOptions(settings=SETTINGS))
     for i in (1, 2):
-        diagnose_run(run, tmp_path / f"shard{i}", shard=(i, 2), settings=SETTINGS,
-                     cache_dir=tmp_path / "cache")
+        diagnose_run(run, tmp_path / f"shard{i}", DiagnoseOptions(shard=(i, 2), settings=SETTINGS,
+                     cache_dir=tmp_path / "cache"))
     result = run_trace("merge", str(tmp_path / "shard1"), str(tmp_path / "shard2"), "--out", str(tmp_path / "merged"))
     assert result.returncode == 0, result.stderr
     merged = DiagnosisSummary.model_validate_json((tmp_path / "merged" / SUMMARY_FILE).read_text())
@@ -535,15 +535,15 @@ def test_diagnosis_over_http_matches_in_process(small, shared_runs, tmp_path, mo
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     profile = "global-interference,relation-blind"
     run = shared_runs(small, f"synthetic:{profile}")
-    local = diagnose_run(run, tmp_path / "local-diag", strategy="adaptive", settings=SETTINGS)
+    local = diagnose_run(run, tmp_path / "local-diag", DiagnoseOptions(strategy="adaptive", settings=SETTINGS))
     export_nodes(run, tmp_path / "nodes")  # the server answers the nodes' prompts too
     with ZooServer([small, tmp_path / "nodes"]).start() as server:
         settings = ModelSettings(base_url=server.base_url, max_retries=2, timeout=30.0)
-        run_benchmark(small, tmp_path / "http", generator=f"openai:synthetic/{profile}", judges=["openai:oracle"],
-                      settings=settings, concurrency=4)
+        run_benchmark(small, tmp_path / "http", RunOptions(generator=f"openai:synthetic/{profile}", judges=["openai:oracle"],
+                      settings=settings, concurrency=4))
         # a served model is named on the command line (a run folder never says where requests go)
-        http = diagnose_run(tmp_path / "http", tmp_path / "http-diag", strategy="adaptive", settings=settings,
-                            generator=f"openai:synthetic/{profile}", judges=["openai:oracle"], concurrency=4)
+        http = diagnose_run(tmp_path / "http", tmp_path / "http-diag", DiagnoseOptions(strategy="adaptive", settings=settings,
+                            generator=f"openai:synthetic/{profile}", judges=["openai:oracle"], concurrency=4))
     assert http.cases == local.cases and http.nodes_generated == local.nodes_generated
     assert http.sources == local.sources and http.by_operator == local.by_operator
     assert _attributions(tmp_path / "http-diag").keys() == _attributions(tmp_path / "local-diag").keys()
@@ -587,10 +587,10 @@ def test_windows_of_roots_give_the_one_window_diagnosis(small, tmp_path):
     shutil.copyfile(small / "manifest.json", bench / "manifest.json")
     shutil.copytree(small / "references", bench / "references", copy_function=os.link)
     run = tmp_path / "run"
-    run_benchmark(bench, run, generator=rule, judges=["oracle"], settings=SETTINGS)
+    run_benchmark(bench, run, RunOptions(generator=rule, judges=["oracle"], settings=SETTINGS))
     for strategy in ("full", "adaptive"):
-        one = diagnose_run(run, tmp_path / f"{strategy}-one", strategy=strategy, settings=SETTINGS, window=100)
-        windowed = diagnose_run(run, tmp_path / f"{strategy}-windows", strategy=strategy, settings=SETTINGS, window=4)
+        one = diagnose_run(run, tmp_path / f"{strategy}-one", DiagnoseOptions(strategy=strategy, settings=SETTINGS, window=100))
+        windowed = diagnose_run(run, tmp_path / f"{strategy}-windows", DiagnoseOptions(strategy=strategy, settings=SETTINGS, window=4))
         assert one.cases == 12 and windowed.model_dump(exclude={"tool"}) == one.model_dump(exclude={"tool"})
         trees = _trees_apart_from_rounds(tmp_path / f"{strategy}-windows")
         assert trees == _trees_apart_from_rounds(tmp_path / f"{strategy}-one")
@@ -603,13 +603,13 @@ def test_windows_of_roots_give_the_one_window_diagnosis(small, tmp_path):
         assert all(n["case_id"].startswith(twin["case_id"].removesuffix("-twin") + ".N") for n in twin["nodes"][1:])
         assert all(n["image"] for n in twin["nodes"][1:] if n["evaluated"])
     before = (tmp_path / "adaptive-windows" / TREES_FILE).read_bytes()
-    diagnose_run(run, tmp_path / "adaptive-windows", strategy="adaptive", settings=SETTINGS, window=4)  # resumed
+    diagnose_run(run, tmp_path / "adaptive-windows", DiagnoseOptions(strategy="adaptive", settings=SETTINGS, window=4))  # resumed
     assert (tmp_path / "adaptive-windows" / TREES_FILE).read_bytes() == before
     calls = [json.loads(p.read_text())["calls"] for p in (tmp_path / "adaptive-windows" / "rounds").glob("*/run/run.json")]
     assert calls and all(c == {} for c in calls)
     # resumed in other windows (a folder an earlier version planned otherwise): its rounds made again
     # from the call cache, none left over
-    diagnose_run(run, tmp_path / "adaptive-windows", strategy="adaptive", settings=SETTINGS, window=7)
+    diagnose_run(run, tmp_path / "adaptive-windows", DiagnoseOptions(strategy="adaptive", settings=SETTINGS, window=7))
     assert _trees_apart_from_rounds(tmp_path / "adaptive-windows") == _trees_apart_from_rounds(tmp_path / "adaptive-one")
     rounds = sorted((tmp_path / "adaptive-windows" / "rounds").iterdir())
     calls = [json.loads((r / "run" / "run.json").read_text())["calls"] for r in rounds]
@@ -619,7 +619,7 @@ def test_windows_of_roots_give_the_one_window_diagnosis(small, tmp_path):
     assert {r.name for r in rounds} == shown  # every round the trees' images come from, and no other
     # cases named on the command line: diagnosed in that order, whatever the run's
     named = [json.loads(lines[k])["id"] for k in (5, 0, 7, 2)]
-    diagnose_run(run, tmp_path / "named", cases=",".join(named + named[:1]), settings=SETTINGS, window=3)
+    diagnose_run(run, tmp_path / "named", DiagnoseOptions(cases=",".join(named + named[:1]), settings=SETTINGS, window=3))
     assert [t["case_id"] for t in _trees_apart_from_rounds(tmp_path / "named")] == named
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from test_cli import run_trace
-from tracebench.diagnose import diagnose_run
+from tracebench.diagnose import DiagnoseOptions, diagnose_run
 from tracebench.providers import ModelSettings, make_generator
 from tracebench.records import TREES_FILE, DiagnosticTree, RunManifest
-from tracebench.run import run_benchmark
+from tracebench.run import RunOptions, run_benchmark
 from tracebench.sample import read_cases
 from tracebench.zoo import read_record
 
@@ -61,12 +61,12 @@ def _majority(statuses: tuple[str, ...]) -> str:
 
 def test_later_generations_are_calls_of_their_own(small, tmp_path):
     """sample 0 is today's run; sample 1 another seed for the zoo, another cache entry, recorded."""
-    first = run_benchmark(small, tmp_path / "s0", generator="synthetic:strain", judges=["oracle"], settings=SETTINGS,
-                          cache_dir=tmp_path / "cache")
-    again = run_benchmark(small, tmp_path / "s0b", generator="synthetic:strain", judges=["oracle"], settings=SETTINGS,
-                          cache_dir=tmp_path / "cache")
-    second = run_benchmark(small, tmp_path / "s1", generator="synthetic:strain", judges=["oracle"],
-                           settings=ModelSettings(max_retries=0, timeout=30.0, sample=1), cache_dir=tmp_path / "cache")
+    first = run_benchmark(small, tmp_path / "s0", RunOptions(generator="synthetic:strain", judges=["oracle"], settings=SETTINGS,
+                          cache_dir=tmp_path / "cache"))
+    again = run_benchmark(small, tmp_path / "s0b", RunOptions(generator="synthetic:strain", judges=["oracle"], settings=SETTINGS,
+                          cache_dir=tmp_path / "cache"))
+    second = run_benchmark(small, tmp_path / "s1", RunOptions(generator="synthetic:strain", judges=["oracle"],
+                           settings=ModelSettings(max_retries=0, timeout=30.0, sample=1), cache_dir=tmp_path / "cache"))
     assert first.sample == 0 and second.sample == 1 and again.cache_hits > 0 and second.cache_hits == 0
     seeds = set()
     differ = 0
@@ -78,8 +78,8 @@ def test_later_generations_are_calls_of_their_own(small, tmp_path):
     assert len(seeds) == 1 and len(set(next(iter(seeds)))) == 2  # one seed per generation, not the same
     assert differ > 5
     with pytest.raises(Exception, match="another sample"):  # a run folder holds one generation
-        run_benchmark(small, tmp_path / "s0", generator="synthetic:strain", judges=["oracle"],
-                      settings=ModelSettings(max_retries=0, timeout=30.0, sample=2))
+        run_benchmark(small, tmp_path / "s0", RunOptions(generator="synthetic:strain", judges=["oracle"],
+                      settings=ModelSettings(max_retries=0, timeout=30.0, sample=2)))
     assert make_generator("synthetic:perfect", ModelSettings(sample=3)).sample == 3
 
 
@@ -99,8 +99,8 @@ def test_a_command_generator_is_told_its_generation(small, tmp_path):
 
     spec = f"command:{sys.executable} {script}"
     bench = _first_cases(small, tmp_path / "bench", 2)  # a process per case: two are enough
-    run_benchmark(bench, tmp_path / "r", generator=spec, judges=["oracle"],
-                  settings=ModelSettings(max_retries=0, timeout=60.0, sample=4))
+    run_benchmark(bench, tmp_path / "r", RunOptions(generator=spec, judges=["oracle"],
+                  settings=ModelSettings(max_retries=0, timeout=60.0, sample=4)))
     case = next(iter(read_cases(bench)))
     assert read_record((tmp_path / "r" / "images" / f"{case.id}.png").read_bytes()).drawn["seed"] == 4
 
@@ -108,8 +108,8 @@ def test_a_command_generator_is_told_its_generation(small, tmp_path):
 def test_repeats_of_a_deterministic_generator_change_nothing_but_the_images(small, shared_runs, tmp_path):
     run = shared_runs(small, "synthetic:global-interference")
     chosen = _failing_ids(run, 10)
-    once = diagnose_run(run, tmp_path / "once", cases=chosen, settings=SETTINGS)
-    thrice = diagnose_run(run, tmp_path / "thrice", cases=chosen, settings=SETTINGS, repeats=3)
+    once = diagnose_run(run, tmp_path / "once", DiagnoseOptions(cases=chosen, settings=SETTINGS))
+    thrice = diagnose_run(run, tmp_path / "thrice", DiagnoseOptions(cases=chosen, settings=SETTINGS, repeats=3))
     assert thrice.repeats == 3 and once.repeats == 1
     assert thrice.sources == once.sources and thrice.by_operator == once.by_operator
     for a, b in zip(_trees(tmp_path / "once"), _trees(tmp_path / "thrice")):
@@ -145,7 +145,7 @@ def test_repeats_decide_each_question_by_majority_resume_and_refuse_another_k(sm
 
     run = shared_runs(small, "synthetic:global-interference,noise:0.2")
     chosen = _failing_ids(run, 14)
-    summary = diagnose_run(run, tmp_path / "d", cases=chosen, settings=SETTINGS, repeats=3)
+    summary = diagnose_run(run, tmp_path / "d", DiagnoseOptions(cases=chosen, settings=SETTINGS, repeats=3))
     generations = _round_verdicts(tmp_path / "d")
     cases = {c.id: c for folder in (tmp_path / "d" / "rounds").iterdir() for c in read_cases(folder / "cases")}
     mixed = checked = 0
@@ -167,7 +167,7 @@ def test_repeats_decide_each_question_by_majority_resume_and_refuse_another_k(sm
         assert root.case_id == tree.case_id and len(root.sample_images) == 2  # the run's image is the first
     assert mixed > 10 and checked > 15 and summary.cases == 14
     before = (tmp_path / "d" / TREES_FILE).read_bytes()
-    diagnose_run(run, tmp_path / "d", cases=chosen, settings=SETTINGS, repeats=3)  # resumed: nothing redone
+    diagnose_run(run, tmp_path / "d", DiagnoseOptions(cases=chosen, settings=SETTINGS, repeats=3))  # resumed: nothing redone
     assert (tmp_path / "d" / TREES_FILE).read_bytes() == before
     calls = [json.loads(p.read_text())["calls"] for p in (tmp_path / "d" / "rounds").glob("*/run*/run.json")]
     assert len(calls) >= 3 and all(c == {} for c in calls)
@@ -184,9 +184,9 @@ def test_repeats_undo_what_noise_does_to_localization(small, shared_runs, tmp_pa
     """A requirement broken by a global term fails in every generation; noise in one of three. By
     majority, noise rarely decides a node, so the attribution is the noiseless one more often."""
     run = shared_runs(small, "synthetic:global-interference,noise:0.1")
-    exact = diagnose_run(shared_runs(small, "synthetic:global-interference"), tmp_path / "exact", settings=SETTINGS)
-    once = diagnose_run(run, tmp_path / "once", settings=SETTINGS)
-    thrice = diagnose_run(run, tmp_path / "thrice", settings=SETTINGS, repeats=3)
+    exact = diagnose_run(shared_runs(small, "synthetic:global-interference"), tmp_path / "exact", DiagnoseOptions(settings=SETTINGS))
+    once = diagnose_run(run, tmp_path / "once", DiagnoseOptions(settings=SETTINGS))
+    thrice = diagnose_run(run, tmp_path / "thrice", DiagnoseOptions(settings=SETTINGS, repeats=3))
     assert exact.localization_accuracy["accuracy"] == 1.0
     assert thrice.localization_accuracy["accuracy"] > once.localization_accuracy["accuracy"] + 0.05
     assert thrice.unstable["share"] < once.unstable["share"] / 2
@@ -211,9 +211,9 @@ def test_abstentions_of_later_generations_are_counted(small, shared_runs, tmp_pa
         "judge = Picky\n")
     run = shared_runs(small, "synthetic:global-interference")
     chosen = _failing_ids(run, 6)
-    once = diagnose_run(run, tmp_path / "once", cases=chosen, judges=[f"python:{plugin}"], settings=SETTINGS)
-    thrice = diagnose_run(run, tmp_path / "thrice", cases=chosen, judges=[f"python:{plugin}"], settings=SETTINGS,
-                          repeats=3)
+    once = diagnose_run(run, tmp_path / "once", DiagnoseOptions(cases=chosen, judges=[f"python:{plugin}"], settings=SETTINGS))
+    thrice = diagnose_run(run, tmp_path / "thrice", DiagnoseOptions(cases=chosen, judges=[f"python:{plugin}"], settings=SETTINGS,
+                          repeats=3))
     assert once.abstained_verdicts == 0 and thrice.sources == once.sources
     assert thrice.abstained_verdicts > 0
     assert all("busy" in reason or "asleep" in reason for reason in thrice.abstention_reasons)

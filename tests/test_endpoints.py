@@ -17,7 +17,7 @@ from tracebench.apikeys import public_url
 from tracebench.diagnose import export_nodes
 from tracebench.providers import ModelSettings
 from tracebench.records import DiagnosisSummary, DiagnosticTree, RunManifest
-from tracebench.run import run_benchmark
+from tracebench.run import RunOptions, run_benchmark
 from tracebench.sample import sample_benchmark
 from tracebench.serve import ZooServer
 
@@ -31,8 +31,8 @@ def served(tmp_path_factory):
     root = tmp_path_factory.mktemp("endpoints")
     bench = root / "bench"
     sample_benchmark(bench, slots=(1, 2, 3, 4, 5), per_slot=3, seed=5, applications=False)
-    run_benchmark(bench, root / "local", generator=f"synthetic:{PROFILE}", judges=["oracle"],
-                  settings=ModelSettings(max_retries=0))
+    run_benchmark(bench, root / "local", RunOptions(generator=f"synthetic:{PROFILE}", judges=["oracle"],
+                  settings=ModelSettings(max_retries=0)))
     export_nodes(root / "local", root / "nodes")
     with ZooServer([bench, root / "nodes"]).start() as zoo:
         result = run_trace("run", str(bench), "--generator", f"openai:synthetic/{PROFILE}@{zoo.base_url}",

@@ -33,7 +33,7 @@ from tracebench.library import LibraryInfo, TaggedImage, default_library
 from tracebench.records import (CASES, NODES, TREES, VERDICTS, DiagnosisManifest, DiagnosisSummary,
                                 NodeOccurrence, RunManifest, SampleManifest, read_cases, read_verdicts)
 from tracebench.report import Label, SourceLabel
-from tracebench.run import run_benchmark
+from tracebench.run import RunOptions, run_benchmark
 
 SETTINGS = test_records.SETTINGS
 GENERATOR = test_records.GENERATOR
@@ -156,7 +156,7 @@ def test_line_separators_in_a_prompt_and_a_reason_round_trip(world, tmp_path, mo
 def test_a_full_disk_in_trace_run_is_one_line_and_resumes(world, tmp_path):
     judges = ("--judge", "oracle", "--judge", "oracle")  # two votes a verdict: the verdicts outgrow every image
     reference = tmp_path / "reference"
-    run_benchmark(world["bench"], reference, generator=GENERATOR, judges=["oracle", "oracle"], settings=SETTINGS)
+    run_benchmark(world["bench"], reference, RunOptions(generator=GENERATOR, judges=["oracle", "oracle"], settings=SETTINGS))
     others = [p.stat().st_size for p in reference.rglob("*") if p.is_file() and p.name != VERDICTS.name]
     limit = max(others) + 1024
     assert limit < VERDICTS.path(reference).stat().st_size * 3 // 4  # they outgrow the limit mid-run

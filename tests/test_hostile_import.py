@@ -36,14 +36,14 @@ def made(shared_folder) -> Path:
     their exports: ``export-bench`` and ``export-run`` (with the diagnosis). Read only."""
 
     def make(root: Path) -> None:
-        from tracebench.diagnose import diagnose_run
-        from tracebench.run import run_benchmark
+        from tracebench.diagnose import DiagnoseOptions, diagnose_run
+        from tracebench.run import RunOptions, run_benchmark
         from tracebench.sample import sample_benchmark
 
         sample_benchmark(root / "bench", slots=(3,), per_slot=2, seed=3, applications=False)
-        run_benchmark(root / "bench", root / "run", generator=GENERATOR, judges=["oracle"], progress=False)
-        diagnose_run(root / "run", root / "diag", strategy="adaptive", progress=False,
-                     settings=ModelSettings(max_retries=0, timeout=30.0))
+        run_benchmark(root / "bench", root / "run", RunOptions(generator=GENERATOR, judges=["oracle"], progress=False))
+        diagnose_run(root / "run", root / "diag", DiagnoseOptions(strategy="adaptive", progress=False,
+                     settings=ModelSettings(max_retries=0, timeout=30.0)))
         export_folder(root / "bench", root / "export-bench")
         export_folder(root / "run", root / "export-run", diagnosis=root / "diag")
 

@@ -19,7 +19,7 @@ from openai_server import OpenAIStub
 from test_cli import run_trace
 from tracebench.library import TaggedImage, default_library, read_valid_library, validate_library
 from tracebench.records import NodeOccurrence, Reference, Verdict
-from tracebench.run import run_benchmark
+from tracebench.run import RunOptions, run_benchmark
 from tracebench.sample import sample_benchmark
 
 CANARY_TEXT = "CANARY-7f3a9c-outside-the-folder"
@@ -177,7 +177,7 @@ def test_a_folder_generator_image_linking_out_is_an_abstention_and_never_sent(be
 @pytest.fixture
 def finished(bench, tmp_path) -> Path:
     run = tmp_path / "work" / "run"
-    run_benchmark(bench, run, generator="synthetic:perfect", judges=["oracle"])
+    run_benchmark(bench, run, RunOptions(generator="synthetic:perfect", judges=["oracle"]))
     return run
 
 
@@ -206,7 +206,7 @@ def test_a_report_never_embeds_a_reference_or_an_image_linking_out(bench, finish
 
 def test_a_diagnosis_node_image_naming_another_file_is_refused(bench, tmp_path):
     run = tmp_path / "work" / "run"
-    run_benchmark(bench, run, generator="synthetic:global-interference", judges=["oracle"])
+    run_benchmark(bench, run, RunOptions(generator="synthetic:global-interference", judges=["oracle"]))
     diag = tmp_path / "work" / "diag"
     result = run_trace("diagnose", str(run), "--cases", "all", "--out", str(diag))
     assert result.returncode == 0, result.stderr
@@ -253,7 +253,7 @@ def test_a_sub_case_id_past_the_limit_is_one_line(bench, finished, tmp_path):
     old = json.loads((bench / "cases.jsonl").read_text().splitlines()[0])["id"]
     _edit_first_case(bench, lambda case: case.update(id=long_id))
     run = tmp_path / "work" / "run2"
-    run_benchmark(bench, run, generator="synthetic:perfect", judges=["oracle"])
+    run_benchmark(bench, run, RunOptions(generator="synthetic:perfect", judges=["oracle"]))
     result = run_trace("diagnose", str(run), "--cases", long_id, "--out", str(tmp_path / "work" / "diag"))
     _one_line_error(result, f"case {long_id}: its sub-case id {long_id}.N0: expected an id of at most 128")
     assert old != long_id

@@ -29,7 +29,7 @@ from tracebench.library import load_library
 from tracebench.library._tag import tag_images
 from tracebench.providers import ModelSettings
 from tracebench.records import Verdict
-from tracebench.run import parse_reply, run_benchmark
+from tracebench.run import parse_reply, RunOptions, run_benchmark
 from tracebench.sample import read_cases, sample_benchmark
 
 KEY = test_tag.KEY
@@ -238,8 +238,8 @@ def test_a_malformed_judge_reply_is_one_abstention(bench, tmp_path, key, mode):
     reply, fragment = CHAT[mode]
     with RawServer(judged(lambda request, n: reply if n == 1 else None)) as server:
         settings = ModelSettings(judge_base_url=server.base_url, max_retries=0, timeout=20.0)
-        run_benchmark(bench, tmp_path / "run", generator="synthetic:perfect", judges=["openai:judge"],
-                      settings=settings, concurrency=1)
+        run_benchmark(bench, tmp_path / "run", RunOptions(generator="synthetic:perfect", judges=["openai:judge"],
+                      settings=settings, concurrency=1))
     assert_one_case_abstained(bench, tmp_path / "run", fragment)
 
 
@@ -254,8 +254,8 @@ def test_a_malformed_image_reply_is_one_abstention(bench, tmp_path, key, mode):
 
     with RawServer(serve) as server:
         settings = ModelSettings(base_url=server.base_url, max_retries=0, timeout=20.0)
-        run_benchmark(bench, tmp_path / "run", generator="openai:painter", judges=["openai:judge"],
-                      settings=settings, concurrency=1)
+        run_benchmark(bench, tmp_path / "run", RunOptions(generator="openai:painter", judges=["openai:judge"],
+                      settings=settings, concurrency=1))
     assert_one_case_abstained(bench, tmp_path / "run", fragment)
     assert all(v.votes[0].reason.startswith("generation failed: ") for v in verdicts(tmp_path / "run")
                if v.verdict == "abstain")
@@ -268,8 +268,8 @@ def test_usage_of_the_wrong_type_is_ignored(bench, tmp_path, key, usage):
 
     with RawServer(judged(script)) as server:
         settings = ModelSettings(judge_base_url=server.base_url, max_retries=0, timeout=20.0)
-        manifest = run_benchmark(bench, tmp_path / "run", generator="synthetic:perfect", judges=["openai:judge"],
-                                 settings=settings, concurrency=1)
+        manifest = run_benchmark(bench, tmp_path / "run", RunOptions(generator="synthetic:perfect", judges=["openai:judge"],
+                                 settings=settings, concurrency=1))
     assert manifest.abstentions == 0 and manifest.tokens == 0
 
 
@@ -279,8 +279,8 @@ def test_reasons_and_raw_parts_are_capped_when_stored(bench, tmp_path, key):
 
     with RawServer(judged(script)) as server:
         settings = ModelSettings(judge_base_url=server.base_url, max_retries=0, timeout=20.0)
-        manifest = run_benchmark(bench, tmp_path / "run", generator="synthetic:perfect", judges=["openai:judge"],
-                                 settings=settings, concurrency=1)
+        manifest = run_benchmark(bench, tmp_path / "run", RunOptions(generator="synthetic:perfect", judges=["openai:judge"],
+                                 settings=settings, concurrency=1))
     assert manifest.abstentions == 0
     for verdict in verdicts(tmp_path / "run"):
         assert len(verdict.votes[0].reason) <= 1000 and len(verdict.votes[0].raw) <= 2000
@@ -310,8 +310,8 @@ def test_the_timeout_bounds_the_whole_call_of_a_trickling_server(bench, tmp_path
     with RawServer(judged(script)) as server:
         settings = ModelSettings(judge_base_url=server.base_url, max_retries=0, timeout=timeout)
         start = time.monotonic()
-        run_benchmark(bench, tmp_path / "run", generator="synthetic:perfect", judges=["openai:judge"],
-                      settings=settings, concurrency=1)
+        run_benchmark(bench, tmp_path / "run", RunOptions(generator="synthetic:perfect", judges=["openai:judge"],
+                      settings=settings, concurrency=1))
         elapsed = time.monotonic() - start
     assert elapsed < 4 * timeout + 5, elapsed  # a bound on hanging, not a measure of speed
     assert_one_case_abstained(bench, tmp_path / "run", "no complete reply within 1.5 s")
@@ -355,8 +355,8 @@ def test_an_echoed_key_never_reaches_a_file(bench, tmp_path, key):
 
     with RawServer(serve) as server:
         settings = ModelSettings(base_url=server.base_url, max_retries=0, timeout=20.0)
-        manifest = run_benchmark(bench, tmp_path / "run", generator="openai:painter", judges=["openai:judge"],
-                                 settings=settings, concurrency=1, cache_dir=tmp_path / "cache")
+        manifest = run_benchmark(bench, tmp_path / "run", RunOptions(generator="openai:painter", judges=["openai:judge"],
+                                 settings=settings, concurrency=1, cache_dir=tmp_path / "cache"))
     assert manifest.abstentions > 0
     reasons = " ".join(v.votes[0].reason + v.votes[0].raw for v in verdicts(tmp_path / "run"))
     assert "***" in reasons and "denied for" in reasons and "bad key" in reasons and "cannot parse" in reasons

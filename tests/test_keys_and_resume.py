@@ -11,7 +11,7 @@ from tracebench.cache import cache_key
 from tracebench.operators import SCENE, Family, Operator, Role
 from tracebench.providers import ModelSettings, make_generator, make_judge
 from tracebench.records import Verdict
-from tracebench.run import run_benchmark
+from tracebench.run import RunOptions, run_benchmark
 from tracebench.sample import read_cases
 
 SETTINGS = ModelSettings(max_retries=0, timeout=5.0)
@@ -67,22 +67,22 @@ def test_an_openai_generator_key_changes_with_the_prompt_and_the_references(case
 def test_resume_does_not_count_a_half_written_case_as_done(bench, tmp_path):
     """A run killed between two of a case's lines: the lines of the unfinished case are dropped and
     the case is generated and judged again, to the same verdicts."""
-    whole = run_benchmark(bench, tmp_path / "whole", generator="synthetic:noise:0.2", judges=["oracle"],
-                          settings=SETTINGS, cache_dir=tmp_path / "cache-whole")
+    whole = run_benchmark(bench, tmp_path / "whole", RunOptions(generator="synthetic:noise:0.2", judges=["oracle"],
+                          settings=SETTINGS, cache_dir=tmp_path / "cache-whole"))
     lines = (tmp_path / "whole" / "verdicts.jsonl").read_bytes().splitlines(keepends=True)
     last = Verdict.model_validate_json(lines[-1]).case_id
     first_of_last = next(k for k, line in enumerate(lines) if Verdict.model_validate_json(line).case_id == last)
     assert len(lines) - first_of_last >= 2
-    run_benchmark(bench, tmp_path / "cut", generator="synthetic:noise:0.2", judges=["oracle"], settings=SETTINGS,
-                  cache_dir=tmp_path / "cache-cut")
+    run_benchmark(bench, tmp_path / "cut", RunOptions(generator="synthetic:noise:0.2", judges=["oracle"], settings=SETTINGS,
+                  cache_dir=tmp_path / "cache-cut"))
     cut = lines[:first_of_last + 1]  # the last case's first line only, each line whole
     (tmp_path / "cut" / "verdicts.jsonl").write_bytes(b"".join(cut))
     (tmp_path / "cut" / "images" / f"{last}.png").unlink()
     for entry in (tmp_path / "cache-cut").rglob("*"):  # nothing cached: the case must really run again
         if entry.is_file():
             entry.unlink()
-    again = run_benchmark(bench, tmp_path / "cut", generator="synthetic:noise:0.2", judges=["oracle"],
-                          settings=SETTINGS, cache_dir=tmp_path / "cache-cut")
+    again = run_benchmark(bench, tmp_path / "cut", RunOptions(generator="synthetic:noise:0.2", judges=["oracle"],
+                          settings=SETTINGS, cache_dir=tmp_path / "cache-cut"))
     assert again.calls == {"synthetic:noise:0.2": 1, "oracle": 1}  # that case alone, generated and judged
     assert (tmp_path / "cut" / "verdicts.jsonl").read_bytes() == (tmp_path / "whole" / "verdicts.jsonl").read_bytes()
     assert again.cases == whole.cases

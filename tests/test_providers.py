@@ -26,7 +26,7 @@ from tracebench.errors import TraceError
 from tracebench.providers import (ImageBytes, ModelEntry, ModelSettings, ReferenceFiles, make_generator, make_judge,
                                   read_models_file, resolve_spec)
 from tracebench.records import Verdict
-from tracebench.run import read_verdicts, run_benchmark
+from tracebench.run import read_verdicts, RunOptions, run_benchmark
 from tracebench.sample import read_cases, sample_benchmark
 from tracebench.serve import ZooServer
 
@@ -242,15 +242,15 @@ def test_a_models_file_is_read_and_its_errors_name_the_field(bench, tmp_path):
 def test_an_ensemble_of_two_judges_on_two_servers(bench, tmp_path):
     cases = list(read_cases(bench))
     with ZooServer([bench]).start() as zoo, OpenAIStub(answering("no")) as stub:
-        manifest = run_benchmark(bench, tmp_path / "run", generator="synthetic:global-interference",
+        manifest = run_benchmark(bench, tmp_path / "run", RunOptions(generator="synthetic:global-interference",
                                  judges=[f"openai:oracle@{zoo.base_url}", f"openai:stub-model@{stub.base_url}"],
-                                 settings=SETTINGS, concurrency=4, ensemble="majority")
+                                 settings=SETTINGS, concurrency=4, ensemble="majority"))
         assert len(stub.requests) == len(cases)
     assert manifest.judges == ("openai:oracle", "openai:stub-model") and manifest.abstentions > 0
     assert manifest.calls == {"synthetic:global-interference": len(cases), "openai:oracle": len(cases),
                               "openai:stub-model": len(cases)}
     alone = tmp_path / "oracle"
-    run_benchmark(bench, alone, generator="synthetic:global-interference", judges=["oracle"], settings=SETTINGS)
+    run_benchmark(bench, alone, RunOptions(generator="synthetic:global-interference", judges=["oracle"], settings=SETTINGS))
     truth = {(v.case_id, v.question_id): v.verdict for v in read_verdicts(alone)}
     for v in read_verdicts(tmp_path / "run"):
         oracle, stubbed = v.votes
@@ -296,8 +296,8 @@ def test_concurrency_per_replica_is_bounded(bench, tmp_path):
     with OpenAIStub(slow("a")) as a, OpenAIStub(slow("b")) as b:
         settings = ModelSettings(models={"openai:stub-model": ModelEntry(base_urls=(a.base_url, b.base_url),
                                                                          concurrency=2)})
-        run_benchmark(bench, tmp_path / "run", generator="synthetic:perfect", judges=["openai:stub-model"],
-                      settings=settings, concurrency=16)
+        run_benchmark(bench, tmp_path / "run", RunOptions(generator="synthetic:perfect", judges=["openai:stub-model"],
+                      settings=settings, concurrency=16))
     assert 1 <= peak["a"] <= 2 and 1 <= peak["b"] <= 2, peak
 
 
@@ -325,8 +325,8 @@ def test_transient_errors_and_rate_limits_are_retried_a_bad_request_is_not(bench
 
     with OpenAIStub(handler) as stub:
         settings = ModelSettings(base_url=stub.base_url, max_retries=2, timeout=10.0)
-        manifest = run_benchmark(bench, tmp_path / "run", generator="synthetic:perfect",
-                                 judges=["openai:stub-model"], settings=settings, concurrency=4)
+        manifest = run_benchmark(bench, tmp_path / "run", RunOptions(generator="synthetic:perfect",
+                                 judges=["openai:stub-model"], settings=settings, concurrency=4))
     assert seen[cases[0].id] == 1  # a 400 is not retried
     assert all(seen[c.id] == 2 for c in cases[1:])  # one failure, one retry
     assert manifest.calls["openai:stub-model"] == len(cases)  # a retried call counts once
@@ -356,8 +356,8 @@ def test_an_exception_in_a_plugin_is_an_abstention_with_its_reason(bench, tmp_pa
         "            raise RuntimeError('out of GPU memory')\n"
         "        return generate(case, parse_profile('perfect'), seed=0)[0]\n"
         "generator = Flaky\n")
-    manifest = run_benchmark(bench, tmp_path / "run", generator=f"python:{plugin}", judges=["oracle"],
-                             settings=SETTINGS, concurrency=1)
+    manifest = run_benchmark(bench, tmp_path / "run", RunOptions(generator=f"python:{plugin}", judges=["oracle"],
+                             settings=SETTINGS, concurrency=1))
     verdicts = list(read_verdicts(tmp_path / "run"))
     failed = [v for v in verdicts if v.verdict == "abstain"]
     assert manifest.abstentions == len(failed) and 0 < len(failed) < len(verdicts)
@@ -426,8 +426,8 @@ def test_reference_images_are_sent_with_their_real_media_type(bench, tmp_path):
             image.convert("RGB").save(buffer, format="JPEG")
         (copy / ref.path).write_bytes(buffer.getvalue())
     with OpenAIStub(answering("yes")) as stub:
-        run_benchmark(copy, tmp_path / "run", generator=f"openai:stub-image@{stub.base_url}",
-                      judges=[f"openai:stub-model@{stub.base_url}"], settings=SETTINGS, concurrency=2)
+        run_benchmark(copy, tmp_path / "run", RunOptions(generator=f"openai:stub-image@{stub.base_url}",
+                      judges=[f"openai:stub-model@{stub.base_url}"], settings=SETTINGS, concurrency=2))
         edits = [r for r in stub.received if r.path == "/v1/images/edits"]
         chats = stub.requests
     prompt_of = {}
@@ -447,8 +447,8 @@ def test_reference_images_are_sent_with_their_real_media_type(bench, tmp_path):
 
 
 def test_verdict_records_carry_the_graded_value(bench, tmp_path):
-    run_benchmark(bench, tmp_path / "run", generator="synthetic:global-interference", judges=["oracle"],
-                  settings=SETTINGS)
+    run_benchmark(bench, tmp_path / "run", RunOptions(generator="synthetic:global-interference", judges=["oracle"],
+                  settings=SETTINGS))
     for line in (tmp_path / "run" / "verdicts.jsonl").read_text().splitlines():
         v = Verdict.model_validate_json(line)
         assert v.value == {"pass": 1.0, "fail": 0.0, "abstain": None}[v.verdict]

@@ -23,7 +23,7 @@ import ray  # noqa: F401 - the ray extra (README: the tests install it); never s
 from test_cli import _trace_executable, run_trace
 from tracebench.errors import TraceError
 from tracebench.records import read_cases
-from tracebench.run import run_benchmark, shard_of
+from tracebench.run import RunOptions, run_benchmark, shard_of
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -92,8 +92,8 @@ def bench(small_bench):
 @pytest.fixture(scope="module")
 def local(bench, shared_folder):
     """The same generator in process: the verdicts a Ray run must equal."""
-    return shared_folder("slow-zoo-local", lambda out: run_benchmark(bench, out, generator=PLUGIN, judges=["oracle"],
-                                                                     progress=False))
+    return shared_folder("slow-zoo-local", lambda out: run_benchmark(bench, out, RunOptions(generator=PLUGIN, judges=["oracle"],
+                                                                     progress=False)))
 
 
 def _lines(path: Path) -> int:
@@ -148,13 +148,13 @@ def _files(folder: Path) -> dict[str, bytes]:
 def test_a_diagnosis_through_ray_workers_gives_the_in_process_trees(bench, local, cluster, tmp_path):
     """Every round and every repeat made by one set of two workers (two set-ups in all), each
     repeat with its own seed: the trees, the summary and every node image as in process."""
-    from tracebench.diagnose import diagnose_run
+    from tracebench.diagnose import DiagnoseOptions, diagnose_run
 
     slots = {c.id: c.slot for c in read_cases(bench)}
     failing = {json.loads(line)["case_id"] for line in (local / "verdicts.jsonl").read_text().splitlines()
                if json.loads(line)["verdict"] == "fail"}
     chosen = ",".join(sorted(failing, key=lambda c: (slots[c], c))[:2])  # the two smallest trees: a quick test
-    diagnose_run(local, tmp_path / "here", cases=chosen, generator=PLUGIN, repeats=2, progress=False)
+    diagnose_run(local, tmp_path / "here", DiagnoseOptions(cases=chosen, generator=PLUGIN, repeats=2, progress=False))
     set_up = _lines(cluster["pids"])
     there = tmp_path / "ray"
     done = subprocess.run([*_trace_executable(), "diagnose", str(local), "--cases", chosen, "--repeats", "2",
@@ -179,8 +179,8 @@ def test_samples_made_by_ray_workers_are_the_in_process_samples(bench, cluster, 
     few = {c.id for c in list(read_cases(bench))[:3]}
     shard = next(n for n in range(2, 9) if 0 < sum(shard_of(c, n) == 1 for c in few) and
                  sum(shard_of(c.id, n) == 1 for c in read_cases(bench)) <= 4)
-    run_benchmark(bench, tmp_path / "here", generator=PLUGIN, judges=["oracle"], samples=2, shard=(1, shard),
-                  progress=False)
+    run_benchmark(bench, tmp_path / "here", RunOptions(generator=PLUGIN, judges=["oracle"], samples=2, shard=(1, shard),
+                  progress=False))
     set_up = _lines(cluster["pids"])
     done = subprocess.run([*_ray_run(bench, tmp_path / "ray", cluster["address"])[:-2], "--samples", "2",
                            "--shard", f"1/{shard}", "--out", str(tmp_path / "ray")], capture_output=True, text=True,
@@ -202,9 +202,9 @@ def test_ray_options_are_checked_before_anything_runs(bench, local, tmp_path, mo
     assert not (tmp_path / "d").exists()
     monkeypatch.setitem(sys.modules, "ray", None)  # an install without the extra
     with pytest.raises(TraceError, match=r"pip install 'tracebench\[ray\]'"):
-        run_benchmark(bench, tmp_path / "b", generator=PLUGIN, judges=["oracle"], executor="ray")
-    from tracebench.diagnose import diagnose_run
+        run_benchmark(bench, tmp_path / "b", RunOptions(generator=PLUGIN, judges=["oracle"], executor="ray"))
+    from tracebench.diagnose import DiagnoseOptions, diagnose_run
 
     with pytest.raises(TraceError, match=r"^--executor ray needs Ray: pip install 'tracebench\[ray\]'"):
-        diagnose_run(local, tmp_path / "e", generator=PLUGIN, executor="ray")
+        diagnose_run(local, tmp_path / "e", DiagnoseOptions(generator=PLUGIN, executor="ray"))
     assert not (tmp_path / "e").exists()

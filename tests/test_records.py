@@ -17,14 +17,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from test_cli import run_trace
-from tracebench.diagnose import diagnose_run, export_nodes
+from tracebench.diagnose import DiagnoseOptions, diagnose_run, export_nodes
 from tracebench.errors import TraceError
 from tracebench.jsonfiles import read_json, read_jsonl, write_json, write_jsonl
 from tracebench.records import (CASES_FILE, DIAGNOSIS_FILE, MANIFEST_FILE, NODES, NODES_FILE, RUN_FILE, RUN_MANIFEST,
                                 SAMPLE_MANIFEST, SUMMARY_FILE, TREES_FILE, VERDICTS, VERDICTS_FILE, Case,
                                 RunManifest, Verdict, checklist_problem, read_cases)
 from tracebench.providers import ModelSettings
-from tracebench.run import run_benchmark
+from tracebench.run import RunOptions, run_benchmark
 from tracebench.sample import sample_benchmark
 
 SETTINGS = ModelSettings(max_retries=0, timeout=30.0)
@@ -36,8 +36,8 @@ def world(shared_folder) -> dict[str, Path]:
     """Read only (made once for all workers): the tests break copies of it."""
     def make(root: Path) -> None:
         sample_benchmark(root / "bench", slots=(1, 2, 3), per_slot=2, seed=4, applications=False)
-        run_benchmark(root / "bench", root / "run", generator=GENERATOR, judges=["oracle"], settings=SETTINGS)
-        diagnose_run(root / "run", root / "diag", cases="all", settings=SETTINGS)
+        run_benchmark(root / "bench", root / "run", RunOptions(generator=GENERATOR, judges=["oracle"], settings=SETTINGS))
+        diagnose_run(root / "run", root / "diag", DiagnoseOptions(cases="all", settings=SETTINGS))
         (root / "sources.jsonl").write_text('{"case_id": "s1-00000", "target": "f1", "source": "stable_success"}\n')
 
     root = shared_folder("test_records-world", make)
@@ -306,7 +306,7 @@ def test_a_broken_label_line_stops_agree(world, tmp_path):
 
 def test_a_broken_sample_manifest_stops_what_reads_it(world, tmp_path):
     bench = _copy(world["bench"], tmp_path / "bench")
-    run_benchmark(bench, tmp_path / "run", generator=GENERATOR, judges=["oracle"], settings=SETTINGS)
+    run_benchmark(bench, tmp_path / "run", RunOptions(generator=GENERATOR, judges=["oracle"], settings=SETTINGS))
     data = json.loads((bench / MANIFEST_FILE).read_text())
     (bench / MANIFEST_FILE).write_text(json.dumps({**data, "seed": "zero"}, indent=2) + "\n")
     _refused(run_trace("diagnose", str(tmp_path / "run"), "--export-nodes", str(tmp_path / "nodes")),

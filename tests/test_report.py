@@ -13,7 +13,7 @@ from test_cli import run_trace
 from tracebench.diagnose import sources
 from tracebench.providers import ModelSettings
 from tracebench.report import build_report, _plots
-from tracebench.run import run_benchmark
+from tracebench.run import RunOptions, run_benchmark
 from tracebench.sample import sample_benchmark
 from tracebench.score import OPERATORS, score_run
 
@@ -52,8 +52,8 @@ def report(default_world, shared_folder) -> dict:
         # one text entity with an attribute, every question failed: disentangle, apply and compose
         # (its scene) 0.0, beside anchor, which no case has
         sample_benchmark(root / "tiny", slots=(1,), per_slot=1, seed=0, applications=False)
-        run_benchmark(root / "tiny", root / "tiny-run", generator="synthetic:noise:1.0", judges=["oracle"],
-                      settings=SETTINGS)
+        run_benchmark(root / "tiny", root / "tiny-run", RunOptions(generator="synthetic:noise:1.0", judges=["oracle"],
+                      settings=SETTINGS))
         build_report(root / "tiny-run", root / "tiny.html")
 
     root = shared_folder("test_report-pages", make)

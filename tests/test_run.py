@@ -19,7 +19,7 @@ from test_cli import _trace_executable, run_trace
 from tracebench.errors import TraceError
 from tracebench.records import RunManifest, Verdict, read_verdicts
 from tracebench.providers import ModelSettings
-from tracebench.run import run_benchmark
+from tracebench.run import RunOptions, run_benchmark
 from tracebench.sample import read_cases, sample_benchmark
 from tracebench.score import OPERATORS, score_run
 from tracebench.serve import ZooServer
@@ -35,8 +35,8 @@ def bench(run_bench) -> Path:
 
 
 def _run(bench: Path, out: Path, generator: str, judges=("oracle",), **kw):
-    return run_benchmark(bench, out, generator=generator, judges=list(judges), settings=kw.pop("settings", SETTINGS),
-                         **kw)
+    return run_benchmark(bench, out, RunOptions(generator=generator, judges=list(judges), settings=kw.pop("settings", SETTINGS),
+                         **kw))
 
 
 def _scores(out: Path) -> dict:

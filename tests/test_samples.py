@@ -17,7 +17,7 @@ from test_cli import run_trace
 from tracebench.providers import ModelSettings
 from tracebench.providers._local import sample_seed
 from tracebench.records import RUN_MANIFEST, read_cases
-from tracebench.run import load_run, run_benchmark, shard_of
+from tracebench.run import load_run, RunOptions, run_benchmark, shard_of
 from tracebench.score import case_scores, instance_scores, score_run
 from tracebench.score._score import _ci
 
@@ -34,8 +34,8 @@ def small(small_bench):
 @pytest.fixture(scope="module")
 def sampled(small, shared_folder):
     """The zoo's noisy generator judged by the oracle, 3 samples a case (read only)."""
-    return shared_folder("small-samples-3", lambda out: run_benchmark(small, out, generator=GENERATOR,
-                                                                      judges=["oracle"], settings=SETTINGS, samples=3))
+    return shared_folder("small-samples-3", lambda out: run_benchmark(small, out, RunOptions(generator=GENERATOR,
+                                                                      judges=["oracle"], settings=SETTINGS, samples=3)))
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +43,8 @@ def apart(small, shared_folder):
     """The same three generations made as three runs of one sample each (sample 0, 1, 2)."""
     def make(out: Path) -> None:
         for k in range(3):
-            run_benchmark(small, out / str(k), generator=GENERATOR, judges=["oracle"],
-                          settings=replace(SETTINGS, sample=k))
+            run_benchmark(small, out / str(k), RunOptions(generator=GENERATOR, judges=["oracle"],
+                          settings=replace(SETTINGS, sample=k)))
 
     return shared_folder("small-samples-apart", make)
 
@@ -75,7 +75,7 @@ def test_k_samples_are_the_k_generations_made_apart_with_recorded_seeds(small, s
 
 
 def test_one_sample_is_the_run_of_before_byte_for_byte(small, apart, tmp_path):
-    run_benchmark(small, tmp_path / "one", generator=GENERATOR, judges=["oracle"], settings=SETTINGS, samples=1)
+    run_benchmark(small, tmp_path / "one", RunOptions(generator=GENERATOR, judges=["oracle"], settings=SETTINGS, samples=1))
     assert (tmp_path / "one" / "verdicts.jsonl").read_bytes() == (apart / "0" / "verdicts.jsonl").read_bytes()
     assert (tmp_path / "one" / "run.json").read_text().replace(str(tmp_path / "one"), "") == \
         (apart / "0" / "run.json").read_text().replace(str(apart / "0"), "")
@@ -121,15 +121,15 @@ def test_the_nested_interval_resamples_cases_not_samples():
 
 def test_shards_of_a_sampled_run_merge_to_it_and_a_rejudge_keeps_its_samples(small, sampled, tmp_path):
     for i in (1, 2):
-        run_benchmark(small, tmp_path / f"s{i}", generator=GENERATOR, judges=["oracle"], settings=SETTINGS,
-                      samples=3, shard=(i, 2))
+        run_benchmark(small, tmp_path / f"s{i}", RunOptions(generator=GENERATOR, judges=["oracle"], settings=SETTINGS,
+                      samples=3, shard=(i, 2)))
     merged = run_trace("merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(tmp_path / "m"))
     assert merged.returncode == 0, merged.stderr
     assert (tmp_path / "m" / "verdicts.jsonl").read_bytes() == (sampled / "verdicts.jsonl").read_bytes()
     assert sorted(p.name for p in (tmp_path / "m" / "images").iterdir()) == \
         sorted(p.name for p in (sampled / "images").iterdir())
     one = tmp_path / "one"
-    run_benchmark(small, one, generator=GENERATOR, judges=["oracle"], settings=SETTINGS, shard=(2, 2))
+    run_benchmark(small, one, RunOptions(generator=GENERATOR, judges=["oracle"], settings=SETTINGS, shard=(2, 2)))
     refused = run_trace("merge", str(tmp_path / "s1"), str(one), "--out", str(tmp_path / "x"))
     assert refused.returncode == 2 and "samples" in refused.stderr and not (tmp_path / "x").exists()
     again = run_trace("rejudge", str(sampled), "--judge", "oracle", "--out", str(tmp_path / "rj"))
@@ -309,16 +309,16 @@ def test_later_samples_of_a_served_generator_are_sent_their_own_seed(small, tmp_
 
 def test_the_dry_run_counts_every_sample_and_the_cache_of_each(small, sampled, apart, tmp_path):
     cases = len(list(read_cases(small)))
-    fresh = run_benchmark(small, tmp_path / "new", generator=GENERATOR, judges=["oracle"], settings=SETTINGS,
-                          samples=3, dry_run=True)
+    fresh = run_benchmark(small, tmp_path / "new", RunOptions(generator=GENERATOR, judges=["oracle"], settings=SETTINGS,
+                          samples=3, dry_run=True))
     assert (fresh.cases, fresh.generations, fresh.judge_calls) == (cases, 3 * cases, {"oracle": 3 * cases})
     assert not (tmp_path / "new").exists()
-    whole = run_benchmark(small, tmp_path / "new", generator=GENERATOR, judges=["oracle"], settings=SETTINGS,
-                          samples=3, dry_run=True, cache_dir=sampled / "cache")
+    whole = run_benchmark(small, tmp_path / "new", RunOptions(generator=GENERATOR, judges=["oracle"], settings=SETTINGS,
+                          samples=3, dry_run=True, cache_dir=sampled / "cache"))
     assert (whole.generations, whole.generations_cached, whole.judge_calls_cached) == (0, 3 * cases,
                                                                                        {"oracle": 3 * cases})
-    first = run_benchmark(small, tmp_path / "new", generator=GENERATOR, judges=["oracle"], settings=SETTINGS,
-                          samples=3, dry_run=True, cache_dir=apart / "0" / "cache")  # sample 0 alone is cached
+    first = run_benchmark(small, tmp_path / "new", RunOptions(generator=GENERATOR, judges=["oracle"], settings=SETTINGS,
+                          samples=3, dry_run=True, cache_dir=apart / "0" / "cache"))  # sample 0 alone is cached
     assert (first.generations, first.generations_cached, first.judge_calls) == (2 * cases, cases,
                                                                                 {"oracle": 2 * cases})
 

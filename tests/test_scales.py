@@ -13,7 +13,7 @@ from test_cli import run_trace
 from tracebench.outcomes import Outcome, Status, median_vote
 from tracebench.providers import ModelSettings
 from tracebench.records import Question, read_cases, read_verdicts
-from tracebench.run import generated_image, parse_reply, run_benchmark
+from tracebench.run import generated_image, parse_reply, RunOptions, run_benchmark
 from tracebench.sample import sample_benchmark
 from tracebench.scales import Scale, answers, kind_of, normalize, outcome, truth_answer
 from tracebench.zoo import read_record
@@ -90,8 +90,8 @@ def bench(shared_folder) -> Path:
 def runs(shared_folder, bench) -> dict[str, Path]:
     def make(scale):
         def run(out):
-            run_benchmark(bench, out, generator="synthetic:partial:0.4", judges=["oracle"],
-                          settings=ModelSettings(max_retries=0, timeout=30.0, scale=scale))
+            run_benchmark(bench, out, RunOptions(generator="synthetic:partial:0.4", judges=["oracle"],
+                          settings=ModelSettings(max_retries=0, timeout=30.0, scale=scale)))
         return shared_folder(f"scales-run-{scale}", run)
 
     return {scale: make(scale) for scale in ("binary", "ternary", "tiers")}
@@ -127,8 +127,8 @@ def test_graded_over_http_equals_in_process(bench, runs, tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "x")  # a placeholder key: scrubbing must not corrupt replies
     with ZooServer([bench]).start() as server:
         settings = ModelSettings(base_url=server.base_url, max_retries=2, timeout=30.0, scale="ternary")
-        run_benchmark(bench, tmp_path / "http", generator="openai:synthetic/partial:0.4", judges=["openai:oracle"],
-                      settings=settings, concurrency=4, shard=(1, 4))
+        run_benchmark(bench, tmp_path / "http", RunOptions(generator="openai:synthetic/partial:0.4", judges=["openai:oracle"],
+                      settings=settings, concurrency=4, shard=(1, 4)))
     mine = {(v.case_id, v.question_id): (v.verdict, v.value) for v in read_verdicts(tmp_path / "http")}
     theirs = {(v.case_id, v.question_id): (v.verdict, v.value) for v in read_verdicts(runs["ternary"])}
     assert mine and all(theirs[k] == v for k, v in mine.items())
@@ -158,7 +158,7 @@ def test_an_unknown_scale_is_one_line(tmp_path, bench):
 
 
 def test_merge_and_compare_refuse_mixed_scales_and_diagnose_records_its_own(bench, runs, tmp_path):
-    from tracebench.diagnose import diagnose_run
+    from tracebench.diagnose import DiagnoseOptions, diagnose_run
     from tracebench.records import DIAGNOSIS_MANIFEST
 
     merged = run_trace("merge", str(runs["binary"]), str(runs["ternary"]), "--out", str(tmp_path / "m"))
@@ -167,11 +167,11 @@ def test_merge_and_compare_refuse_mixed_scales_and_diagnose_records_its_own(benc
     assert compared.returncode == 2 and "different scales (binary, ternary)" in compared.stderr
     report = run_trace("report", str(runs["binary"]), "--compare", str(runs["ternary"]), "--out", str(tmp_path / "r.html"))
     assert report.returncode == 2 and "judged on the ternary scale" in report.stderr
-    own = diagnose_run(runs["ternary"], tmp_path / "d", cases="s2-00001,s3-00002", settings=SETTINGS)
+    own = diagnose_run(runs["ternary"], tmp_path / "d", DiagnoseOptions(cases="s2-00001,s3-00002", settings=SETTINGS))
     manifest = DIAGNOSIS_MANIFEST.read(tmp_path / "d")
     assert manifest.scale == "ternary" and manifest.roots_from_run and own.cases == 2
-    other = diagnose_run(runs["ternary"], tmp_path / "d2", cases="s2-00001",
-                         settings=ModelSettings(max_retries=0, timeout=30.0, scale="binary"))
+    other = diagnose_run(runs["ternary"], tmp_path / "d2", DiagnoseOptions(cases="s2-00001",
+                         settings=ModelSettings(max_retries=0, timeout=30.0, scale="binary")))
     assert DIAGNOSIS_MANIFEST.read(tmp_path / "d2").roots_from_run is False and other.cases == 1
     again = run_trace("diagnose", str(runs["ternary"]), "--out", str(tmp_path / "d"), "--cases", "s2-00001,s3-00002",
                       "--scale", "binary")

@@ -20,7 +20,7 @@ from test_run import _oracle_handler
 from tracebench.errors import TraceError
 from tracebench.providers import ModelSettings
 from tracebench.records import RUN_MANIFEST, read_cases
-from tracebench.run import rejudge_run, run_benchmark
+from tracebench.run import rejudge_run, RunOptions, run_benchmark
 from tracebench.score import leaderboard, score_run
 from tracebench.share import export_folder, import_dataset
 from tracebench.share._features import row_of
@@ -38,13 +38,13 @@ def _files(folder: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def world(run_bench, shared_runs, shared_folder):
     """The run benchmark, a zoo run of it and an adaptive diagnosis of that run (shared, read only)."""
-    from tracebench.diagnose import diagnose_run
+    from tracebench.diagnose import DiagnoseOptions, diagnose_run
 
     run = shared_runs(run_bench, GENERATOR)
 
     def make(out: Path) -> None:
-        diagnose_run(run, out, strategy="adaptive", settings=ModelSettings(max_retries=0, timeout=30.0),
-                     progress=False)
+        diagnose_run(run, out, DiagnoseOptions(strategy="adaptive", settings=ModelSettings(max_retries=0, timeout=30.0),
+                     progress=False))
 
     return {"bench": run_bench, "run": run, "diagnosis": shared_folder("share-diagnosis", make)}
 
@@ -84,7 +84,7 @@ def test_export_then_import_gives_the_benchmark_back_byte_for_byte(world, tmp_pa
 
 
 def test_a_run_export_imports_to_a_run_that_scores_reports_and_diagnoses_alike(world, tmp_path, monkeypatch):
-    from tracebench.diagnose import diagnose_run
+    from tracebench.diagnose import DiagnoseOptions, diagnose_run
     from tracebench.report import build_report
 
     run, diagnosis = world["run"], world["diagnosis"]
@@ -120,8 +120,8 @@ def test_a_run_export_imports_to_a_run_that_scores_reports_and_diagnoses_alike(w
     page = build_report(back, tmp_path / "page.html", diagnosis=back / "diagnosis")
     assert page.stat().st_size > 0
     # and trace diagnose takes the imported run (the zoo generates its nodes again): the same attributions
-    again = diagnose_run(back, tmp_path / "diag", strategy="adaptive", progress=False,
-                         settings=ModelSettings(max_retries=0, timeout=30.0))
+    again = diagnose_run(back, tmp_path / "diag", DiagnoseOptions(strategy="adaptive", progress=False,
+                         settings=ModelSettings(max_retries=0, timeout=30.0)))
     assert again.counts == json.loads((diagnosis / "summary.json").read_text())["counts"]
 
 
@@ -147,8 +147,8 @@ def test_rejudging_with_a_served_judge_and_the_sources_cache_calls_nothing(world
     with OpenAIStub(_oracle_handler(cases, flaky=False)) as stub:
         settings = ModelSettings(base_url=stub.base_url, max_retries=0, timeout=30.0)
         source = tmp_path / "served"
-        run_benchmark(bench, source, generator=GENERATOR, judges=["openai:oracle"], settings=settings,
-                      progress=False)
+        run_benchmark(bench, source, RunOptions(generator=GENERATOR, judges=["openai:oracle"], settings=settings,
+                      progress=False))
         asked = len(stub.requests)
         again = rejudge_run(source, tmp_path / "again", judges=["openai:oracle"], settings=settings,
                             cache_dir=source / "cache")
@@ -319,8 +319,8 @@ def tiny_bench(shared_folder):
 
 def test_a_collaged_run_round_trips_with_what_the_generator_said(tiny_bench, tmp_path):
     run = tmp_path / "run"
-    manifest = run_benchmark(tiny_bench, run, generator=GENERATOR, judges=["oracle"], max_images=1, collage=True,
-                             progress=False)
+    manifest = run_benchmark(tiny_bench, run, RunOptions(generator=GENERATOR, judges=["oracle"], max_images=1, collage=True,
+                             progress=False))
     assert manifest.collaged and list((run / "images").glob("*.json"))
     export_folder(run, tmp_path / "export")
     import_dataset(tmp_path / "export", tmp_path / "back")

@@ -329,8 +329,8 @@ def test_localization_under_load_is_what_its_probabilities_predict(shared_folder
     """A diagnosis that generates every node once, under random failures whose cause is known:
     how often it names the right source, and how often each source, is predicted exactly from
     the failure probabilities of the nodes; the observed counts must agree."""
-    from tracebench.diagnose import diagnose_run
-    from tracebench.run import run_benchmark
+    from tracebench.diagnose import DiagnoseOptions, diagnose_run
+    from tracebench.run import RunOptions, run_benchmark
 
     settings = ModelSettings(max_retries=0, timeout=30.0)
     profile = parse_profile(ANCHOR_MODES)
@@ -343,8 +343,8 @@ def test_localization_under_load_is_what_its_probabilities_predict(shared_folder
     (sub / "manifest.json").write_bytes((bench / "manifest.json").read_bytes())
     # hard links: the same files at no cost, inside the folder (a symlink leaving it is refused)
     shutil.copytree(bench / "references", sub / "references", copy_function=os.link)
-    run_benchmark(sub, tmp_path / "run", generator=f"synthetic:{ANCHOR_MODES}", judges=["oracle"], settings=settings)
-    summary = diagnose_run(tmp_path / "run", tmp_path / "diag", strategy="full", settings=settings)
+    run_benchmark(sub, tmp_path / "run", RunOptions(generator=f"synthetic:{ANCHOR_MODES}", judges=["oracle"], settings=settings))
+    summary = diagnose_run(tmp_path / "run", tmp_path / "diag", DiagnoseOptions(strategy="full", settings=settings))
     sub_cases = {c.id: c for c in cases}
     for folder in sorted((tmp_path / "diag" / "rounds").iterdir()):
         sub_cases.update((c.id, c) for c in read_cases(folder / "cases"))

@@ -91,7 +91,7 @@ def run(args) -> int:
         raise TraceError("--dry-run needs --formula; to see a run's trees without model calls use --export-nodes DIR")
     if args.out is None and args.export_nodes is None:
         raise TraceError("give --out DIAG_DIR (or --export-nodes DIR to only write the nodes)")
-    from ..diagnose import diagnose_run, export_nodes
+    from ..diagnose import DiagnoseOptions, diagnose_run, export_nodes
     from ..records import NODES, NODES_FILE, RUN_MANIFEST
 
     if args.export_nodes is not None:
@@ -103,12 +103,12 @@ def run(args) -> int:
             return 0
     manifest = RUN_MANIFEST.read(args.run_dir)  # the rest is read once, below
     settings = model_settings(args, seed=manifest.seed or 0)  # the scale: --scale, else the run's
-    summary = diagnose_run(args.run_dir, args.out, cases=args.cases, generator=args.generator, judges=args.judge,
-                           strategy=args.strategy, settings=settings, concurrency=args.concurrency,
-                           judge_batch=args.judge_batch, cache_dir=args.cache, shard=args.shard,
-                           retry_abstained=args.retry_abstained, gating=args.gating, repeats=args.repeats,
-                           executor=args.executor, workers=args.workers, gpus_per_worker=args.gpus_per_worker,
-                           ray_address=args.ray_address)
+    options = DiagnoseOptions(cases=args.cases, generator=args.generator, judges=args.judge, strategy=args.strategy,
+                              settings=settings, concurrency=args.concurrency, judge_batch=args.judge_batch,
+                              cache_dir=args.cache, shard=args.shard, retry_abstained=args.retry_abstained,
+                              gating=args.gating, repeats=args.repeats, executor=args.executor, workers=args.workers,
+                              gpus_per_worker=args.gpus_per_worker, ray_address=args.ray_address)
+    summary = diagnose_run(args.run_dir, args.out, options)
     if args.json:
         print(json.dumps(summary.model_dump(mode="json"), indent=2))
     elif not summary.cases:  # a run where every case passes: nothing failed, nothing to localize

@@ -66,8 +66,10 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from dataclasses import replace
+
     from ..errors import TraceError
-    from ..run import read_prices, run_benchmark
+    from ..run import RunOptions, read_prices, run_benchmark
 
     settings = model_settings(args)
     if args.price_file is not None and not args.dry_run and args.max_cost is None:
@@ -75,28 +77,15 @@ def run(args) -> int:
     if args.max_cost is not None and args.price_file is None:
         raise TraceError("--max-cost: give --price-file FILE, the prices the budget is counted in")
     prices = None if args.price_file is None else read_prices(args.price_file)
-    if args.dry_run:
-        from ..run import format_estimate
-
-        estimate = run_benchmark(args.cases_dir, args.out, generator=args.generator, judges=args.judge,
-                                 settings=settings, shard=args.shard, judge_batch=args.judge_batch,
-                                 retry_abstained=args.retry_abstained, cache_dir=args.cache, ensemble=args.ensemble,
-                                 max_images=args.max_images, collage=args.collage, dry_run=True, prices=prices,
-                                 max_cost=args.max_cost, samples=args.samples)
-        print(format_estimate(estimate, args.out))
-        if args.max_cost is not None:
-            print(f"--max-cost {args.max_cost:.15g}: the estimate " + (
-                "fits" if estimate.total <= args.max_cost else
-                "is over it; the run would stop where it is spent (exit 3), and the same command go on"))
-        return 0
-    manifest = run_benchmark(args.cases_dir, args.out, generator=args.generator, judges=args.judge,
-                             settings=settings, concurrency=args.concurrency, shard=args.shard,
-                             judge_batch=args.judge_batch, retry_abstained=args.retry_abstained,
-                             cache_dir=args.cache, ensemble=args.ensemble, max_images=args.max_images,
-                             collage=args.collage, max_calls=args.max_calls, max_cost=args.max_cost, prices=prices,
-                             allow_model_change=args.allow_model_change, executor=args.executor,
-                             workers=args.workers, gpus_per_worker=args.gpus_per_worker, ray_address=args.ray_address,
-                             samples=args.samples)
+    options = RunOptions(generator=args.generator, judges=args.judge, settings=settings, concurrency=args.concurrency,
+                         shard=args.shard, judge_batch=args.judge_batch, retry_abstained=args.retry_abstained,
+                         cache_dir=args.cache, ensemble=args.ensemble, max_images=args.max_images,
+                         collage=args.collage, max_calls=args.max_calls, max_cost=args.max_cost, prices=prices,
+                         allow_model_change=args.allow_model_change, executor=args.executor, workers=args.workers,
+                         gpus_per_worker=args.gpus_per_worker, ray_address=args.ray_address, samples=args.samples)
+    if args.dry_run:  # counted here: no worker is started
+        return _dry_run(args, replace(options, dry_run=True, executor="local"))
+    manifest = run_benchmark(args.cases_dir, args.out, options)
     calls = ", ".join(f"{spec}: {n}" for spec, n in manifest.calls.items()) or "none"
     samples = f" ({manifest.samples} samples each)" if manifest.samples else ""
     print(f"{args.out}: {manifest.cases} cases{samples}, {manifest.verdicts} verdicts, {manifest.abstentions} abstentions; "
@@ -107,6 +96,18 @@ def run(args) -> int:
     if manifest.collaged:
         print(f"{manifest.collaged} cases sent as one grid image (more than {manifest.max_images} references)")
     return run_incomplete("trace run", args.out, manifest, max_calls=args.max_calls, max_cost=args.max_cost)
+
+
+def _dry_run(args, options) -> int:
+    from ..run import format_estimate, run_benchmark
+
+    estimate = run_benchmark(args.cases_dir, args.out, options)
+    print(format_estimate(estimate, args.out))
+    if args.max_cost is not None:
+        print(f"--max-cost {args.max_cost:.15g}: the estimate " + (
+            "fits" if estimate.total <= args.max_cost else
+            "is over it; the run would stop where it is spent (exit 3), and the same command go on"))
+    return 0
 
 
 def _amount(text: str) -> float:

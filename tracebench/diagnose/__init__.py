@@ -4,7 +4,8 @@
 - ``_tree``: the whole tree of a formula (networkx), named as in the paper;
 - ``_node``: a node as a case of its own (prompt, references, checklist subset);
 - ``_attribute``: node results -> one failure source per operator instance;
-- ``_diagnose``: ``trace diagnose`` over a run folder, through the run harness.
+- ``_diagnose``: the trees of a window of cases planned, evaluated by a strategy and attributed;
+- ``_run``: ``trace diagnose`` over a run folder (:class:`DiagnoseOptions`), through the run harness.
 
 Names are imported from their module on first use: drawing one formula's tree
 (``trace diagnose --formula F --dry-run``) needs neither the run harness nor the records.
@@ -17,8 +18,9 @@ from ..lazy import lazy_exports
 _WHERE = {
     "..records": ("DIAGNOSIS_FILE", "NODES_FILE", "SUMMARY_FILE", "TREES_FILE"),
     "._attribute": ("UNDETERMINED", "attribute", "pending", "summarize_sources"),
-    "._diagnose": ("TreePlan", "diagnose", "diagnose_run", "export_nodes", "format_summary", "majority_verdicts",
+    "._diagnose": ("RootEvidence", "TreePlan", "diagnose", "export_nodes", "format_summary", "majority_verdicts",
                    "merge_diagnoses", "node_results", "plan_trees", "summarize"),
+    "._run": ("DiagnoseOptions", "diagnose_run", "named_providers"),
     "._node": ("compositions_of", "node_case", "root_formula"),
     "._rules": ("Downgrades", "Rule", "Source", "number_terms", "rules", "sources", "targets", "zoo_expectations"),
     "._tree": ("TreeNode", "build_tree", "draw_tree", "tree_json", "tree_nodes"),

@@ -24,31 +24,26 @@ key's first 16 bytes and an id per sub-case planned, whatever the number of case
 from __future__ import annotations
 
 import hashlib
-import itertools
 import os
-import shutil
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence, TypeVar
 
 import networkx as nx
 
 from .. import __version__
-from ..errors import TraceError, other_fields
-from ..formula import canonical
+from ..errors import TraceError
 from ..library import staged_output
-from ..scales import GRADED_ENSEMBLE
-from ..records import (CASES, DIAGNOSIS_MANIFEST, MAX_SAMPLES, NODES, SUMMARY, TREES, Case, DiagnosisManifest, DiagnosisSummary,
-                       DiagnosticEdge, DiagnosticNode, DiagnosticTree, NodeOccurrence, RUN_MANIFEST, RunManifest, SampleManifest, VERDICTS)
+from ..records import (CASES, DIAGNOSIS_MANIFEST, MAX_SAMPLES, NODES, SUMMARY, TREES, Case, DiagnosisManifest,
+                       DiagnosisSummary, DiagnosticEdge, DiagnosticNode, DiagnosticTree, NodeOccurrence, SampleManifest)
 from ..gcpolicy import fewer_collections
 from ..resources import data_hash
-from ..safepaths import MAX_ID, inside, owned_folder, safe_id_problem
+from ..safepaths import MAX_ID, inside, safe_id_problem
 from ..outcomes import ABSTAINED, Outcome, majority_verdicts
-from ..providers import ModelSettings, RayGenerator, resolve_spec, runs_offline, synthetic_profile
-from ..run import (abstention_reason, generated_image, library_of, make_providers, run_benchmark, shard_of,
-                   stream_run)
-from ..cache import remove_stale_temporaries, sha256
+from ..providers import synthetic_profile
+from ..run import abstention_reason, shard_of, stream_run
+from ..cache import sha256
 from ..jsonfiles import record_line
 from ..sample import read_sample_manifest, write_benchmark
 from ..score import Gating, instance_results
@@ -57,11 +52,9 @@ from ._node import node_case, node_shape, root_formula
 from ._rules import RULES_FILE, SOURCES_FILE, number_terms, sources
 from ._tree import TreeNode, bound_tree, tree_nodes
 
-__all__ = ["Evaluated", "Evaluator", "TreePlan", "diagnose", "diagnose_run", "export_nodes", "format_summary",
+__all__ = ["Evaluated", "Evaluator", "RootEvidence", "TreePlan", "diagnose", "export_nodes", "format_summary",
            "majority_verdicts", "merge_diagnoses", "node_results", "plan_trees", "summarize"]
 
-ROUNDS_DIR = "rounds"
-CACHE_DIR = "cache"
 STRATEGIES = ("full", "adaptive")
 # roots diagnosed together: their sub-cases and trees are what a diagnosis holds in memory (a root of
 # 8 slots plans about 16 sub-cases, 1 MB as records), and each window's rounds are run one by one
@@ -272,34 +265,53 @@ def _select(run, which: str, shard: tuple[int, int] | None) -> list[Case]:
 Recall = Callable[[str, str, int], "tuple[dict[str, Outcome], str | None, dict[str, str]] | None"]
 
 
-def _strategy_rounds(plan: TreePlan, strategy: str, root_verdicts: dict[str, dict[str, Outcome]], evaluate: Evaluator,
-                     roots_from_run: bool, recall: Recall | None = None, gating: Gating = Gating.WITHIN,
-                     repeats: int = 1) -> tuple[Evaluated, _Samples]:
-    """Evaluate the sub-cases the strategy asks for, ``repeats`` generations of each (those
-    ``recall`` knows are not evaluated again); returns the first generation's verdicts, images
-    and abstention reasons by sub-case key, and the later generations'."""
-    verdicts: dict[str, dict[str, Outcome]] = {}
-    images: dict[str, str] = {}
-    reasons: dict[str, dict[str, str]] = {}
-    later = _Samples()
+@dataclass(frozen=True)
+class RootEvidence:
+    """What a diagnosis knows of its roots besides their verdicts. ``from_run``: the roots'
+    verdicts (and images) are the run's, else each root is generated again as node ``N0``;
+    ``images``: case id -> the run's image; ``reasons``: case id -> question id -> why the run's
+    verdict abstained; ``causes(case, image)``: the causes a synthetic generator recorded
+    (question id -> causes), for the localization check; ``recall``: the sub-cases evaluated
+    before (an earlier window of roots, the run's later samples)."""
 
-    def store(k: str, sample: int, got: dict[str, Outcome], image: str | None, why: dict[str, str]) -> None:
+    from_run: bool = True
+    images: dict[str, str] = field(default_factory=dict)
+    reasons: dict[str, dict[str, str]] = field(default_factory=dict)
+    causes: Callable[[Case, str], dict[str, tuple[str, ...]] | None] | None = None
+    recall: Recall | None = None
+
+
+class _Evaluation:
+    """The sub-cases a strategy evaluated: the first generation's verdicts, images and abstention
+    reasons by sub-case key, and the later generations' (``--repeats``)."""
+
+    def __init__(self, plan: TreePlan, evaluate: Evaluator, recall: Recall | None, repeats: int) -> None:
+        self.plan, self.evaluate, self.recall, self.repeats = plan, evaluate, recall, repeats
+        self.verdicts: dict[str, dict[str, Outcome]] = {}
+        self.images: dict[str, str] = {}
+        self.reasons: dict[str, dict[str, str]] = {}
+        self.later = _Samples()
+
+    def store(self, k: str, sample: int, got: dict[str, Outcome], image: str | None, why: dict[str, str]) -> None:
         if sample == 0:
-            verdicts[k] = got
+            self.verdicts[k] = got
             if image is not None:
-                images[k] = image
+                self.images[k] = image
             if why:
-                reasons[k] = why
+                self.reasons[k] = why
         else:
-            later.verdicts.setdefault(k, []).append(got)
-            later.images.setdefault(k, []).append(image)
-            later.reasons.setdefault(k, []).append(why)
+            self.later.verdicts.setdefault(k, []).append(got)
+            self.later.images.setdefault(k, []).append(image)
+            self.later.reasons.setdefault(k, []).append(why)
 
-    def run_round(keys: list[str], first: int = 0) -> None:
-        """Generate and judge samples ``first`` .. repeats-1 of the sub-cases not done yet."""
-        wanted = [k for k in dict.fromkeys(keys) if (k not in verdicts if first == 0 else k not in later.verdicts)]
-        samples = range(first, repeats)
-        known = {(k, s): recall(k, plan.cases[k].id, s) if recall else None for k in wanted for s in samples}
+    def run_round(self, keys: list[str], first: int = 0) -> None:
+        """Generate and judge samples ``first`` .. repeats-1 of the sub-cases not done yet (those
+        ``recall`` knows are not evaluated again)."""
+        done = self.verdicts if first == 0 else self.later.verdicts
+        wanted = [k for k in dict.fromkeys(keys) if k not in done]
+        samples = range(first, self.repeats)
+        cases = self.plan.cases
+        known = {(k, s): self.recall(k, cases[k].id, s) if self.recall else None for k in wanted for s in samples}
         # the sub-cases by the generations they still need (a root of a run of --samples K asked
         # for more: generations K .. repeats-1), each group made in one round
         missing: dict[tuple[int, ...], list[str]] = {}
@@ -307,69 +319,84 @@ def _strategy_rounds(plan: TreePlan, strategy: str, root_verdicts: dict[str, dic
             needed = tuple(s for s in samples if known[k, s] is None)
             if needed:
                 missing.setdefault(needed, []).append(k)
-        for needed, keys in missing.items():
-            made = evaluate([plan.cases[k] for k in keys], needed)
-            for k in keys:
-                case_id = plan.cases[k].id
+        for needed, group in missing.items():
+            made = self.evaluate([cases[k] for k in group], needed)
+            for k in group:
+                case_id = cases[k].id
                 for (got, got_images, got_reasons), s in zip(made, needed):
                     known[k, s] = (got.get(case_id, {}), got_images.get(case_id), got_reasons.get(case_id, {}))
         for k in wanted:
             for s in samples:
-                store(k, s, *known[k, s])  # type: ignore[misc]
+                self.store(k, s, *known[k, s])  # type: ignore[misc]
 
-    def results(k: str, first: dict[str, Outcome] | None = None) -> dict:
-        return node_results(plan.cases[k], [verdicts[k] if first is None else first, *later.verdicts.get(k, [])],
-                            gating)
+    def generations(self, k: str, first: dict[str, Outcome] | None = None) -> list[dict[str, Outcome]]:
+        """A sub-case's verdicts of each generation (``first``: the first's, when not evaluated here)."""
+        return [self.verdicts[k] if first is None else first, *self.later.verdicts.get(k, [])]
 
-    if not roots_from_run:
-        run_round([t.keys["N0"] for t in plan.trees])
+    def results(self, k: str, gating: Gating, first: dict[str, Outcome] | None = None) -> dict:
+        return node_results(self.plan.cases[k], self.generations(k, first), gating)
+
+
+def _strategy_rounds(plan: TreePlan, strategy: str, root_verdicts: dict[str, dict[str, Outcome]],
+                     evaluate: Evaluator, evidence: RootEvidence, gating: Gating, repeats: int) -> _Evaluation:
+    """Evaluate the sub-cases the strategy asks for, ``repeats`` generations of each."""
+    evaluation = _Evaluation(plan, evaluate, evidence.recall, repeats)
+    roots = [t.keys["N0"] for t in plan.trees]
+    if not evidence.from_run:
+        evaluation.run_round(roots)
     elif repeats > 1:  # the run made the roots' first generation
-        run_round([t.keys["N0"] for t in plan.trees], first=1)
+        evaluation.run_round(roots, first=1)
     if strategy == "full":
-        run_round([t.keys[n.id] for t in plan.trees for n in t.nodes if n.parent is not None])
-        return (verdicts, images, reasons), later
-    # adaptive: breadth first, one round per depth. A root failure is chased only until it first
-    # passes somewhere in its tree: breadth first, that node is at the smallest depth, and every
-    # node of that depth that could tie was in the same round.
+        evaluation.run_round([t.keys[n.id] for t in plan.trees for n in t.nodes if n.parent is not None])
+    else:
+        _adaptive_rounds(plan, evaluation, root_verdicts if evidence.from_run else None, gating)
+    return evaluation
+
+
+def _adaptive_rounds(plan: TreePlan, evaluation: _Evaluation, root_verdicts: dict[str, dict[str, Outcome]] | None,
+                     gating: Gating) -> None:
+    """Breadth first, one round per depth. A root failure is chased only until it first passes
+    somewhere in its tree: breadth first, that node is at the smallest depth, and every node of
+    that depth that could tie was in the same round. ``root_verdicts``: the run's (None: the
+    roots were evaluated here)."""
     frontier: list[tuple[_Tree, TreeNode, frozenset]] = []
     explained: dict[str, set] = {}
     for tree in plan.trees:
-        at_root = results(tree.keys["N0"], root_verdicts.get(tree.root.id, {}) if roots_from_run else None)
+        first = root_verdicts.get(tree.root.id, {}) if root_verdicts is not None else None
+        at_root = evaluation.results(tree.keys["N0"], gating, first)
         failing = frozenset(i for i in tree.nodes[0].targets if i in at_root and at_root[i].failed)
         frontier.append((tree, tree.nodes[0], failing))
         explained[tree.root.id] = set()
     while frontier:
-        wanted: list[tuple[_Tree, TreeNode, frozenset]] = []
-        for tree, node, open_ in frontier:
-            open_ = open_ - explained[tree.root.id]
-            if not open_ or node.same_as is not None:
-                continue
-            for child in tree.graph.successors(node.id):
-                child_node = tree.graph.nodes[child]["node"]
-                if open_ & set(child_node.targets):
-                    wanted.append((tree, child_node, open_))
-        run_round([tree.keys[child.id] for tree, child, _ in wanted])
+        wanted = [(tree, child, open_) for tree, node, open_ in frontier
+                  for child, open_ in _open_children(tree, node, open_ - explained[tree.root.id])]
+        evaluation.run_round([tree.keys[child.id] for tree, child, _ in wanted])
         frontier = []
         for tree, child, open_ in wanted:
-            still = pending(child, open_, results(tree.keys[child.id]))
+            still = pending(child, open_, evaluation.results(tree.keys[child.id], gating))
             explained[tree.root.id] |= (open_ & set(child.targets)) - still
             frontier.append((tree, child, still))
-    return (verdicts, images, reasons), later
+
+
+def _open_children(tree: _Tree, node: TreeNode, open_: frozenset) -> Iterator[tuple[TreeNode, frozenset]]:
+    """The children of ``node`` that keep one of its unexplained failures ``open_``."""
+    if not open_ or node.same_as is not None:
+        return
+    for child in tree.graph.successors(node.id):
+        child_node = tree.graph.nodes[child]["node"]
+        if open_ & set(child_node.targets):
+            yield child_node, open_
 
 
 def diagnose(roots: Sequence[Case], root_verdicts: dict[str, dict[str, Outcome]], evaluate: Evaluator, *,
-             strategy: str = "full", roots_from_run: bool = True, root_images: dict[str, str] | None = None,
-             causes: Callable[[Case, str], dict[str, tuple[str, ...]] | None] | None = None,
-             plan: TreePlan | None = None, root_reasons: dict[str, dict[str, str]] | None = None,
-             recall: Recall | None = None, gating: Gating = Gating.WITHIN, repeats: int = 1) -> list[DiagnosticTree]:
+             strategy: str = "full", gating: Gating = Gating.WITHIN, repeats: int = 1, plan: TreePlan | None = None,
+             evidence: RootEvidence = RootEvidence()) -> list[DiagnosticTree]:
     """Diagnose ``roots`` given their verdicts, evaluating sub-cases with ``evaluate``.
 
     The model call is passed in: the CLI evaluates through the run harness; anything that
-    maps sub-cases to verdicts will do. ``causes(case, image)`` gives the causes a synthetic
-    generator recorded (question id -> causes) for the localization check; ``root_reasons``
-    why the run's root verdicts abstained (case id -> question id -> reason); ``recall`` the
-    sub-cases evaluated before (an earlier window of roots); ``gating`` which dependencies fail a
-    question (:mod:`tracebench.score`); ``repeats`` how many generations of each node (the root
+    maps sub-cases to verdicts will do. ``evidence``: what is known of the roots besides their
+    verdicts (:class:`RootEvidence`); ``gating`` which dependencies fail a question
+    (:mod:`tracebench.score`); ``repeats`` how many generations of each node (the root
     included) decide its results by majority. Returns the trees; :func:`summarize` makes the
     summary from them."""
     if strategy not in STRATEGIES:
@@ -377,61 +404,83 @@ def diagnose(roots: Sequence[Case], root_verdicts: dict[str, dict[str, Outcome]]
     if not 1 <= repeats <= MAX_SAMPLES:
         raise TraceError(f"--repeats: {repeats} must be from 1 to {MAX_SAMPLES}")
     plan = plan or plan_trees(roots)
-    (verdicts, images, reasons), later = _strategy_rounds(plan, strategy, root_verdicts, evaluate, roots_from_run,
-                                                          recall, gating, repeats)
-    trees = []
-    for tree in plan.trees:
+    evaluation = _strategy_rounds(plan, strategy, root_verdicts, evaluate, evidence, gating, repeats)
+    context = _TreeContext(plan, evaluation, root_verdicts, evidence, gating)
+    return [context.tree(tree, strategy) for tree in plan.trees]
+
+
+@dataclass(frozen=True)
+class _TreeContext:
+    """What the records of a diagnosed tree are made from."""
+
+    plan: TreePlan
+    evaluation: _Evaluation
+    root_verdicts: dict[str, dict[str, Outcome]]
+    evidence: RootEvidence
+    gating: Gating
+
+    def tree(self, tree: _Tree, strategy: str) -> DiagnosticTree:
+        results, node_verdicts, sample_status = self._results(tree)
+        findings = attribute(tree.nodes, results)
+        later = self.evaluation.later
+        root_image = (self.evidence.images.get(tree.root.id) if self.evidence.from_run
+                      else self.evaluation.images.get(tree.keys["N0"]))
+        recorded = None
+        if self.evidence.causes:
+            recorded = _merged_causes(self.evidence.causes(tree.root, image) for image in
+                                      (root_image, *later.images.get(tree.keys["N0"], ())) if image)
+        records = [f.record(*_cause(f, tree.root, recorded)) for f in findings]
+        nodes = tuple(self._node(tree, node, results, node_verdicts.get(node.id, {}), sample_status, root_image)
+                      for node in tree.nodes)
+        edges = tuple(DiagnosticEdge(parent=u, child=v, rule=d["rule"]) for u, v, d in tree.graph.edges(data=True))
+        return DiagnosticTree(case_id=tree.root.id, formula=tree.root.formula, slot=tree.root.slot,
+                              strategy=strategy, max_depth=max(n.depth for n in tree.nodes), nodes=nodes, edges=edges,
+                              attributions=tuple(records))
+
+    def _results(self, tree: _Tree) -> tuple[dict[str, dict], dict[str, dict[str, Outcome]], dict[str, dict]]:
+        """Node id -> its instance results, its first generation's verdicts, and with several
+        generations each instance's status per generation; of the nodes evaluated."""
         results: dict[str, dict] = {}
         node_verdicts: dict[str, dict[str, Outcome]] = {}
         sample_status: dict[str, dict[str, tuple]] = {}
         for node in tree.nodes:
             key = tree.keys[node.id]
-            if node.parent is None and roots_from_run:
-                node_verdicts[node.id] = root_verdicts.get(tree.root.id, {})
-            elif key in verdicts:
-                node_verdicts[node.id] = verdicts[key]
+            if node.parent is None and self.evidence.from_run:
+                node_verdicts[node.id] = self.root_verdicts.get(tree.root.id, {})
+            elif key in self.evaluation.verdicts:
+                node_verdicts[node.id] = self.evaluation.verdicts[key]
             else:
                 continue
-            samples = [node_verdicts[node.id], *later.verdicts.get(key, [])]
-            results[node.id] = node_results(plan.cases[key], samples, gating)
+            samples = self.evaluation.generations(key, node_verdicts[node.id])
+            results[node.id] = node_results(self.plan.cases[key], samples, self.gating)
             if len(samples) > 1:
-                each = [instance_results(plan.cases[key], v, gating) for v in samples]
+                each = [instance_results(self.plan.cases[key], v, self.gating) for v in samples]
                 sample_status[node.id] = {i[1]: tuple(r.get(i, ABSTAINED).status for r in each)
                                           for i in results[node.id]}
-        findings = attribute(tree.nodes, results)
-        max_depth = max(n.depth for n in tree.nodes)
-        root_image = (root_images or {}).get(tree.root.id) if roots_from_run else images.get(tree.keys["N0"])
-        recorded = None
-        if causes:
-            recorded = _merged_causes(causes(tree.root, image) for image in
-                                      (root_image, *later.images.get(tree.keys["N0"], ())) if image)
-        records = [f.record(*_cause(f, tree.root, recorded)) for f in findings]
-        nodes = []
-        for node in tree.nodes:
-            key = tree.keys[node.id]
-            sub = plan.cases[key]
-            evaluated = node.id in results
-            from_run = node.parent is None and roots_from_run
-            image = (root_image if from_run else images.get(key)) if evaluated else None
-            why = ((root_reasons or {}).get(tree.root.id, {}) if from_run else reasons.get(key, {})) if evaluated else {}
-            nodes.append(DiagnosticNode(
-                **node.to_json(), case_id=tree.root.id if from_run else sub.id,
-                evaluated=evaluated, prompt=sub.prompt, references=sub.references,
-                question_ids=tuple(q.id for q in sub.checklist), image=image,
-                verdicts={qid: o.status for qid, o in node_verdicts.get(node.id, {}).items()},
-                abstained={qid: why.get(qid, "no verdict") for qid, o in node_verdicts.get(node.id, {}).items()
-                           if not o.answered},
-                status={t: v.status for (_, t), v in results.get(node.id, {}).items()},
-                sample_status=sample_status.get(node.id, {}),
-                sample_images=tuple(later.images.get(key, ())) if evaluated else (),
-                sample_abstained=tuple({qid: why.get(qid, "no verdict") for qid, o in v.items() if not o.answered}
-                                       for v, why in zip(later.verdicts.get(key, ()), later.reasons.get(key, ())))
-                if evaluated else ()))
-        edges = tuple(DiagnosticEdge(parent=u, child=v, rule=d["rule"]) for u, v, d in tree.graph.edges(data=True))
-        trees.append(DiagnosticTree(case_id=tree.root.id, formula=tree.root.formula, slot=tree.root.slot,
-                                    strategy=strategy, max_depth=max_depth, nodes=tuple(nodes), edges=edges,
-                                    attributions=tuple(records)))
-    return trees
+        return results, node_verdicts, sample_status
+
+    def _node(self, tree: _Tree, node: TreeNode, results: dict[str, dict], verdicts: dict[str, Outcome],
+              sample_status: dict[str, dict], root_image: str | None) -> DiagnosticNode:
+        key = tree.keys[node.id]
+        sub = self.plan.cases[key]
+        later = self.evaluation.later
+        evaluated = node.id in results
+        from_run = node.parent is None and self.evidence.from_run
+        image = (root_image if from_run else self.evaluation.images.get(key)) if evaluated else None
+        why = ((self.evidence.reasons.get(tree.root.id, {}) if from_run else self.evaluation.reasons.get(key, {}))
+               if evaluated else {})
+        return DiagnosticNode(
+            **node.to_json(), case_id=tree.root.id if from_run else sub.id,
+            evaluated=evaluated, prompt=sub.prompt, references=sub.references,
+            question_ids=tuple(q.id for q in sub.checklist), image=image,
+            verdicts={qid: o.status for qid, o in verdicts.items()},
+            abstained={qid: why.get(qid, "no verdict") for qid, o in verdicts.items() if not o.answered},
+            status={t: v.status for (_, t), v in results.get(node.id, {}).items()},
+            sample_status=sample_status.get(node.id, {}),
+            sample_images=tuple(later.images.get(key, ())) if evaluated else (),
+            sample_abstained=tuple({qid: why.get(qid, "no verdict") for qid, o in v.items() if not o.answered}
+                                   for v, why in zip(later.verdicts.get(key, ()), later.reasons.get(key, ())))
+            if evaluated else ())
 
 
 class _SummaryTally:
@@ -556,18 +605,6 @@ def format_summary(summary: DiagnosisSummary) -> str:
     return "\n".join(lines)
 
 
-def _zoo_causes(case: Case, image: str) -> dict[str, tuple[str, ...]] | None:
-    from ..zoo import read_record
-
-    try:
-        record = read_record(Path(image).read_bytes())
-    except (OSError, TraceError):
-        return None
-    if record is None:
-        return None
-    return {qid: record.causes.get(qid) or (cause,) for qid, cause in record.failed.items()}
-
-
 def export_nodes(run_dir: Path, out: Path, *, cases: str = "failing", shard: tuple[int, int] | None = None,
                  gating: Gating | str = Gating.WITHIN) -> int:
     """Write every node of the chosen cases' whole trees as one benchmark folder (roots as
@@ -581,290 +618,6 @@ def export_nodes(run_dir: Path, out: Path, *, cases: str = "failing", shard: tup
     _write_node_folder(Path(out), list(plan.cases.values()), run.cases_dir, read_sample_manifest(run.cases_dir),
                        {"diagnosis_of": str(Path(run_dir).resolve()), "cases": cases}, plan.occurrences)
     return len(plan.cases)
-
-
-# recorded models listed in the message of a refusal (a record may name any number)
-_LISTED = 5
-
-
-def named_providers(run_dir: Path, manifest: RunManifest, generator: str | None, judges: Sequence[str] | None,
-                    settings: ModelSettings) -> tuple[str, tuple[str, ...], ModelSettings]:
-    """The generator and judges of a diagnosis, and the settings they run with: those the
-    command line names, else the run's when they are built in and offline
-    (:func:`~tracebench.providers.runs_offline`: the zoo, the oracle; also as the user's models
-    file resolves them), the zoo with the run's generation options unless the command line
-    gives some. A run folder may come from anyone: a spec, plugin file, URL, key variable or
-    option it records is shown, never run, imported or called; anything else it names is a
-    TraceError that prints the flags to pass it explicitly."""
-    needed: list[tuple[str, str]] = []  # (role, recorded spec) the command line must name
-    if generator is None:
-        if _offline(manifest.generator, "generator", settings):
-            generator = manifest.generator
-            if not settings.generator_options and manifest.generator_options:  # the nodes made as the run's images
-                settings = replace(settings, generator_options=manifest.generator_options)
-        else:
-            needed.append(("generator", manifest.generator))
-    if not judges:
-        offline = all(_offline(j, "judge", settings) for j in manifest.judges)
-        judges = manifest.judges if offline else ()
-        needed += [] if offline else [("judge", j) for j in manifest.judges]
-    if needed:
-        named = []
-        for role in ("generator", "judge"):
-            specs = [_shown(spec) for r, spec in needed if r == role]
-            if specs:
-                listed = ", ".join(specs[:_LISTED]) + (f" and {len(specs) - _LISTED} more" if len(specs) > _LISTED else "")
-                named.append(f"the {role}{'s' if len(specs) > 1 else ''} {listed}")
-        raise TraceError(f"{RUN_MANIFEST.path(run_dir)}: names {' and '.join(named)}; what runs and where requests "
-                         f"go is never taken from a run folder: name them yourself, and only what you trust, e.g. "
-                         f"{_flags(needed, manifest)}")
-    assert generator is not None
-    return generator, tuple(judges), settings
-
-
-def _offline(spec: str, role: str, settings: ModelSettings) -> bool:
-    """:func:`~tracebench.providers.runs_offline` of a recorded spec, as written and as the
-    user's models file resolves it (a table named ``oracle`` could name a served model)."""
-    return runs_offline(spec, role) and runs_offline(resolve_spec(spec, settings, judge=role == "judge")[0], role)
-
-
-def _flags(needed: list[tuple[str, str]], manifest: RunManifest) -> str:
-    """The flags that name the recorded models ``needed``: ``--ROLE 'SPEC[@URL,...]'`` (where
-    the run loaded a plugin from, or called a server), the generator's recorded options, and
-    the key variables, each where the command line can say it (the judges' own when the
-    generator's is not the default, so that no key goes to another's host)."""
-    flags, keys = [], {"generator": set(), "judge": set()}
-    for role, spec in needed[:1 + _LISTED]:
-        endpoint = manifest.endpoints.get(spec)
-        suffix = f"@{','.join(endpoint.base_urls)}" if endpoint and endpoint.base_urls else ""
-        flags.append(f"--{role} {_shown(manifest.loaded_from.get(spec, spec) + suffix)}")
-        if role == "generator":
-            flags += [f"--generator-option {_shown(f'{k}={v}')}" for k, v in (manifest.generator_options or {}).items()]
-        if endpoint:  # a served model: its key's variable (a plugin or a command takes none)
-            keys[role].add(endpoint.api_key_env)
-    default = {ModelSettings.api_key_env}
-    if keys["generator"] - default:
-        flags.append(f"--api-key-env {_shown(next(iter(keys['generator'])))}")
-    if len(keys["judge"]) > 1:
-        flags.append("(the judges' keys are in different variables: give each judge's in a --models file)")
-    elif keys["judge"] and (keys["judge"] - default or keys["generator"] - default):
-        flags.append(f"--judge-api-key-env {_shown(next(iter(keys['judge'])))}")
-    return " ".join(flags)
-
-
-def _shown(text: str, limit: int = 200) -> str:
-    """A recorded text fit for one line of a terminal: shell-quoted as one word, control and
-    other unprintable characters escaped (a record may hold anything), cut at ``limit``."""
-    import shlex
-
-    if not text.isprintable():
-        text = text.encode("unicode_escape").decode("ascii")
-    return shlex.quote(text if len(text) <= limit else text[:limit - 1] + "…")
-
-
-def diagnose_run(run_dir: Path, out: Path, *, cases: str = "failing", generator: str | None = None,
-                 judges: Sequence[str] | None = None, strategy: str = "full", settings: ModelSettings | None = None,
-                 concurrency: int = 8, judge_batch: str | None = None, cache_dir: Path | None = None,
-                 shard: tuple[int, int] | None = None, retry_abstained: bool = False,
-                 progress: bool | None = None, window: int | None = None,
-                 gating: Gating | str = Gating.WITHIN, repeats: int | None = None, executor: str = "local",
-                 workers: int = 1, gpus_per_worker: float = 0.0, ray_address: str | None = None) -> DiagnosisSummary:
-    """Diagnose the cases of a run folder into ``out`` (see the module docstring); ``window``
-    roots at a time (:data:`WINDOW`); ``gating`` as ``trace score --gating``; ``repeats``
-    generations of every node (the root's first is the run's), decided by majority (None: 1, or
-    for a run of ``--samples K`` K, so that every node is judged as the run judged its cases).
-
-    ``executor``: ``local`` (the nodes' images made here) or ``ray``, as ``trace run``'s: one set of
-    ``workers`` Ray actors (:class:`~tracebench.providers.RayGenerator`), started at the first
-    round, makes the images of every round and every repeat (each call says which generation it
-    asks), and is stopped at the end."""
-    window = window or WINDOW
-    gating = Gating(gating)
-    if strategy not in STRATEGIES:
-        raise TraceError(f"--strategy: {strategy!r} is neither full nor adaptive")
-    run = stream_run(run_dir)  # read as a stream: only the chosen cases are kept
-    manifest = run.manifest
-    if repeats is None:
-        repeats = manifest.samples or 1
-    if not isinstance(repeats, int) or isinstance(repeats, bool) or not 1 <= repeats <= MAX_SAMPLES:
-        raise TraceError(f"--repeats: {repeats!r} must be a whole number from 1 to {MAX_SAMPLES}")
-    # what runs and where requests go: the command line's, or the run's only when built in and offline
-    generator, judges, settings = named_providers(run.root, manifest, generator, judges,
-                                                  settings or ModelSettings(seed=manifest.seed or 0))
-    if settings.scale is None:  # the judges answer on the run's scale unless told otherwise
-        settings = replace(settings, scale=manifest.scale or "binary")
-    if settings.library is None:
-        settings = replace(settings, library=library_of(run.cases_dir))
-    judge_batch = judge_batch or manifest.judge_batch
-    # the nodes' judges combine as the run's did (a run before the rule was recorded took the majority)
-    ensemble = manifest.ensemble or ("majority" if len(manifest.judges) > 1 else "mean")
-    scale = settings.scale
-    if ensemble == "mean" and not manifest.ensemble and scale != "binary":
-        ensemble = GRADED_ENSEMBLE  # several judges of a graded diagnosis over a one-judge run: the graded rule
-    # a bad spec or a missing key is an error before anything is written; specs compared as resolved
-    # (a models-file name or an @URL suffix names the same model as the run's plain spec)
-    gen, judge_list = make_providers(generator, judges, settings)
-    if executor not in ("local", "ray"):
-        raise TraceError(f"--executor: {executor!r} is neither local nor ray")
-    if workers < 1:  # as trace run: refused whatever the executor
-        raise TraceError(f"--workers: {workers} must be at least 1")
-    # one set of workers for every round (a bad --workers or a missing extra: one line, nothing written)
-    workers_pool = RayGenerator(generator, settings, gen, workers=workers, gpus=gpus_per_worker,
-                                address=ray_address) if executor == "ray" else None
-    seed = settings.seed if gen.spec.startswith("synthetic:") else None
-    generator_spec, judge_specs = gen.spec, tuple(j.spec for j in judge_list)
-    same_generator = generator_spec == manifest.generator  # the run's limit on references holds for its generator
-    # the run's images: its generator with its generation options (other options make other images)
-    same_images = same_generator and dict(gen.options) == (manifest.generator_options or {})
-    roots_from_run = (same_images and judge_specs == tuple(manifest.judges)
-                      and judge_batch == manifest.judge_batch and seed == manifest.seed and manifest.sample == 0
-                      and scale == (manifest.scale or "binary"))
-    # a run of --samples K: a root's generations are the run's K (those --repeats asks; more are made)
-    chosen = _choose(_streamed(run), cases, shard, run.root, gating)
-    out = Path(out)
-    identity = DiagnosisManifest(
-        tool=f"tracebench {__version__}", run_dir=str(Path(run_dir).resolve()), cases_dir=str(run.cases_dir),
-        cases_hash=manifest.cases_hash, generator=generator_spec, seed=seed, judges=judge_specs, judge_batch=judge_batch,
-        strategy=strategy, gating=gating.value, cases=cases, shard=f"{shard[0]}/{shard[1]}" if shard else None,
-        roots_from_run=roots_from_run, repeats=repeats, scale=None if scale == "binary" else scale,
-        hashes={"diagnose": data_hash(("diagnose", RULES_FILE), ("diagnose", SOURCES_FILE))})
-    if DIAGNOSIS_MANIFEST.path(out).is_file():
-        old = DIAGNOSIS_MANIFEST.read(out)
-        changed = [f for f in DiagnosisManifest.model_fields if f != "tool" and getattr(old, f) != getattr(identity, f)]
-        if changed:
-            raise TraceError(f"{out}: holds a diagnosis with {other_fields(changed)}; choose another --out")
-    elif out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise TraceError(f"--out {out}: exists and holds no diagnosis; choose another --out")
-    if not chosen.ids and (cases != "failing" or chosen.unanswered):  # every case passing is no error
-        unanswered = chosen.unanswered
-        why = (f"; {unanswered} of {chosen.cases} cases have only abstained verdicts: ask again with "
-               f"trace run ... --retry-abstained" if unanswered else "")
-        raise TraceError(f"{run.root}: no case to diagnose ({cases}){why}")
-    sample = read_sample_manifest(run.cases_dir)
-    collage = bool(manifest.collage) and same_generator
-    # the sub-cases of a root the run sent as a collage are sent one too: a node differs from its
-    # root by what a rule took away, not by how the references were fed
-    collage_always: set[str] = set()
-    out.mkdir(parents=True, exist_ok=True)
-    for folder in (ROUNDS_DIR, *((CACHE_DIR,) if cache_dir is None else ())):  # a resumed folder may be anyone's
-        owned_folder(out, folder)
-    remove_stale_temporaries(out)  # what a killed invocation was writing (kill -9); each round's run cleans its own
-    DIAGNOSIS_MANIFEST.write(out, identity)
-    rounds = itertools.count(1)
-    used: list[str] = []  # the round folders, in order
-    evaluated_in: dict[str, str] = {}  # sub-case id -> the round folder that evaluated it
-
-    def evaluate(batch: list[Case], samples: Sequence[int]) -> list[Evaluated]:
-        folder = owned_folder(out, f"{ROUNDS_DIR}/{next(rounds):02d}")
-        used.append(folder.name)
-        runs = [folder / _run_name(s) for s in samples]
-        if _write_node_folder(folder / "cases", batch, run.cases_dir, sample,
-                              {"diagnosis_of": identity.run_dir, "strategy": strategy, "round": folder.name},
-                              replace=True):
-            # a round of other sub-cases (rounds made by another version, windowed otherwise): its runs
-            # are made again, from the call cache
-            for stale in folder.iterdir():
-                if stale.name.startswith("run"):
-                    shutil.rmtree(stale)
-        made = []
-        for s, run_dir in zip(samples, runs):
-            run_benchmark(folder / "cases", run_dir, generator=generator, judges=judges,
-                          settings=replace(settings, sample=s), concurrency=concurrency, judge_batch=judge_batch,
-                          cache_dir=cache_dir or out / CACHE_DIR, retry_abstained=retry_abstained, progress=progress,
-                          ensemble=ensemble, collage=collage, max_images=manifest.max_images if same_generator else None,
-                          collage_cases=frozenset(c.id for c in batch if c.id in collage_always),
-                          executor=workers_pool or "local")
-            got, why = _round_verdicts(run_dir)
-            images = {c.id: str(p.relative_to(out)) for c in batch if (p := generated_image(run_dir, c.id))}
-            made.append((got, images, why))
-        evaluated_in.update((c.id, folder.name) for c in batch)
-        return made
-
-    names: dict[bytes, str] = {}  # sub-case key (:func:`_short`) -> id, of the windows diagnosed so far
-    # --samples: a root's later generations the run made, by the root's sub-case id: (verdicts, image, reasons)
-    run_samples: dict[str, list[tuple[dict[str, Outcome], str | None, dict[str, str]]]] = {}
-
-    def recall(key: str, case_id: str, s: int) -> tuple[dict[str, Outcome], str | None, dict[str, str]] | None:
-        """A root's generation the run made (``--samples``), or a sub-case an earlier window
-        evaluated (rare: two roots that differ only by id), read back."""
-        if roots_from_run and 0 < s <= len(run_samples.get(case_id, ())):
-            return run_samples[case_id][s - 1]
-        if _short(key) not in names or case_id not in evaluated_in:
-            return None
-        run_dir = out / ROUNDS_DIR / evaluated_in[case_id] / _run_name(s)
-        if not run_dir.is_dir():
-            return None
-        got, why = _round_verdicts(run_dir, case_id)
-        image = generated_image(run_dir, case_id)
-        return got.get(case_id, {}), str(image.relative_to(out)) if image else None, why.get(case_id, {})
-
-    synthetic = synthetic_profile(generator_spec) is not None  # the zoo, in process or behind trace serve
-
-    def causes(case: Case, image: str) -> dict[str, tuple[str, ...]] | None:
-        path = Path(image) if Path(image).is_absolute() else out / image
-        return _zoo_causes(case, str(path))
-
-    def trees() -> Iterator[DiagnosticTree]:
-        """The trees, a window of roots at a time: only the window's cases, sub-cases and trees are held."""
-        items = _chosen_items(_streamed_samples(run), chosen.ids)
-        while window_items := list(itertools.islice(items, window)):
-            roots = [case for case, _, _ in window_items]
-            plan = plan_trees(roots, names)
-            run_samples.clear()
-            by_id = {item[0].id: item for item in window_items}
-            for tree in plan.trees if roots_from_run else ():  # the generations --repeats asks of the run's
-                case, samples, reasons = by_id[tree.root.id]
-                run_samples[plan.cases[tree.keys["N0"]].id] = [
-                    (samples[s], str(p.resolve()) if (p := generated_image(run.root, case.id, s)) else None, reasons[s])
-                    for s in range(1, min(len(samples), repeats))]
-            if collage and manifest.max_images is not None:
-                fed = {c.id for c in roots if len(c.references) > manifest.max_images}
-                collage_always.update(o.case_id for o in plan.occurrences if o.root in fed)
-            root_images = {c.id: str(p.resolve()) for c in roots if (p := generated_image(run.root, c.id))}
-            yield from diagnose(roots, {c.id: samples[0] for c, samples, _ in window_items}, evaluate,
-                                strategy=strategy, roots_from_run=roots_from_run, root_images=root_images,
-                                causes=causes if synthetic else None, plan=plan,
-                                root_reasons={c.id: r[0] for c, _, r in window_items if r[0]}, recall=recall,
-                                gating=gating, repeats=repeats)
-            names.update((_short(key), case.id) for key, case in plan.cases.items())
-            del window_items, by_id, roots, plan, root_images  # not held while the next window is read
-            # nor the canonical forms of its tree nodes: the formula package memoizes up to 65,536 (about
-            # 0.8 KB each), and every window adds its new formulas (29 MB after 14,560 cases, 5 MB after 1,600)
-            canonical.cache_clear()
-
-    tally = _SummaryTally()
-    try:
-        TREES.write(out, map(tally.add, trees()))
-    finally:
-        if workers_pool is not None:
-            workers_pool.stop()
-    for stale in (out / ROUNDS_DIR).iterdir() if (out / ROUNDS_DIR).is_dir() else ():
-        if stale.name not in used and stale.name.isdigit():  # rounds of an earlier version's plan
-            shutil.rmtree(stale)
-    result = tally.summary(generator=generator_spec, judges=judge_specs, strategy=strategy, synthetic=synthetic,
-                           repeats=repeats)
-    SUMMARY.write(out, result)
-    return result
-
-
-def _run_name(sample: int) -> str:
-    """A round's run folder of one generation: ``run`` for the first, ``run-2``, ``run-3`` ... after."""
-    return "run" if sample == 0 else f"run-{sample + 1}"
-
-
-def _round_verdicts(run_dir: Path, case_id: str | None = None
-                    ) -> tuple[dict[str, dict[str, Outcome]], dict[str, dict[str, str]]]:
-    """The verdicts of a diagnosis round's run (of one case, or all) and why those that
-    abstained did: case id -> question id -> outcome, and -> reason."""
-    got: dict[str, dict[str, Outcome]] = {}
-    why: dict[str, dict[str, str]] = {}
-    for _, _, _, v in VERDICTS.read_spanned(run_dir, unique=False):  # the round's run just wrote it
-        if case_id is not None and v.case_id != case_id:
-            continue
-        got.setdefault(v.case_id, {})[v.question_id] = outcome = v.outcome
-        if not outcome.answered:
-            why.setdefault(v.case_id, {})[v.question_id] = abstention_reason(v)
-    return got, why
 
 
 def merge_diagnoses(folders: Sequence[Path], out: Path) -> DiagnosisSummary:

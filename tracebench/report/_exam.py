@@ -64,7 +64,7 @@ def take_exam(judge: str, *, settings=None, out: Path | None = None, concurrency
     truth; the run goes to ``out`` (default: beside the exam, by judge and scale) and is resumed
     there (``retry_abstained``: asking again where the judge gave no answer)."""
     from ..providers import ModelSettings
-    from ..run import run_benchmark
+    from ..run import RunOptions, run_benchmark
     from ._agree import examine
 
     settings = settings or ModelSettings()
@@ -72,6 +72,6 @@ def take_exam(judge: str, *, settings=None, out: Path | None = None, concurrency
     if out is None:
         key = hashlib.sha256(f"{judge}\n{settings.scale or 'binary'}".encode()).hexdigest()[:16]
         out = bench.parent / "runs" / key
-    run_benchmark(bench, out, generator=f"synthetic:{EXAM_PROFILE}", judges=[judge], settings=settings,
-                  concurrency=concurrency, retry_abstained=retry_abstained)
+    run_benchmark(bench, out, RunOptions(generator=f"synthetic:{EXAM_PROFILE}", judges=[judge], settings=settings,
+                  concurrency=concurrency, retry_abstained=retry_abstained))
     return examine(bench, out, seed=seed)

@@ -7,6 +7,7 @@ from ..records import RUN_FILE, VERDICTS_FILE, read_verdicts
 from ._harness import (IMAGES_DIR, RunFolder, abstention_reason, abstention_reasons, generated_image, library_of, load_run, make_providers, parse_reply,
                        run_benchmark, shard_of, vote_abstention_reasons)
 from ._cost import CostEstimate, format_estimate, read_prices
+from ._options import RunIdentity, RunOptions, default_ensemble
 from ._merge import merge_runs
 from ._rejudge import rejudge_run
 from ._stream import CaseIndex, RecordIndex, RunCase, RunStream, stream_run
@@ -21,8 +22,11 @@ __all__ = [
     "RecordIndex",
     "RunCase",
     "RunFolder",
+    "RunIdentity",
+    "RunOptions",
     "RunStream",
     "abstention_reason", "abstention_reasons",
+    "default_ensemble",
     "VERDICTS_FILE",
     "generated_image",
     "library_of",

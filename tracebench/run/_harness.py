@@ -29,29 +29,31 @@ import zlib
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Container, Iterable, Iterator, Sequence
 
 from tqdm import tqdm
 
-from .. import __version__
-from ..errors import TraceError, disk_full, other_fields
-from ..jsonfiles import loads, record_line, write_json
-from ..records import (CASES, GENERATION_SUFFIX, MAX_SAMPLES, RUN_FILE, RUN_MANIFEST, VERDICTS, Case, GenerationInfo, Question,
-                       RunManifest, Verdict, Vote, read_run_verdicts, repeated_question, sample_name)
+from ..errors import TraceError, disk_full
+from ..jsonfiles import loads, write_json
+from ..records import (CASES, GENERATION_SUFFIX, RUN_MANIFEST, VERDICTS, Case, GenerationInfo, Question, RunManifest,
+                       Verdict, Vote, read_run_verdicts, repeated_question, sample_name)
 from ..replies import unfence
-from ..scales import GRADED_ENSEMBLE, KINDS, Scale, kind_of, normalize
+from ..scales import KINDS, Scale, kind_of, normalize
 from ..scales import outcome as scaled_outcome
-from ..templating import template_hash
-from ..outcomes import ABSTAINED, ENSEMBLES, Outcome, Status, combine, majority_verdicts
-from ..providers import (JUDGE_TEMPLATES, CallFailed, Generator, ImageBytes, Judge, ModelAccess, ModelSettings, RayGenerator, Reply, RunImages,
+from ..outcomes import ABSTAINED, Outcome, Status, combine, majority_verdicts
+from ..providers import (CallFailed, Generator, ImageBytes, Judge, ModelAccess, ModelSettings, RayGenerator, Reply,
                          ReferenceFiles, asking, check_references, clip, collage_case, image_suffix, make_generator,
                          make_judge, synthetic_profile)
 from ..images import too_large
 from ..sample import read_cases, read_sample_manifest
-from ..cache import TEMPORARY_PREFIX, Cache, file_sha256, remove_stale_temporaries, write_atomic
+from ..cache import Cache, file_sha256, remove_stale_temporaries, write_atomic
 from ..safepaths import inside, owned_folder
+from ._options import RunIdentity, RunOptions, settings_for
+from ._schedule import Admission, CaseLines, Lines, abstained_votes, run_cases
 
-__all__ = ["IMAGES_DIR", "RunFolder", "abstention_reason", "abstention_reasons", "vote_abstention_reasons", "generated_image", "library_of", "load_run", "make_providers", "parse_reply",
+_abstained_votes = abstained_votes  # the name run/_merge.py imports
+
+__all__ = ["IMAGES_DIR", "RunFolder", "RunOptions", "abstention_reason", "abstention_reasons", "vote_abstention_reasons", "generated_image", "library_of", "load_run", "make_providers", "parse_reply",
            "run_benchmark", "shard_of"]
 
 IMAGES_DIR = "images"
@@ -131,16 +133,15 @@ class _Runner:
     """The calls of one case: its image, then each judge's answers, through the one wrapper."""
 
     def __init__(self, root: Path, cases_dir: Path, generator: Generator, judges: list[Judge],
-                 access: ModelAccess, judge_batch: str, ensemble: str | None = None,
-                 collaged: frozenset[str] = frozenset(), scale: Scale | str = Scale.BINARY, samples: int = 1) -> None:
+                 access: ModelAccess, identity: RunManifest, collaged: frozenset[str] = frozenset()) -> None:
         self.root = root
-        self.scale = Scale(scale)  # what the judges answer on (tracebench.scales)
+        self.scale = Scale(identity.scale or "binary")  # what the judges answer on (tracebench.scales)
         self.collaged = collaged  # the cases sent their references as one grid image
         self.references = ReferenceFiles(cases_dir)
         self.generator, self.judges, self.access = generator, judges, access
-        self.samples = samples  # --samples K: each case generated K times by the one generator
-        self.judge_batch = judge_batch
-        self.ensemble = ensemble
+        self.samples = identity.samples or 1  # --samples K: each case generated K times by the one generator
+        self.judge_batch = identity.judge_batch
+        self.ensemble = identity.ensemble
         self.abstentions = 0
         self.votes_abstained: Counter = Counter()  # judge spec -> its votes that abstained (this invocation)
 
@@ -220,16 +221,8 @@ class _Runner:
             verdicts.append(Verdict(case_id=case.id, question_id=q.id, sample=sample or None, op=q.op,
                                     verdict=outcome.status, value=outcome.value, judge=spec, votes=tuple(votes[q.id])))
         self.abstentions += sum(not v.outcome.answered for v in verdicts)
-        self.votes_abstained.update(_abstained_votes(verdicts))
+        self.votes_abstained.update(abstained_votes(verdicts))
         return verdicts
-
-
-def _model_changes(seen: dict[str, set[str]], pinned: dict[str, tuple[str, ...]],
-                   accepted: set[tuple[str, str]]) -> list[tuple[str, str, str]]:
-    """(judge spec, the models before, a model now) for each model a judge answered with in this
-    invocation that its earlier invocations did not, and that was not accepted already."""
-    return [(spec, " / ".join(pinned[spec]), model) for spec, models in seen.items() if pinned.get(spec)
-            for model in sorted(models - set(pinned[spec])) if (spec, model) not in accepted]
 
 
 def _seen_models(pinned: dict[str, tuple[str, ...]], seen: dict[str, set[str]]) -> dict[str, tuple[str, ...]] | None:
@@ -256,48 +249,6 @@ def _cells(cases: Iterable[Case], collaged: set[str], cases_dir: Path) -> Iterat
                     seen.add(ref.path)
                     where = f"{cases_dir}: case {case.id}: reference image {ref.path}"
                     yield where, inside(cases_dir, ref.path, where, "benchmark folder").read_bytes()
-
-
-def _sample_seeds(generator: Generator, samples: int) -> tuple[int, ...] | None:
-    """The seed of each of a run's samples (``run.json``), for a generator that takes one."""
-    if samples < 2:
-        return None
-    seeds = []
-    for k in range(samples):
-        with asking(k):
-            seeds.append(generator.sample_seed())
-    return None if any(seed is None for seed in seeds) else tuple(seeds)  # type: ignore[arg-type]
-
-
-def _abstained_votes(verdicts: Iterable[Verdict]) -> Counter:
-    """Judge spec -> how many of its votes abstained, where the verdict had other votes: an
-    ensemble member's silence, which the other judges' answers hide from the verdict."""
-    return Counter(vote.judge for v in verdicts if len(v.votes) > 1
-                   for vote in v.votes if vote.verdict is Status.ABSTAIN)
-
-
-def _append(handle, data: bytes) -> int:
-    """Append ``data`` to an unbuffered file whole or not at all (returns where it starts): a
-    write cut short (a full disk) is truncated away, so the file ends with a whole case and
-    resumes cleanly."""
-    start = handle.seek(0, 2)
-    try:
-        done = 0
-        while done < len(data):
-            done += handle.write(data[done:])
-    except OSError:
-        handle.truncate(start)
-        raise
-    return start
-
-
-def _settle(finished: set[asyncio.Future]) -> None:
-    """Raise the first error of finished tasks, having retrieved every one's (asyncio prints
-    "Task exception was never retrieved" for any left)."""
-    errors = [task.exception() for task in finished if not task.cancelled()]
-    first = next((err for err in errors if err is not None), None)
-    if first is not None:
-        raise first
 
 
 def generated_image(run_dir: Path, case_id: str, sample: int | None = 0) -> Path | None:
@@ -402,28 +353,6 @@ def _id_hash(question_id: str) -> int:
     return int.from_bytes(hashlib.blake2b(question_id.encode(), digest_size=8).digest(), "big")
 
 
-@dataclass(slots=True)  # one per case of the run: kept small
-class _Lines:
-    """Where one case's verdict lines lie in verdicts.jsonl (byte spans), and what they hold."""
-
-    spans: list[tuple[int, int]] = field(default_factory=list)
-    verdicts: int = 0
-    abstained: int = 0
-    digest: int = 0
-    votes_abstained: Counter | None = None  # judge spec -> ensemble votes that abstained; None: none did
-
-    def add(self, start: int, end: int, question_id: str, answered: bool, votes_abstained: Counter | None = None) -> None:
-        if self.spans and self.spans[-1][1] == start:
-            self.spans[-1] = (self.spans[-1][0], end)
-        else:
-            self.spans.append((start, end))
-        self.verdicts += 1
-        self.abstained += not answered
-        self.digest ^= _id_hash(question_id)
-        if votes_abstained:
-            self.votes_abstained = (self.votes_abstained or Counter()) + votes_abstained
-
-
 def _kept_any(out: Path) -> bool:
     """Whether ``verdicts.jsonl`` holds a case (a whole verdict line: a line torn by a kill is none)."""
     path = VERDICTS.path(out)
@@ -441,11 +370,11 @@ def _what_to_fix(spec: str) -> str:
             "folder": "the folder"}.get(scheme, f"the {scheme} provider")
 
 
-def _existing(out: Path, checklists: dict[str, tuple[int, int]], retry_abstained: bool) -> dict[str, _Lines]:
+def _existing(out: Path, checklists: dict[str, tuple[int, int]], retry_abstained: bool) -> dict[str, Lines]:
     """Complete cases already in verdicts.jsonl, as where their lines lie: a last line torn by
     a kill and a half-written case are dropped; a broken line anywhere else is an error, and
     so is a question twice within a case's lines. Nothing but spans and counts is kept."""
-    found: dict[str, _Lines] = {}
+    found: dict[str, Lines] = {}
     if not VERDICTS.path(out).is_file():
         return found
     current, first_line = None, {}
@@ -453,8 +382,8 @@ def _existing(out: Path, checklists: dict[str, tuple[int, int]], retry_abstained
         if verdict.case_id != current:  # a case's lines are written together
             current, first_line = verdict.case_id, {}
         repeated_question(VERDICTS.path(out), lineno, verdict, first_line)
-        silent = _abstained_votes((verdict,)) if len(verdict.votes) > 1 else None  # an ensemble's only
-        found.setdefault(verdict.case_id, _Lines()).add(start, end, _verdict_key(verdict), verdict.outcome.answered,
+        silent = abstained_votes((verdict,)) if len(verdict.votes) > 1 else None  # an ensemble's only
+        found.setdefault(verdict.case_id, Lines()).add(start, end, _id_hash(_verdict_key(verdict)), verdict.outcome.answered,
                                                         silent)
     return {case_id: lines for case_id, lines in found.items()
             if (lines.verdicts, lines.digest) == checklists.get(case_id)
@@ -468,7 +397,7 @@ def _copy_spans(source, spans) -> Iterator[bytes]:
         yield source.read(end - start)
 
 
-def _keep_only(path: Path, kept: dict[str, _Lines]) -> None:
+def _keep_only(path: Path, kept: dict[str, Lines]) -> None:
     """Rewrite ``path`` to hold the lines of ``kept`` alone, in their order, and point each
     case at its new place."""
     offset = 0
@@ -528,19 +457,75 @@ def make_providers(generator: str | Generator, judges: Sequence[str],
     return gen, judge_list
 
 
-def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, judges: Sequence[str],
-                  settings: ModelSettings | None = None,
-                  concurrency: int = 8, shard: tuple[int, int] | None = None, judge_batch: str = "case",
-                  retry_abstained: bool = False, cache_dir: Path | None = None,
-                  progress: bool | None = None, ensemble: str | None = None, max_images: int | None = None,
-                  collage: bool = False, collage_cases: frozenset[str] = frozenset(),
-                  max_calls: int | None = None, allow_model_change: bool = False, dry_run: bool = False,
-                  prices: dict | None = None, executor: str | RayGenerator = "local", workers: int = 1,
-                  gpus_per_worker: float = 0.0, ray_address: str | None = None, max_cost: float | None = None,
-                  samples: int = 1):
-    """Generate and judge every case of ``cases_dir`` (or one shard of them) into ``out``;
-    several judges combine by ``ensemble`` (:data:`~tracebench.outcomes.ENSEMBLES`; default: mean,
-    median on a graded scale). The judges answer on ``settings.scale`` (:mod:`tracebench.scales`).
+@dataclass(frozen=True)
+class _Plan:
+    """The cases of a benchmark this run (or shard) makes, read once for their ids, checklists and
+    references (checked before anything is written or any call is made); the cases themselves
+    are read again, one at a time, as they run (:meth:`todo`), never held."""
+
+    cases_dir: Path
+    order: tuple[str, ...]  # the run's case ids, in the file's order
+    inputs: dict[str, int]  # case id -> its references
+    checklists: dict[str, tuple[int, int]]  # case id -> what its verdicts must cover (:func:`_question_digest`)
+    beyond: frozenset[str] = frozenset()  # the cases over the generator's limit on references (or collaged)
+    collage: bool = False
+
+    @classmethod
+    def read(cls, cases_dir: Path, shard: tuple[int, int] | None, samples: int) -> _Plan:
+        order: list[str] = []
+        inputs: dict[str, int] = {}
+        checklists: dict[str, tuple[int, int]] = {}
+        references: dict[str, str] = {}  # each reference path -> the first case naming it
+        any_case = False
+        for case in read_cases(cases_dir):  # every line checked before any reference
+            any_case = True
+            if shard is not None and shard_of(case.id, shard[1]) != shard[0]:
+                continue
+            order.append(case.id)
+            inputs[case.id] = len(case.references)
+            checklists[case.id] = _question_digest(_sampled_ids(case.checklist, samples))
+            for ref in case.references:
+                references.setdefault(ref.path, case.id)
+        if not any_case:
+            raise TraceError(f"{CASES.path(cases_dir)}: holds no case; sample a benchmark with trace sample")
+        for path, case_id in references.items():
+            if not inside(cases_dir, path, f"{cases_dir}: case {case_id}: reference", "benchmark folder").is_file():
+                raise TraceError(f"{cases_dir}: case {case_id}: reference image {path} is missing")
+        return cls(cases_dir, tuple(order), inputs, checklists)
+
+    def limited(self, limit: int | None, collage: bool, collage_cases: frozenset[str]) -> _Plan:
+        """The plan under the generator's ``limit`` on references: the cases over it left out,
+        or with ``collage`` sent as one grid image (and ``collage_cases`` whatever their number)."""
+        beyond = {case_id for case_id, n in self.inputs.items() if limit is not None and n > limit}
+        if collage:
+            beyond |= set(collage_cases) & set(self.inputs)
+        return replace(self, beyond=frozenset(beyond), collage=collage)
+
+    @property
+    def collaged(self) -> frozenset[str]:
+        """The cases sent their references as one grid image."""
+        return self.beyond if self.collage else frozenset()
+
+    @property
+    def to_make(self) -> int:
+        """How many cases the run makes (those over the limit left out)."""
+        return len(self.order) - (0 if self.collage else len(self.beyond))
+
+    def todo(self, done: Container[str]) -> Iterator[Case]:
+        """The cases still to make, read again from their file."""
+        return (case for case in read_cases(self.cases_dir)
+                if case.id in self.checklists and case.id not in done and (self.collage or case.id not in self.beyond))
+
+
+def run_benchmark(cases_dir: Path, out: Path, options: RunOptions):
+    """Generate and judge every case of ``cases_dir`` (or one shard of them) into ``out``, as
+    :class:`~tracebench.run.RunOptions` asks; returns the run's manifest (``run.json``), or with
+    ``dry_run`` the :class:`~tracebench.run.CostEstimate` of what the run would still make
+    (nothing called or written).
+
+    Several judges combine by ``ensemble`` (:data:`~tracebench.outcomes.ENSEMBLES`; default:
+    mean, median on a graded scale); the judges answer on ``settings.scale``
+    (:mod:`tracebench.scales`).
 
     ``max_images``: the most reference images the generator accepts (default: its own
     declaration or the models file's ``max_images``). A case holding more is left out as not
@@ -555,12 +540,9 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
     ``max_calls``: a budget of model calls for this invocation (cache hits are free). When it is
     spent no case is started (a case starts only when the budget holds every call it may make, so
     none is cut midway), and ``run.json`` says how many are left (``unfinished``): the same
-    command resumes them.
-
-    ``max_cost``: a budget in money for this invocation, in the currency of ``prices`` (which must
-    price every model that makes calls): a case starts only when the cost spent so far, what the
-    cases in flight may still cost and its own estimate fit (:class:`~tracebench.run.CostBudget`);
-    then as for ``max_calls``, and ``run.json`` records the cost spent (``cost``).
+    command resumes them. ``max_cost``: a budget in money, in the currency of ``prices`` (which
+    must price every model that makes calls), admitted alike (:class:`~tracebench.run.CostBudget`);
+    ``run.json`` records the cost spent (``cost``).
 
     Judges are pinned: every vote records the model the server reported and its
     ``system_fingerprint``, ``run.json`` the set seen (``judge_models``). A resumed run whose
@@ -569,142 +551,96 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
 
     ``executor``: ``local`` (generate here) or ``ray`` (``workers`` Ray actors make the images,
     each with ``gpus_per_worker`` GPUs, on the cluster at ``ray_address`` or a local one;
-    :class:`~tracebench.providers.RayGenerator`); everything else stays here. A started
-    ``RayGenerator`` given as ``executor``: its workers make this run's images and are left running
-    (trace diagnose's rounds share one set).
+    :class:`~tracebench.providers.RayGenerator`). A started ``RayGenerator`` given as
+    ``executor``: its workers make this run's images and are left running (trace diagnose's
+    rounds share one set)."""
+    out = Path(out)
+    _check_out(out)
+    plan = _Plan.read(Path(cases_dir).resolve(), options.shard, options.samples)
+    settings = settings_for(options, library_of(plan.cases_dir))
+    gen, judges = _made_providers(options, settings)
+    cases = (plan.cases_dir, file_sha256(CASES.path(plan.cases_dir)))
+    identity = RunIdentity.of(options, settings, cases, gen, judges)
+    plan = plan.limited(identity.limit, options.collage, options.collage_cases)
+    identity, start_over = identity.resume(out, lambda: _kept_any(out))
+    previous = {} if start_over else _existing(out, plan.checklists, options.retry_abstained)
+    if plan.collaged:  # every reference a collage is made of, decoded as a cell before anything is written
+        check_references(_cells(plan.todo(previous), plan.collaged, plan.cases_dir))
+    budget = _budget(options, plan, gen, judges, out, previous)
+    if options.dry_run:
+        return _estimate(options, plan, gen, judges, out, previous)
+    _prepare_folder(out, identity.manifest, start_over, options.cache_dir, previous)
+    access = ModelAccess(Cache(options.cache_dir or out / CACHE_DIR), concurrency=options.concurrency,
+                         max_retries=settings.max_retries, max_calls=options.max_calls, meter=budget)
+    runner = _Runner(out, plan.cases_dir, gen, judges, access, identity.manifest, plan.collaged)
+    lines = CaseLines(out, previous, identity.manifest.judge_models, identity.manifest.judge_model_changes,
+                      options.allow_model_change)
+    admission = Admission(access, options.max_calls, budget,
+                          lambda case: _most_calls(case, gen, judges, options.judge_batch, options.samples))
+    _execute(plan, runner, lines, admission, options)
+    manifest = _finished(identity, plan, runner, lines, previous, budget)
+    RUN_MANIFEST.write(out, manifest)
+    if runner.access.stopped is not None:
+        _stopped(runner.access.stopped, len(lines.done), len(plan.order))
+    return manifest
 
-    ``dry_run``: nothing is called or written; the :class:`~tracebench.run.CostEstimate` of
-    what the run would still make is returned instead (``prices``: a price file's, for a cost)."""
-    cases_dir, out = Path(cases_dir), Path(out)
-    if concurrency < 1:
-        raise TraceError(f"--concurrency: {concurrency} must be at least 1")
-    if judge_batch not in ("case", "op"):
-        raise TraceError(f"--judge-batch: {judge_batch!r} is neither case nor op")
-    if ensemble is not None and ensemble not in ENSEMBLES:
-        raise TraceError(f"--ensemble: {ensemble!r} is neither {' nor '.join(ENSEMBLES)}")
-    cases_dir = cases_dir.resolve()
+
+def _check_out(out: Path) -> None:
     if out.exists() and not out.is_dir():
         raise TraceError(f"--out {out}: is a file, not a folder")
     if CASES.path(out).exists():
         raise TraceError(f"--out {out}: is a benchmark folder; write the run elsewhere")
-    # the cases are read twice, never held: here for their ids, checklists and references
-    # (checked before anything is written or any call is made), then one at a time as they run
-    if max_images is not None and max_images < 1:
-        raise TraceError(f"--max-images: {max_images} must be at least 1")
-    if max_calls is not None and max_calls < 1:
-        raise TraceError(f"--max-calls: {max_calls} must be at least 1")
-    if max_cost is not None and not (isinstance(max_cost, (int, float)) and 0 < max_cost < float("inf")):
-        raise TraceError(f"--max-cost: {max_cost} must be a positive amount")
-    if max_cost is not None and prices is None:
-        raise TraceError("--max-cost: give --price-file FILE, the prices the budget is counted in")
-    if not isinstance(samples, int) or isinstance(samples, bool) or not 1 <= samples <= MAX_SAMPLES:
-        raise TraceError(f"--samples: {samples!r} must be a whole number from 1 to {MAX_SAMPLES}")
-    order: list[str] = []
-    inputs: dict[str, int] = {}  # case id -> its references
-    checklists: dict[str, tuple[int, int]] = {}
-    references: dict[str, str] = {}  # each reference path -> the first case naming it
-    any_case = False
-    for case in read_cases(cases_dir):  # every line checked before any reference
-        any_case = True
-        if shard is not None and shard_of(case.id, shard[1]) != shard[0]:
-            continue
-        order.append(case.id)
-        inputs[case.id] = len(case.references)
-        checklists[case.id] = _question_digest(_sampled_ids(case.checklist, samples))
-        for ref in case.references:
-            references.setdefault(ref.path, case.id)
-    if not any_case:
-        raise TraceError(f"{CASES.path(cases_dir)}: holds no case; sample a benchmark with trace sample")
-    for path, case_id in references.items():
-        if not inside(cases_dir, path, f"{cases_dir}: case {case_id}: reference", "benchmark folder").is_file():
-            raise TraceError(f"{cases_dir}: case {case_id}: reference image {path} is missing")
-    settings = settings or ModelSettings()
-    if settings.library is None:
-        settings = replace(settings, library=library_of(cases_dir))
-    if not isinstance(executor, RayGenerator) and executor not in ("local", "ray"):
-        raise TraceError(f"--executor: {executor!r} is neither local nor ray")
-    if executor == "ray" and not isinstance(generator, str):
-        raise TraceError("--executor ray: the images are an earlier run's; there is nothing to generate")
-    if workers < 1:
-        raise TraceError(f"--workers: {workers} must be at least 1")
-    if samples > 1 and settings.sample:
-        raise TraceError(f"--samples: a run of generation {settings.sample} of each case makes one sample")
-    gen, judge_list = make_providers(generator, judges, settings)
-    if isinstance(executor, RayGenerator):
-        gen = executor.serving(gen)
-    elif executor == "ray":
-        gen = RayGenerator(generator, settings, gen, workers=workers, gpus=gpus_per_worker, address=ray_address)
-    scale = Scale(settings.scale or "binary")
-    source = gen.manifest if isinstance(gen, RunImages) else None  # trace rejudge: the run whose images these are
-    if ensemble is None and len(judge_list) > 1:  # the rule for the scale: mean (the paper's), median when graded
-        ensemble = "mean" if scale is Scale.BINARY else GRADED_ENSEMBLE
-    ensemble = ensemble if len(judge_list) > 1 else None  # one judge: nothing to combine
-    limit = max_images if max_images is not None else gen.max_images
-    if collage and limit is None:
-        raise TraceError(f"--collage: the generator {gen.spec} declares no max_images; give --max-images N")
-    beyond = {case_id for case_id, n in inputs.items() if limit is not None and n > limit}
-    if collage:
-        beyond |= set(collage_cases) & set(inputs)
-    cases_hash = file_sha256(CASES.path(cases_dir))
-    identity = RunManifest(
-        tool=f"tracebench {__version__}", cases_dir=str(cases_dir), cases_hash=cases_hash, generator=gen.spec,
-        seed=source.seed if source else settings.seed if gen.spec.startswith("synthetic:") else None,
-        sample=source.sample if source else settings.sample,
-        judges=tuple(j.spec for j in judge_list), judge_batch=judge_batch, ensemble=ensemble,
-        endpoints={p.spec: e for p in (gen, *judge_list) if (e := p.endpoint()) is not None},
-        loaded_from={**({gen.spec: source.loaded_from[gen.spec]} if source and gen.spec in source.loaded_from else {}),
-                     **{p.spec: given for given, p in zip((generator, *judges), (gen, *judge_list))
-                        if isinstance(given, str) and given.startswith("python:") and given != p.spec}},
-        hashes={"judge_templates": template_hash(*JUDGE_TEMPLATES)},
-        shard=f"{shard[0]}/{shard[1]}" if shard else None, cases=0, verdicts=0, calls={}, cache_hits=0,
-        abstentions=0, tokens=0, max_images=limit, collage=None if limit is None else collage,
-        scale=None if scale is Scale.BINARY else scale.value,
-        rejudged_from=str(gen.run_dir.resolve()) if source else None,
-        generator_options=dict(gen.options) or None, samples=samples if samples > 1 else None,
-        sample_seeds=_sample_seeds(gen, samples))
-    start_over = False
-    if RUN_MANIFEST.path(out).is_file():
-        old = RUN_MANIFEST.read(out)
-        fields = ("cases_hash", "generator", "seed", "sample", "judges", "judge_batch", "ensemble", "shard",
-                  "max_images", "collage", "scale", "rejudged_from", "generator_options", "samples")
-        changed = [f for f in fields if getattr(old, f) != getattr(identity, f)]
-        if changed and _kept_any(out):
-            raise TraceError(f"{out}: holds a run with {other_fields(changed)}; choose another --out")
-        # a run that stopped before it kept a case (a typo in the spec, a wrong URL) takes the corrected command
-        start_over = bool(changed)
-        if not start_over:  # the models its judges answered with so far: pinned, and kept should this invocation die
-            identity = identity.model_copy(update={"judge_models": old.judge_models,
-                                                   "judge_model_changes": old.judge_model_changes})
-    elif VERDICTS.path(out).exists():
-        raise TraceError(f"{out}: holds verdicts but no {RUN_FILE}; choose another --out")
-    elif out.is_dir() and any(not p.name.startswith(TEMPORARY_PREFIX) for p in out.iterdir()):
-        raise TraceError(f"--out {out}: is not empty and not a run folder (no {RUN_FILE}); choose another --out")
-    previous = {} if start_over else _existing(out, checklists, retry_abstained)
 
-    def todo_now() -> Iterator[Case]:  # the cases still to make, read again from their file
-        return (case for case in read_cases(cases_dir)
-                if case.id in checklists and case.id not in previous and (collage or case.id not in beyond))
 
-    if collage and beyond:  # every reference a collage is made of, decoded as a cell before anything is written
-        check_references(_cells(todo_now(), beyond, cases_dir))
+def _made_providers(options: RunOptions, settings: ModelSettings) -> tuple[Generator, list[Judge]]:
+    """The run's generator (behind its executor) and judges, checked before anything is written."""
+    gen, judges = make_providers(options.generator, options.judges, settings)
+    if isinstance(options.executor, RayGenerator):
+        gen = options.executor.serving(gen)
+    elif options.executor == "ray":
+        gen = RayGenerator(options.generator, settings, gen, workers=options.workers, gpus=options.gpus_per_worker,
+                           address=options.ray_address)
+    return gen, judges
 
-    from ._cost import CostBudget, CostModel, estimate_cost, generated_size
 
-    budget = None
-    if max_cost is not None:  # every model that makes calls priced (a dry run with a budget refuses alike)
-        budget = CostBudget(max_cost, prices, CostModel(
-            references=ReferenceFiles(cases_dir), generator=gen, judges=judge_list, judge_batch=judge_batch,
-            cache=Cache(cache_dir or out / CACHE_DIR), generated=generated_size(gen.options),
-            collaged=frozenset(beyond) if collage else frozenset(), samples=samples))
-        if missing := budget.missing(next(todo_now(), None)):
-            raise TraceError(f"--max-cost: the price file has no price for {', '.join(missing)} (give each model "
-                             f"that makes calls a table, an empty one for a free model)")
-    if dry_run:
-        return estimate_cost(todo_now(), references=ReferenceFiles(cases_dir), generator=gen, judges=judge_list,
-                             judge_batch=judge_batch, cache=Cache(cache_dir or out / CACHE_DIR), done=len(previous),
-                             not_applicable=0 if collage else len(beyond), prices=prices,
-                             generated_size=generated_size(gen.options),
-                             collaged=frozenset(beyond) if collage else frozenset(), samples=samples)
+def _cost_model(options: RunOptions, plan: _Plan, gen: Generator, judges: list[Judge], out: Path):
+    """The cost rules for this run's cases (:class:`~tracebench.run.CostModel`)."""
+    from ._cost import CostModel, generated_size
+
+    return CostModel(references=ReferenceFiles(plan.cases_dir), generator=gen, judges=judges,
+                     judge_batch=options.judge_batch, cache=Cache(options.cache_dir or out / CACHE_DIR),
+                     generated=generated_size(gen.options), collaged=plan.collaged, samples=options.samples)
+
+
+def _budget(options: RunOptions, plan: _Plan, gen: Generator, judges: list[Judge], out: Path,
+            previous: dict[str, Lines]):
+    """``--max-cost``'s budget, every model that makes calls priced (a dry run with a budget
+    refuses alike); None without one."""
+    from ._cost import CostBudget
+
+    if options.max_cost is None:
+        return None
+    budget = CostBudget(options.max_cost, options.prices, _cost_model(options, plan, gen, judges, out))
+    if missing := budget.missing(next(plan.todo(previous), None)):
+        raise TraceError(f"--max-cost: the price file has no price for {', '.join(missing)} (give each model "
+                         f"that makes calls a table, an empty one for a free model)")
+    return budget
+
+
+def _estimate(options: RunOptions, plan: _Plan, gen: Generator, judges: list[Judge], out: Path,
+              previous: dict[str, Lines]):
+    """What the run would still make, counted without a call (``--dry-run``)."""
+    from ._cost import estimate_cost
+
+    return estimate_cost(plan.todo(previous), _cost_model(options, plan, gen, judges, out), done=len(previous),
+                         not_applicable=0 if plan.collage else len(plan.beyond), prices=options.prices)
+
+
+def _prepare_folder(out: Path, identity: RunManifest, start_over: bool, cache_dir: Path | None,
+                    previous: dict[str, Lines]) -> None:
+    """The run folder made ready: its folders its own, what a killed invocation or another
+    command left removed, the identity written first (a run killed before its end can only be
+    resumed by the same run), and ``verdicts.jsonl`` holding only the complete cases kept."""
     out.mkdir(parents=True, exist_ok=True)
     for folder in (IMAGES_DIR, *((CACHE_DIR,) if cache_dir is None else ())):  # a resumed folder may be anyone's
         owned_folder(out, folder)
@@ -713,151 +649,82 @@ def run_benchmark(cases_dir: Path, out: Path, *, generator: str | Generator, jud
         shutil.rmtree(out / IMAGES_DIR, ignore_errors=True)
     for folder in (out, out / IMAGES_DIR):  # what a killed invocation was writing (kill -9)
         remove_stale_temporaries(folder)
-    # the identity first: a run killed before its end can only be resumed by the same run
     RUN_MANIFEST.write(out, identity)
     (out / IMAGES_DIR).mkdir(exist_ok=True)
-    access = ModelAccess(Cache(cache_dir or out / CACHE_DIR), concurrency=concurrency, max_retries=settings.max_retries,
-                         max_calls=max_calls, meter=budget)
-    runner = _Runner(out, cases_dir, gen, judge_list, access, judge_batch, ensemble,
-                     frozenset(beyond) if collage else frozenset(), scale, samples)
-    if progress is None:
-        progress = sys.stderr.isatty()
-    # keep only complete cases, then append new ones case by case
-    verdict_path = VERDICTS.path(out)
-    _keep_only(verdict_path, previous)
-    done: dict[str, _Lines] = dict(previous)  # every case with its lines in the file, where they lie
+    _keep_only(VERDICTS.path(out), previous)
 
-    def todo() -> Iterator[Case]:
-        for case in read_cases(cases_dir):
-            if case.id in checklists and case.id not in done and (collage or case.id not in beyond):
-                yield case
 
-    async def main() -> None:
-        bar = tqdm(total=len(order) - (0 if collage else len(beyond)), initial=len(previous), desc="running", unit="case", disable=not progress,
-                   file=sys.stderr)
-        pending = set()
-        with open(verdict_path, "ab", buffering=0) as handle:
-            async def one(case: Case) -> None:
-                verdicts = await runner.case(case)
-                for spec, before, after in _model_changes(access.stats.identities, pinned, set(accepted)):
-                    if not allow_model_change:
-                        raise TraceError(
-                            f"{out}: judge {spec} now answers as {after}, the run so far as {before}: its verdicts "
-                            f"would mix two judges; go on with --allow-model-change (recorded in {RUN_FILE}) or "
-                            f"choose another --out")
-                    accepted[(spec, after)] = f"{spec}: {before} -> {after}"
-                unanswered = sum(not v.outcome.answered for v in verdicts)
-                silent = _abstained_votes(verdicts)
-                if unanswered or silent:
-                    abstained_new[case.id] = unanswered
-                data = "".join(map(record_line, verdicts)).encode()
-                start = _append(handle, data)
-                done[case.id] = _Lines([(start, start + len(data))], len(verdicts), unanswered,
-                                       votes_abstained=silent or None)
-                bar.update(1)
-                bar.set_postfix(calls=sum(access.stats.calls.values()), errors=access.stats.failures,
-                                abstained=runner.abstentions)
-
-            reserved: dict[str, int] = {}  # --max-calls: the most calls each case in flight may still make
-
-            async def admitted(case: Case) -> bool:
-                """Whether the budgets leave room for every call of the case (cases in flight waited
-                for when it is close): a case is done whole or not started, never cut midway."""
-                nonlocal pending
-                need = _most_calls(case, gen, judge_list, judge_batch, samples)
-                cost = budget.estimate(case) if budget is not None else 0.0
-                while True:
-                    calls_fit = max_calls is None or sum(access.stats.calls.values()) + sum(reserved.values()) + need \
-                        <= max_calls
-                    if calls_fit and (budget is None or budget.fits(cost)):
-                        reserved[case.id] = need
-                        if budget is not None:
-                            budget.reserve(case.id, cost)
-                        return True
-                    if not pending:
-                        access.spent = True
-                        return False
-                    finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                    _settle(finished)
-
-            async def counted(case: Case) -> None:
-                try:
-                    await one(case)
-                finally:
-                    reserved.pop(case.id, None)
-                    if budget is not None:
-                        budget.release(case.id)
-
-            try:
-                for case in todo():  # at most 2 x concurrency cases in flight: memory stays flat
-                    if access.stopped is not None or access.spent:
-                        break
-                    if len(pending) >= 2 * concurrency:
-                        finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                        _settle(finished)
-                    budgeted = max_calls is not None or budget is not None
-                    if budgeted and not await admitted(case):
-                        break
-                    pending.add(asyncio.ensure_future(counted(case) if budgeted else one(case)))
-                if pending:
-                    finished, pending = await asyncio.wait(pending)
-                    _settle(finished)
-            finally:  # on an error, stop the other cases quietly and close the clients
-                for task in pending:
-                    task.cancel()
-                await asyncio.gather(*pending, return_exceptions=True)
-                bar.close()
-                for provider in (gen, *judge_list):
-                    await provider.aclose()
-
-    if isinstance(gen, RayGenerator):
-        gen.start()  # the workers up before the first case (a cluster that fails is one line, exit 2)
-    abstained_new: dict[str, int] = {}  # cases of this invocation with abstentions: how many
-    pinned = dict(identity.judge_models or {})  # judge spec -> the models of earlier invocations
-    accepted: dict[tuple[str, str], str] = {  # (judge spec, a model accepted) -> the change as run.json says it
-        (change.split(": ", 1)[0], change.rsplit(" -> ", 1)[1]): change for change in identity.judge_model_changes or ()}
+def _execute(plan: _Plan, runner: _Runner, lines: CaseLines, admission: Admission, options: RunOptions) -> None:
+    """Run the cases still to make, then write ``verdicts.jsonl`` in case order. What failed is
+    not kept: the same command asks again. A spent budget refuses no call of a case it started
+    (a case starts only when its calls fit), so the cases it did, abstentions and all, stay;
+    should a call be refused all the same, the cases with abstentions go, as for a stopped model."""
+    if isinstance(runner.generator, RayGenerator):
+        runner.generator.start()  # the workers up before the first case (a cluster that fails is one line, exit 2)
     gc.freeze()  # what is loaded by now is long-lived: the run's garbage collections need not walk it
     try:
-        asyncio.run(main())
+        asyncio.run(_run_cases(plan, runner, lines, admission, options))
     except OSError as err:  # a full disk: what was appended is whole cases, so the same command resumes
-        problem = disk_full(err, f"{len(done)} of {len(order)} cases kept; free some space and run the "
-                                 f"same command to resume", where=out)
+        problem = disk_full(err, f"{len(lines.done)} of {len(plan.order)} cases kept; free some space and run the "
+                                 f"same command to resume", where=runner.root)
         if problem is None:
             raise
         raise problem from None
     finally:
         gc.unfreeze()
-    # what failed is not kept: the same command asks again. A spent budget refuses no call of a case
-    # it started (a case starts only when its calls fit), so the cases it did, abstentions and all, stay;
-    # should a call be refused all the same, the cases with abstentions go, as for a stopped model
-    if access.stopped is not None or access.refused:
-        for case_id in abstained_new:
-            del done[case_id]
-        runner.abstentions -= sum(abstained_new.values())
-    todo_count = len(order) - (0 if collage else len(beyond))
-    votes_abstained: Counter = Counter()
-    for lines in done.values():
-        votes_abstained.update(lines.votes_abstained or {})
+    if runner.access.stopped is not None or runner.access.refused:
+        runner.abstentions -= lines.drop_abstained()
     # the final file in case order, copied from the lines appended (no record held, none serialised again)
-    with open(verdict_path, "rb") as source:
-        write_atomic(verdict_path, _copy_spans(source, [span for case_id in order if case_id in done
-                                                        for span in done[case_id].spans]))
-    manifest = identity.model_copy(update={
-        "cases": len(done), "verdicts": sum(lines.verdicts for lines in done.values()),
-        "calls": dict(access.stats.calls),
-        "cache_hits": access.stats.cache_hits, "tokens": access.stats.tokens,
-        "abstentions": sum(lines.abstained for lines in previous.values()) + runner.abstentions,
-        "votes_abstained": dict(votes_abstained),
-        "not_applicable": None if limit is None or collage else len(beyond),
-        "collaged": sum(1 for case_id in beyond if case_id in done) if limit is not None and collage else None,
-        "unfinished": todo_count - len(done) if access.spent and todo_count > len(done) else None,
+    path = VERDICTS.path(runner.root)
+    with open(path, "rb") as source:
+        write_atomic(path, _copy_spans(source, [span for case_id in plan.order if case_id in lines.done
+                                                for span in lines.done[case_id].spans]))
+
+
+async def _run_cases(plan: _Plan, runner: _Runner, lines: CaseLines, admission: Admission,
+                     options: RunOptions) -> None:
+    access = runner.access
+    progress = sys.stderr.isatty() if options.progress is None else options.progress
+    bar = tqdm(total=plan.to_make, initial=len(lines.done), desc="running", unit="case", disable=not progress,
+               file=sys.stderr)
+    with open(VERDICTS.path(runner.root), "ab", buffering=0) as handle:
+        async def work(case: Case) -> None:
+            verdicts = await runner.case(case)
+            lines.check_models(access.stats.identities)
+            lines.keep(handle, case, verdicts)
+            bar.update(1)
+            bar.set_postfix(calls=sum(access.stats.calls.values()), errors=access.stats.failures,
+                            abstained=runner.abstentions)
+
+        try:
+            await run_cases(plan.todo(lines.done), work, access, admission, options.concurrency)
+        finally:  # on an error too: close the clients
+            bar.close()
+            for provider in (runner.generator, *runner.judges):
+                await provider.aclose()
+
+
+def _finished(identity: RunIdentity, plan: _Plan, runner: _Runner, lines: CaseLines, previous: dict[str, Lines],
+              budget) -> RunManifest:
+    """``run.json`` at the end of an invocation: the identity and what the run holds."""
+    access, done, limit = runner.access, lines.done, identity.limit
+    return identity.manifest.model_copy(update={
+        "cases": len(done), "verdicts": sum(kept.verdicts for kept in done.values()),
+        "calls": dict(access.stats.calls), "cache_hits": access.stats.cache_hits, "tokens": access.stats.tokens,
+        "abstentions": sum(kept.abstained for kept in previous.values()) + runner.abstentions,
+        "votes_abstained": dict(lines.votes_abstained()),
+        "not_applicable": None if limit is None or plan.collage else len(plan.beyond),
+        "collaged": sum(1 for case_id in plan.beyond if case_id in done) if limit is not None and plan.collage
+        else None,
+        "unfinished": plan.to_make - len(done) if access.spent and plan.to_make > len(done) else None,
         "cost": None if budget is None else round(budget.spent, 6),
-        "judge_models": _seen_models(pinned, access.stats.identities), "judge_model_changes": tuple(accepted.values()) or None})
-    RUN_MANIFEST.write(out, manifest)
-    if access.stopped is not None:
-        fix = _what_to_fix(access.stopped.spec)
-        again = ("run again: a run that kept no case takes the corrected spec" if not done
-                 else "run the same command to resume")
-        raise TraceError(f"stopped early, {access.stopped}; {len(done)} of {len(order)} cases done, none kept "
-                         f"with a failed call. Fix {fix} and {again}")
-    return manifest
+        "judge_models": _seen_models(lines.pinned, access.stats.identities),
+        "judge_model_changes": tuple(lines.accepted.values()) or None})
+
+
+def _stopped(stopped, kept: int, cases: int) -> None:
+    """The error of a run whose provider was stopped (its first calls all failed alike)."""
+    again = "run again: a run that kept no case takes the corrected spec" if not kept else \
+        "run the same command to resume"
+    raise TraceError(f"stopped early, {stopped}; {kept} of {cases} cases done, none kept with a failed call. "
+                     f"Fix {_what_to_fix(stopped.spec)} and {again}")

@@ -18,6 +18,7 @@ from ..errors import TraceError
 from ..providers import ModelSettings, RunImages
 from ..records import CASES, RUN_MANIFEST, RunManifest
 from ._harness import IMAGES_DIR, run_benchmark
+from ._options import RunOptions
 
 __all__ = ["rejudge_run"]
 
@@ -46,6 +47,6 @@ def rejudge_run(run_dir: Path, out: Path, *, judges: Sequence[str], settings: Mo
         shard = (int(first), int(count))
     settings = replace(settings or ModelSettings(), seed=source.seed if source.seed is not None else 0,
                        sample=source.sample)
-    return run_benchmark(bench, out, generator=RunImages(run_dir, run_dir / IMAGES_DIR, source), judges=judges,
+    return run_benchmark(bench, out, RunOptions(generator=RunImages(run_dir, run_dir / IMAGES_DIR, source), judges=judges,
                          settings=settings, shard=shard, max_images=source.max_images,
-                         collage=bool(source.collage), samples=source.samples or 1, **options)
+                         collage=bool(source.collage), samples=source.samples or 1, **options))

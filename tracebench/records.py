@@ -11,6 +11,7 @@ file once, with its one reader and writer (:mod:`tracebench.jsonfiles`): ``CASES
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Iterator, Literal, Mapping
 
@@ -650,36 +651,144 @@ def _acyclic(edges: list[tuple[str, str]]) -> bool:
 
 
 GENERATION_SUFFIX = ".json"  # images/<case id>.json: the GenerationInfo beside a generated image
+IMAGE_SUFFIXES = (".png", ".jpg", ".webp")  # what a generated image is saved as (its format's)
+IMAGES_DIR = "images"  # a run folder's generated images
+CALL_CACHE_DIR = "cache"  # a run or diagnosis folder's model-call cache (unless --cache names another)
+ROUNDS_DIR = "rounds"  # a diagnosis folder's rounds: rounds/NN/cases, rounds/NN/run, run-2 ...
 
 
 SAMPLE_SEPARATOR = "~"  # images/<case id>~<k>.png: a case's generation k >= 1 (no case id holds the character)
 
 
+@dataclass(frozen=True, order=True)
+class SampleKey:
+    """One generation of a case: its id and which sample (0 the first; ``trace run --samples K``
+    and ``trace diagnose --repeats K`` make 1 .. K-1 too). :attr:`name` is what names its files:
+    the case id for the first, ``<case id>~<sample>`` for a later one."""
+
+    case_id: str
+    sample: int = 0
+
+    @property
+    def name(self) -> str:
+        return f"{self.case_id}{SAMPLE_SEPARATOR}{self.sample}" if self.sample else self.case_id
+
+    @classmethod
+    def parse(cls, name: str) -> SampleKey | None:
+        """The key a file name (without suffix) names, or None when no case's generation has that
+        name (``~0``, ``~01``, a non-ASCII digit, an empty index)."""
+        case_id, separator, index = name.partition(SAMPLE_SEPARATOR)
+        if not separator:
+            return cls(name)
+        if not (index.isascii() and index.isdigit()):
+            return None
+        key = cls(case_id, int(index))
+        return key if key.name == name else None
+
+
 def sample_name(case_id: str, sample: int | None = 0) -> str:
-    """The name (without suffix) of a case's generation ``sample`` in a run's image folder: the
-    case id for the first, ``<case id>~<sample>`` for a later one (``trace run --samples``)."""
-    return f"{case_id}{SAMPLE_SEPARATOR}{sample}" if sample else case_id
+    """The name (without suffix) of a case's generation ``sample``: :attr:`SampleKey.name`."""
+    return SampleKey(case_id, sample or 0).name
 
 
 def split_sample_name(name: str) -> tuple[str, int] | None:
-    """The inverse of :func:`sample_name`: (case id, generation) of ``name``, or None when no
-    case's generation has that name (``~0``, ``~01``, a non-ASCII digit, an empty index)."""
-    case_id, separator, index = name.partition(SAMPLE_SEPARATOR)
-    if not separator:
-        return name, 0
-    if not (index.isascii() and index.isdigit()):
+    """The inverse of :func:`sample_name`: (case id, generation) of ``name``, or None
+    (:meth:`SampleKey.parse`)."""
+    key = SampleKey.parse(name)
+    return None if key is None else (key.case_id, key.sample)
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """Where a run folder keeps its files: ``run.json``, ``verdicts.jsonl``, ``images/`` (each
+    generation's image ``<name><suffix>`` and its :class:`GenerationInfo` ``<name>.json``, by
+    :class:`SampleKey`) and ``cache/``. Every reader and writer of a run folder's paths asks it."""
+
+    root: Path
+
+    @property
+    def images(self) -> Path:
+        return Path(self.root) / IMAGES_DIR
+
+    @property
+    def cache(self) -> Path:
+        return Path(self.root) / CALL_CACHE_DIR
+
+    @staticmethod
+    def image_name(key: SampleKey, suffix: str) -> str:
+        """An image's path relative to the run folder."""
+        return f"{IMAGES_DIR}/{key.name}{suffix}"
+
+    @staticmethod
+    def info_name(key: SampleKey) -> str:
+        """The path of a generation's :class:`GenerationInfo`, relative to the run folder."""
+        return f"{IMAGES_DIR}/{key.name}{GENERATION_SUFFIX}"
+
+    def image(self, key: SampleKey, suffix: str) -> Path:
+        return Path(self.root) / self.image_name(key, suffix)
+
+    def info(self, key: SampleKey) -> Path:
+        return Path(self.root) / self.info_name(key)
+
+    def find_image(self, key: SampleKey) -> Path | None:
+        """The image the folder holds for a generation (whatever its format), or None; one that
+        is a link leaving the run folder is a TraceError, never read."""
+        from .safepaths import inside
+
+        for suffix in IMAGE_SUFFIXES:
+            path = self.image(key, suffix)
+            if path.is_file():
+                inside(Path(self.root), self.image_name(key, suffix),
+                       f"{self.root}: case {key.case_id}: generated image", "run folder")
+                return path
         return None
-    sample = int(index)
-    return (case_id, sample) if sample_name(case_id, sample) == name else None
+
+    def read_info(self, key: SampleKey) -> GenerationInfo | None:
+        """The :class:`GenerationInfo` beside a generation's image, if any."""
+        from .jsonfiles import read_json
+
+        path = self.info(key)
+        return read_json(path, GenerationInfo) if path.is_file() else None
+
+
+@dataclass(frozen=True)
+class DiagnosisLayout:
+    """Where a diagnosis folder keeps its files: ``diagnosis.json``, ``trees.jsonl``,
+    ``summary.json``, ``cache/`` and its rounds, ``rounds/NN/cases`` (a benchmark folder) and
+    ``rounds/NN/run`` (``run-2``, ``run-3`` ... for later generations)."""
+
+    root: Path
+
+    @property
+    def rounds(self) -> Path:
+        return Path(self.root) / ROUNDS_DIR
+
+    @property
+    def cache(self) -> Path:
+        return Path(self.root) / CALL_CACHE_DIR
+
+    @staticmethod
+    def round_name(number: int) -> str:
+        """A round's folder, relative to the diagnosis folder."""
+        return f"{ROUNDS_DIR}/{number:02d}"
+
+    @staticmethod
+    def cases(round_folder: Path) -> Path:
+        return Path(round_folder) / "cases"
+
+    @staticmethod
+    def run(round_folder: Path, sample: int = 0) -> Path:
+        """A round's run folder of one generation: ``run`` for the first, ``run-2`` ... after."""
+        return Path(round_folder) / ("run" if sample == 0 else f"run-{sample + 1}")
+
+
+__all__ += ["CALL_CACHE_DIR", "DiagnosisLayout", "IMAGES_DIR", "IMAGE_SUFFIXES", "ROUNDS_DIR", "RunLayout", "SampleKey"]
 
 
 def read_generation_info(images: Path, case_id: str, sample: int | None = 0) -> GenerationInfo | None:
     """The :class:`GenerationInfo` beside case ``case_id``'s image (its generation ``sample``) in a
-    run's image folder, if any."""
-    from .jsonfiles import read_json
-
-    path = Path(images) / f"{sample_name(case_id, sample)}{GENERATION_SUFFIX}"
-    return read_json(path, GenerationInfo) if path.is_file() else None
+    run's image folder, if any (:meth:`RunLayout.read_info`)."""
+    return RunLayout(Path(images).parent).read_info(SampleKey(case_id, sample or 0))
 
 
 CASES = JsonLinesFile(CASES_FILE, Case, f"not a benchmark folder (no {CASES_FILE}); make one with `trace sample`",

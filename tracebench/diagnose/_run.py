@@ -18,8 +18,8 @@ from ..errors import TraceError, other_fields
 from ..formula import canonical
 from ..outcomes import Outcome
 from ..providers import Generator, ModelSettings, RayGenerator, resolve_spec, runs_offline, synthetic_profile
-from ..records import (DIAGNOSIS_MANIFEST, MAX_SAMPLES, RUN_MANIFEST, SUMMARY, TREES, VERDICTS, Case, DiagnosisManifest,
-                       DiagnosisSummary, RunManifest)
+from ..records import (CALL_CACHE_DIR, DIAGNOSIS_MANIFEST, MAX_SAMPLES, ROUNDS_DIR, RUN_MANIFEST, SUMMARY, TREES, VERDICTS,
+                       Case, DiagnosisLayout, DiagnosisManifest, DiagnosisSummary, RunManifest)
 from ..resources import data_hash
 from ..run import (RunOptions, abstention_reason, default_ensemble, generated_image, library_of, make_providers,
                    run_benchmark, stream_run)
@@ -32,8 +32,6 @@ from ._rules import RULES_FILE, SOURCES_FILE
 
 __all__ = ["DiagnoseOptions", "diagnose_run", "named_providers"]
 
-ROUNDS_DIR = "rounds"
-CACHE_DIR = "cache"
 
 
 @dataclass(frozen=True)
@@ -209,11 +207,7 @@ def _setup(run, options: DiagnoseOptions) -> _Setup:
                            address=options.ray_address) if options.executor == "ray" else None
     seed = settings.seed if gen.spec.startswith("synthetic:") else None
     judge_specs = tuple(j.spec for j in judge_list)
-    # the run's images: its generator with its generation options (other options make other images)
-    same_images = gen.spec == manifest.generator and dict(gen.options) == (manifest.generator_options or {})
-    roots_from_run = (same_images and judge_specs == tuple(manifest.judges) and judge_batch == manifest.judge_batch
-                      and seed == manifest.seed and manifest.sample == 0
-                      and settings.scale == (manifest.scale or "binary"))
+    roots_from_run = _roots_from_run(manifest, gen, judge_specs, judge_batch, seed, settings.scale)
     identity = DiagnosisManifest(
         tool=f"tracebench {__version__}", run_dir=str(run.root.resolve()), cases_dir=str(run.cases_dir),
         cases_hash=manifest.cases_hash, generator=gen.spec, seed=seed, judges=judge_specs, judge_batch=judge_batch,
@@ -223,6 +217,15 @@ def _setup(run, options: DiagnoseOptions) -> _Setup:
         hashes={"diagnose": data_hash(("diagnose", RULES_FILE), ("diagnose", SOURCES_FILE))})
     return _Setup(generator, tuple(judges), settings, judge_batch, ensemble, repeats, gen, judge_specs, workers,
                   identity, manifest)
+
+
+def _roots_from_run(manifest: RunManifest, gen: Generator, judge_specs: tuple[str, ...], judge_batch: str,
+                    seed: int | None, scale: str | None) -> bool:
+    """Whether the run's verdicts of the roots are the diagnosis's: the run's images (its generator
+    with its generation options: other options make other images), judged as the diagnosis judges."""
+    same_images = gen.spec == manifest.generator and dict(gen.options) == (manifest.generator_options or {})
+    return (same_images and judge_specs == tuple(manifest.judges) and judge_batch == manifest.judge_batch
+            and seed == manifest.seed and manifest.sample == 0 and scale == (manifest.scale or "binary"))
 
 
 def diagnose_run(run_dir: Path, out: Path, options: DiagnoseOptions = DiagnoseOptions()) -> DiagnosisSummary:
@@ -280,6 +283,7 @@ class _Rounds:
 
     def __init__(self, out: Path, run, setup: _Setup, options: DiagnoseOptions) -> None:
         self.out, self.run, self.setup, self.options = out, run, setup, options
+        self.layout = DiagnosisLayout(out)
         self.manifest: RunManifest = run.manifest
         self.sample = read_sample_manifest(run.cases_dir)
         # the sub-cases of a root the run sent as a collage are sent one too: a node differs from its
@@ -297,17 +301,17 @@ class _Rounds:
     def prepare(self) -> None:
         """The folder made ready and its identity written."""
         self.out.mkdir(parents=True, exist_ok=True)
-        for folder in (ROUNDS_DIR, *((CACHE_DIR,) if self.options.cache_dir is None else ())):
+        for folder in (ROUNDS_DIR, *((CALL_CACHE_DIR,) if self.options.cache_dir is None else ())):
             owned_folder(self.out, folder)  # a resumed folder may be anyone's
         remove_stale_temporaries(self.out)  # what a killed invocation was writing; each round's run cleans its own
         DIAGNOSIS_MANIFEST.write(self.out, self.setup.identity)
 
     def evaluate(self, batch: list[Case], samples: Sequence[int]) -> list[Evaluated]:
-        folder = owned_folder(self.out, f"{ROUNDS_DIR}/{next(self.numbers):02d}")
+        folder = owned_folder(self.out, DiagnosisLayout.round_name(next(self.numbers)))
         self.used.append(folder.name)
         arguments = {"diagnosis_of": self.setup.identity.run_dir, "strategy": self.options.strategy,
                      "round": folder.name}
-        if _write_node_folder(folder / "cases", batch, self.run.cases_dir, self.sample, arguments, replace=True):
+        if _write_node_folder(DiagnosisLayout.cases(folder), batch, self.run.cases_dir, self.sample, arguments, replace=True):
             # a round of other sub-cases (rounds made by another version, windowed otherwise): its runs
             # are made again, from the call cache
             for stale in folder.iterdir():
@@ -318,8 +322,8 @@ class _Rounds:
         return made
 
     def _run_round(self, folder: Path, batch: list[Case], sample: int) -> Evaluated:
-        run_dir = folder / _run_name(sample)
-        run_benchmark(folder / "cases", run_dir, self._run_options(batch, sample))
+        run_dir = DiagnosisLayout.run(folder, sample)
+        run_benchmark(DiagnosisLayout.cases(folder), run_dir, self._run_options(batch, sample))
         got, why = _round_verdicts(run_dir)
         images = {c.id: str(p.relative_to(self.out)) for c in batch if (p := generated_image(run_dir, c.id))}
         return got, images, why
@@ -329,7 +333,7 @@ class _Rounds:
         return RunOptions(
             generator=setup.generator, judges=setup.judges, settings=replace(setup.settings, sample=sample),
             concurrency=options.concurrency, judge_batch=setup.judge_batch,
-            cache_dir=options.cache_dir or self.out / CACHE_DIR, retry_abstained=options.retry_abstained,
+            cache_dir=options.cache_dir or self.layout.cache, retry_abstained=options.retry_abstained,
             progress=options.progress, ensemble=setup.ensemble, collage=self.collage,
             max_images=self.manifest.max_images if setup.same_generator else None,
             collage_cases=frozenset(c.id for c in batch if c.id in self.collage_always),
@@ -342,7 +346,7 @@ class _Rounds:
             return self.run_samples[case_id][s - 1]
         if _short(key) not in self.names or case_id not in self.evaluated_in:
             return None
-        run_dir = self.out / ROUNDS_DIR / self.evaluated_in[case_id] / _run_name(s)
+        run_dir = DiagnosisLayout.run(self.layout.rounds / self.evaluated_in[case_id], s)
         if not run_dir.is_dir():
             return None
         got, why = _round_verdicts(run_dir, case_id)
@@ -398,15 +402,10 @@ class _Rounds:
 
     def remove_unused(self) -> None:
         """Rounds of an earlier version's plan."""
-        rounds = self.out / ROUNDS_DIR
+        rounds = self.layout.rounds
         for stale in rounds.iterdir() if rounds.is_dir() else ():
             if stale.name not in self.used and stale.name.isdigit():
                 shutil.rmtree(stale)
-
-
-def _run_name(sample: int) -> str:
-    """A round's run folder of one generation: ``run`` for the first, ``run-2``, ``run-3`` ... after."""
-    return "run" if sample == 0 else f"run-{sample + 1}"
 
 
 def _round_verdicts(run_dir: Path, case_id: str | None = None

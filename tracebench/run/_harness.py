@@ -35,8 +35,8 @@ from tqdm import tqdm
 
 from ..errors import TraceError, disk_full
 from ..jsonfiles import loads, write_json
-from ..records import (CASES, GENERATION_SUFFIX, RUN_MANIFEST, VERDICTS, Case, GenerationInfo, Question, RunManifest,
-                       Verdict, Vote, read_run_verdicts, repeated_question, sample_name)
+from ..records import (CALL_CACHE_DIR, CASES, IMAGES_DIR, RUN_MANIFEST, VERDICTS, Case, GenerationInfo, Question, RunManifest,
+                       Verdict, Vote, read_run_verdicts, repeated_question, RunLayout, SampleKey)
 from ..replies import unfence
 from ..scales import KINDS, Scale, kind_of, normalize
 from ..scales import outcome as scaled_outcome
@@ -56,8 +56,6 @@ _abstained_votes = abstained_votes  # the name run/_merge.py imports
 __all__ = ["IMAGES_DIR", "RunFolder", "RunOptions", "abstention_reason", "abstention_reasons", "vote_abstention_reasons", "generated_image", "library_of", "load_run", "make_providers", "parse_reply",
            "run_benchmark", "shard_of"]
 
-IMAGES_DIR = "images"
-CACHE_DIR = "cache"
 
 
 def shard_of(case_id: str, n: int) -> int:
@@ -134,7 +132,7 @@ class _Runner:
 
     def __init__(self, root: Path, cases_dir: Path, generator: Generator, judges: list[Judge],
                  access: ModelAccess, identity: RunManifest, collaged: frozenset[str] = frozenset()) -> None:
-        self.root = root
+        self.root, self.layout = root, RunLayout(root)
         self.scale = Scale(identity.scale or "binary")  # what the judges answer on (tracebench.scales)
         self.collaged = collaged  # the cases sent their references as one grid image
         self.references = ReferenceFiles(cases_dir)
@@ -162,11 +160,11 @@ class _Runner:
         if refused is not None:
             return None, f"generated image refused: it {refused}"
         data = ImageBytes(made.image)  # hashed and encoded once for all the judge calls of the case
-        name = sample_name(case.id, sample)
-        target = self.root / IMAGES_DIR / f"{name}{image_suffix(data)}"
+        key = SampleKey(case.id, sample)
+        target = self.layout.image(key, image_suffix(data))
         if not target.exists() or target.read_bytes() != data:
             write_atomic(target, data)
-        info = self.root / IMAGES_DIR / f"{name}{GENERATION_SUFFIX}"
+        info = self.layout.info(key)
         if made.used_references is not None or collaged:
             write_json(info, GenerationInfo(case_id=case.id, used_references=None if collaged else made.used_references,
                                             collage=collaged, sample=sample or None))
@@ -255,13 +253,7 @@ def generated_image(run_dir: Path, case_id: str, sample: int | None = 0) -> Path
     """The image a run folder holds for a case (whatever its format; its generation ``sample``
     with ``--samples``), or None; one that is a link leaving the run folder is a TraceError,
     never read."""
-    for suffix in (".png", ".jpg", ".webp"):
-        relative = f"{IMAGES_DIR}/{sample_name(case_id, sample)}{suffix}"
-        path = Path(run_dir) / relative
-        if path.is_file():
-            inside(Path(run_dir), relative, f"{run_dir}: case {case_id}: generated image", "run folder")
-            return path
-    return None
+    return RunLayout(Path(run_dir)).find_image(SampleKey(case_id, sample or 0))
 
 
 def _by_op(questions: Sequence[Question]) -> list[list[Question]]:
@@ -329,28 +321,29 @@ def per_sample(found: dict[int, dict[str, Outcome]]) -> tuple[dict[str, Outcome]
     return tuple(found.get(k, {}) for k in range(max(found) + 1)) if found else ({},)
 
 
-def _sampled_ids(questions: Sequence[Question], samples: int) -> Iterator[str]:
+def _sampled_ids(questions: Sequence[Question], samples: int) -> Iterator[tuple[str, int]]:
     """What a case's verdicts must cover: each question of each sample (:func:`_verdict_key`)."""
-    return (sample_name(q.id, k) for k in range(samples) for q in questions)
+    return ((q.id, k) for k in range(samples) for q in questions)
 
 
-def _verdict_key(verdict: Verdict) -> str:
-    """A verdict's question, told apart by sample (the first's is its question id)."""
-    return sample_name(verdict.question_id, verdict.sample)
+def _verdict_key(verdict: Verdict) -> tuple[str, int]:
+    """A verdict's question and sample."""
+    return verdict.question_id, verdict.sample or 0
 
 
-def _question_digest(ids) -> tuple[int, int]:
-    """How many question ids, and an order-free 64-bit digest of them: what a case's verdicts
-    must match to be complete, held in a few bytes per case instead of every id."""
+def _question_digest(keys: Iterable[tuple[str, int]]) -> tuple[int, int]:
+    """How many (question id, sample) keys, and an order-free 64-bit digest of them: what a
+    case's verdicts must match to be complete, held in a few bytes per case instead of every id."""
     count, digest = 0, 0
-    for question_id in ids:
-        digest ^= _id_hash(question_id)
+    for key in keys:
+        digest ^= _id_hash(key)
         count += 1
     return count, digest
 
 
-def _id_hash(question_id: str) -> int:
-    return int.from_bytes(hashlib.blake2b(question_id.encode(), digest_size=8).digest(), "big")
+def _id_hash(key: tuple[str, int]) -> int:
+    question_id, sample = key
+    return int.from_bytes(hashlib.blake2b(f"{sample}\n{question_id}".encode(), digest_size=8).digest(), "big")
 
 
 def _kept_any(out: Path) -> bool:
@@ -570,7 +563,7 @@ def run_benchmark(cases_dir: Path, out: Path, options: RunOptions):
     if options.dry_run:
         return _estimate(options, plan, gen, judges, out, previous)
     _prepare_folder(out, identity.manifest, start_over, options.cache_dir, previous)
-    access = ModelAccess(Cache(options.cache_dir or out / CACHE_DIR), concurrency=options.concurrency,
+    access = ModelAccess(Cache(options.cache_dir or RunLayout(out).cache), concurrency=options.concurrency,
                          max_retries=settings.max_retries, max_calls=options.max_calls, meter=budget)
     runner = _Runner(out, plan.cases_dir, gen, judges, access, identity.manifest, plan.collaged)
     lines = CaseLines(out, previous, identity.manifest.judge_models, identity.manifest.judge_model_changes,
@@ -608,7 +601,7 @@ def _cost_model(options: RunOptions, plan: _Plan, gen: Generator, judges: list[J
     from ._cost import CostModel, generated_size
 
     return CostModel(references=ReferenceFiles(plan.cases_dir), generator=gen, judges=judges,
-                     judge_batch=options.judge_batch, cache=Cache(options.cache_dir or out / CACHE_DIR),
+                     judge_batch=options.judge_batch, cache=Cache(options.cache_dir or RunLayout(out).cache),
                      generated=generated_size(gen.options), collaged=plan.collaged, samples=options.samples)
 
 
@@ -641,16 +634,17 @@ def _prepare_folder(out: Path, identity: RunManifest, start_over: bool, cache_di
     """The run folder made ready: its folders its own, what a killed invocation or another
     command left removed, the identity written first (a run killed before its end can only be
     resumed by the same run), and ``verdicts.jsonl`` holding only the complete cases kept."""
+    layout = RunLayout(out)
     out.mkdir(parents=True, exist_ok=True)
-    for folder in (IMAGES_DIR, *((CACHE_DIR,) if cache_dir is None else ())):  # a resumed folder may be anyone's
+    for folder in (IMAGES_DIR, *((CALL_CACHE_DIR,) if cache_dir is None else ())):  # a resumed folder may be anyone's
         owned_folder(out, folder)
     if start_over:  # what the other command left: no case, perhaps images of another generator
         VERDICTS.path(out).unlink(missing_ok=True)
-        shutil.rmtree(out / IMAGES_DIR, ignore_errors=True)
-    for folder in (out, out / IMAGES_DIR):  # what a killed invocation was writing (kill -9)
+        shutil.rmtree(layout.images, ignore_errors=True)
+    for folder in (out, layout.images):  # what a killed invocation was writing (kill -9)
         remove_stale_temporaries(folder)
     RUN_MANIFEST.write(out, identity)
-    (out / IMAGES_DIR).mkdir(exist_ok=True)
+    layout.images.mkdir(exist_ok=True)
     _keep_only(VERDICTS.path(out), previous)
 
 

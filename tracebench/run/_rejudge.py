@@ -16,8 +16,8 @@ from typing import Sequence
 from ..cache import file_sha256
 from ..errors import TraceError
 from ..providers import ModelSettings, RunImages
-from ..records import CASES, RUN_MANIFEST, RunManifest
-from ._harness import IMAGES_DIR, run_benchmark
+from ..records import CASES, IMAGES_DIR, RUN_MANIFEST, RunLayout, RunManifest
+from ._harness import run_benchmark
 from ._options import RunOptions
 
 __all__ = ["rejudge_run"]
@@ -37,7 +37,8 @@ def rejudge_run(run_dir: Path, out: Path, *, judges: Sequence[str], settings: Mo
         raise TraceError(f"{bench}: not a benchmark folder (no {CASES.name}); give the run's benchmark with --cases")
     if file_sha256(CASES.path(bench)) != source.cases_hash:
         raise TraceError(f"{bench}: not the benchmark {run_dir} was made from (its {CASES.name} differs)")
-    if not (run_dir / IMAGES_DIR).is_dir():
+    images = RunLayout(run_dir).images
+    if not images.is_dir():
         raise TraceError(f"{run_dir}: holds no {IMAGES_DIR}/ folder: no image to judge")
     if source.shard is not None:
         given = f"{shard[0]}/{shard[1]}" if shard else None
@@ -47,6 +48,6 @@ def rejudge_run(run_dir: Path, out: Path, *, judges: Sequence[str], settings: Mo
         shard = (int(first), int(count))
     settings = replace(settings or ModelSettings(), seed=source.seed if source.seed is not None else 0,
                        sample=source.sample)
-    return run_benchmark(bench, out, RunOptions(generator=RunImages(run_dir, run_dir / IMAGES_DIR, source), judges=judges,
+    return run_benchmark(bench, out, RunOptions(generator=RunImages(run_dir, images, source), judges=judges,
                          settings=settings, shard=shard, max_images=source.max_images,
                          collage=bool(source.collage), samples=source.samples or 1, **options))

@@ -29,10 +29,8 @@ from .. import __version__
 from ..errors import TraceError
 from ..jsonfiles import json_bytes, record_line
 from ..cache import file_sha256
-from ..run import IMAGES_DIR
-from ..records import (CASES, DIAGNOSIS_MANIFEST, GENERATION_SUFFIX, RUN_MANIFEST, SAMPLE_MANIFEST, SUMMARY, TREES,
-                       VERDICTS, Case, GenerationInfo, RunManifest, Verdict, read_cases, read_generation_info,
-                       sample_name)
+from ..records import (CASES, DIAGNOSIS_MANIFEST, IMAGES_DIR, RUN_MANIFEST, SAMPLE_MANIFEST, SUMMARY, TREES, VERDICTS,
+                       Case, GenerationInfo, RunLayout, RunManifest, SampleKey, Verdict, read_cases)
 from ..safepaths import inside
 from . import _limits
 from ._content import Staged, content_hash
@@ -287,7 +285,7 @@ def _row_files(content: Content, row: dict) -> None:
         content.add("run", f"{IMAGES_DIR}/{generated_name(case_id, image['path'])}", image["bytes"])
     infos = [row[GENERATION]] if row[GENERATION] is not None else []
     for info in map(GenerationInfo.model_validate, infos + (row.get(SAMPLE_GENERATIONS) or [])):
-        content.add("run", f"{IMAGES_DIR}/{sample_name(case_id, info.sample)}{GENERATION_SUFFIX}", json_bytes(info))
+        content.add("run", RunLayout.info_name(SampleKey(case_id, info.sample or 0)), json_bytes(info))
     for image in row.get(SAMPLE_IMAGES) or []:
         content.add("run", f"{IMAGES_DIR}/{Path(image['path']).name}", image["bytes"])
     for image in row.get(NODE_IMAGES) or []:
@@ -338,7 +336,8 @@ def _run_row(bench: Path, run_dir: Path, case: Case, sources: Counter, manifest,
     image = generated_image(run_dir, case.id)
     row[GENERATED_IMAGE] = None if image is None else _image(run_dir, f"{IMAGES_DIR}/{image.name}",
                                                              f"{run_dir}: case {case.id}: generated image")
-    info = read_generation_info(run_dir / IMAGES_DIR, case.id)
+    layout = RunLayout(run_dir)
+    info = layout.read_info(SampleKey(case.id))
     row[GENERATION] = None if info is None else row_of(info)
     row[VERDICTS_COLUMN] = [row_of(v) for v in verdicts]
     if manifest.samples:
@@ -346,7 +345,7 @@ def _run_row(bench: Path, run_dir: Path, case: Case, sources: Counter, manifest,
         row[SAMPLE_IMAGES] = [_image(run_dir, f"{IMAGES_DIR}/{path.name}",
                                      f"{run_dir}: case {case.id}: sample {k}'s image") for k, path in found if path]
         row[SAMPLE_GENERATIONS] = [row_of(info) for k in range(1, manifest.samples)
-                                   if (info := read_generation_info(run_dir / IMAGES_DIR, case.id, k))]
+                                   if (info := layout.read_info(SampleKey(case.id, k)))]
     return row
 
 

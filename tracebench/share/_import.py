@@ -25,15 +25,14 @@ from pydantic import BaseModel, ValidationError
 from ..cache import file_sha256
 from ..errors import TraceError
 from ..jsonfiles import problems_of, record_line, write_json
-from ..records import (CASES, DIAGNOSIS_MANIFEST, GENERATION_SUFFIX, RUN_MANIFEST, SAMPLE_MANIFEST, SUMMARY, TREES,
-                       VERDICTS, Case, DiagnosisManifest, DiagnosisSummary, DiagnosticTree, GenerationInfo,
-                       RunManifest, SAMPLE_SEPARATOR, SampleManifest, Verdict, case_problem, read_cases, sample_name,
-                       split_sample_name)
+from ..records import (CASES, DIAGNOSIS_MANIFEST, IMAGES_DIR, RUN_MANIFEST, SAMPLE_MANIFEST, SAMPLE_SEPARATOR, SUMMARY,
+                       TREES, VERDICTS, Case, DiagnosisManifest, DiagnosisSummary, DiagnosticTree, GenerationInfo,
+                       RunLayout, RunManifest, SampleKey, SampleManifest, Verdict, case_problem, read_cases)
 from ..safepaths import inside
 from . import _limits
 from ._card import CARD_FILE, read_card
 from ._content import Staged, content_hash, folder_files
-from ._export import (BENCHMARK_DIR, DIAGNOSIS_DIR, FORMAT, GENERATED_IMAGE, GENERATION, IMAGE_SUFFIXES, IMAGES_DIR,
+from ._export import (BENCHMARK_DIR, DIAGNOSIS_DIR, FORMAT, GENERATED_IMAGE, GENERATION, IMAGE_SUFFIXES,
                       NODE_FOLDER, NODE_IMAGES, REFERENCE_IMAGES, SAMPLE_GENERATIONS, SAMPLE_IMAGES, SPLIT, TREE,
                       VERDICTS_COLUMN, case_features, generated_name, hf, run_features)
 
@@ -367,7 +366,7 @@ class _Run:
         if info.sample:  # the first generation's record; a later one's is in sample_generations
             raise TraceError(f"{where}: {GENERATION}.sample: {info.sample}, but the column holds the first "
                              f"generation's record ({SAMPLE_GENERATIONS} the later ones')")
-        write_json(self.images / f"{case.id}{GENERATION_SUFFIX}", info)
+        write_json(RunLayout(self.root).info(SampleKey(case.id)), info)
 
     def close(self, verdicts_hash: object, card: Path) -> None:
         self.verdicts.close()
@@ -387,10 +386,11 @@ def _sample_files(row: dict, where: str, images: Path, case_id: str, samples: in
         data = _image_bytes(image, what)
         name = Path(str(image.get("path") or "")).name
         stem, suffix = name.rsplit(".", 1) if "." in name else (name, "")
-        # the index as the run names it (split_sample_name: ASCII digits, no leading zero): "~01" or "~١"
+        # the index as the run names it (SampleKey.parse: ASCII digits, no leading zero): "~01" or "~١"
         # would be written under a name no reader of the run folder looks for
-        base, index = split_sample_name(stem) or (None, 0)
-        if base != case_id or not 1 <= index < samples or f".{suffix}" not in _SUFFIXES:
+        key = SampleKey.parse(stem) or SampleKey("")
+        index = key.sample
+        if key.case_id != case_id or not 1 <= index < samples or f".{suffix}" not in _SUFFIXES:
             raise TraceError(f"{what}: {name!r} is not the image of a later sample of case {case_id} "
                              f"({case_id}{SAMPLE_SEPARATOR}K.png, K from 1 to {samples - 1})")
         if index in given:
@@ -409,7 +409,7 @@ def _sample_files(row: dict, where: str, images: Path, case_id: str, samples: in
             raise TraceError(f"{what}: sample {info.sample} of case {case_id} has a generation record already "
                              f"({SAMPLE_GENERATIONS}[{said[info.sample]}])")
         said[info.sample] = k
-        write_json(images / f"{sample_name(case_id, info.sample)}{GENERATION_SUFFIX}", info)
+        write_json(RunLayout(images.parent).info(SampleKey(case_id, info.sample)), info)
 
 
 def _tree_line(row: dict, where: str, diag: Path, case_id: str) -> str:

@@ -14,7 +14,7 @@ from test_cli import run_trace
 from tracebench.operators import split_target
 from tracebench.outcomes import Outcome
 from tracebench.run import stream_run
-from tracebench.score import DifficultyWeights, difficulty_weights, score_cases, score_run, write_weights
+from tracebench.score import DifficultyWeights, PassAtTau, difficulty_weights, score_cases, score_run, write_weights
 
 VALUES = (1.0, 0.5, 0.0, 1.0, 1.0)
 
@@ -121,7 +121,7 @@ def test_p_at_tau_with_a_hand_written_weights_file(run, cases, tmp_path):
     for tau in (50.0, 90.0):
         hand = _by_hand(cases, weights, tau)
         scores = score_cases(manifest, ((c, _outcomes(c)) for c in cases), root=run, protocols=("longbanana",),
-                             weights=frozen, tau=tau, weights_name="w.json")
+                             pass_at=PassAtTau(tau=tau, weights=frozen, weights_name="w.json"))
         assert scores.protocols["longbanana"].pass_rate == pytest.approx(hand["pass"], abs=1e-4)
         assert scores.protocols["longbanana"].tau == tau and scores.protocols["longbanana"].weights == "w.json"
     assert "trace" not in scores.protocols

@@ -254,40 +254,76 @@ class _RunView:
     scores: dict[str, Any]  # a Scores record, as JSON data (what the page shows)
 
 
+@dataclass(frozen=True)
+class _CaseContext:
+    """What every case of the page is shown with: the reported run's folder and its benchmark
+    folder, the page's images, the diagnosis folder and its trees (None without a diagnosis), the
+    gating, and the case template with the display names of sources and rules."""
+
+    run_root: Path
+    cases_dir: Path
+    images: _Images
+    diag_dir: Path | None
+    trees: RecordIndex[DiagnosticTree] | None  # read one at a time, by case
+    gating: str
+    body: Any  # the Jinja2 template of a case's body
+    titles: dict[str, str]
+    rule_titles: dict[str, str]
+
+    def tree(self, case_id: str) -> DiagnosticTree | None:
+        return self.trees.get(case_id) if self.trees is not None else None
+
+
 def _case_view(case: Case, outcomes: dict[str, Outcome], shown: dict[str, tuple[Status, tuple[str, ...]]],
-               run_root: Path, cases_dir: Path, images: _Images, tree: DiagnosticTree | None,
-               diag_dir: Path | None, gating: str) -> dict[str, Any]:
+               tree: DiagnosticTree | None, context: _CaseContext) -> dict[str, Any]:
     """What the page shows of one case. ``outcomes``: question id -> outcome (the run's);
     ``shown``: question id -> (verdict, each judge's answer and reason as a line)."""
-    results = instance_results(case, outcomes, gating)  # type: ignore[arg-type]
+    results = instance_results(case, outcomes, context.gating)  # type: ignore[arg-type]
     failing_ops = sorted({op.value for (op, _), outcome in results.items() if outcome.failed})
-    image = generated_image(run_root, case.id)
+    image = generated_image(context.run_root, case.id)
+    questions = _question_views(case, shown)
+    images = context.images
+    view: dict[str, Any] = {
+        "id": case.id, "slot": case.slot, "application": case.application or "", "formula": case.formula,
+        "template": case.template, "prompt": case.prompt, "failing_ops": failing_ops,
+        "references": _reference_views(case, context.cases_dir, images),
+        "image": images.add(image), "image_unshown": images.unshown(image), "questions": questions, "tree": None,
+        "samples": None}
+    if tree is not None and context.diag_dir is not None:
+        view["tree"] = _tree_view(tree, context.diag_dir, images)
+    return view
+
+
+def _question_views(case: Case, shown: dict[str, tuple[Status, tuple[str, ...]]]) -> list[dict[str, Any]]:
+    """The case's checklist, each question with its verdict and its judges' lines ("missing": none)."""
     questions = []
     for q in case.checklist:
         verdict, reasons = shown.get(q.id, ("missing", ()))
         questions.append({"id": q.id, "op": q.op, "text": q.question, "expected": q.expected,
                           "verdict": verdict, "reasons": reasons})
-    view: dict[str, Any] = {
-        "id": case.id, "slot": case.slot, "application": case.application or "", "formula": case.formula,
-        "template": case.template, "prompt": case.prompt, "failing_ops": failing_ops,
-        "references": [{"label": r.image, "src": images.add(path := reference_file(cases_dir, case, r.path)),
-                        "unshown": images.unshown(path), "source": r.source_id,
-                        "distractor": next((f"distractor {d.id}, confuses {d.confuses}" for d in case.distractors
-                                            if d.image == r.image), "")} for r in case.references],
-        "image": images.add(image), "image_unshown": images.unshown(image), "questions": questions, "tree": None,
-        "samples": None}
-    if tree is not None and diag_dir is not None:
-        failing = [a.target for a in tree.attributions if a.root is Status.FAIL]
-        nodes = []
-        for node in tree.nodes:
-            path = _node_image(diag_dir, tree, node)
-            nodes.append({"id": node.id, "rule": node.rule or "root", "formula": node.formula, "prompt": node.prompt,
-                          "evaluated": node.evaluated, "same_as": node.same_as,
-                          "image": images.add(path), "unshown": images.unshown(path),
-                          "status": node.status})
-        view["tree"] = {"svg": _tree_svg(tree, failing), "failing": failing, "nodes": nodes,
-                        "attributions": [a.model_dump() for a in tree.attributions if a.root is not Status.PASS]}
-    return view
+    return questions
+
+
+def _reference_views(case: Case, cases_dir: Path, images: _Images) -> list[dict[str, Any]]:
+    """The case's reference images, in order, a distractor named as such."""
+    return [{"label": r.image, "src": images.add(path := reference_file(cases_dir, case, r.path)),
+             "unshown": images.unshown(path), "source": r.source_id,
+             "distractor": next((f"distractor {d.id}, confuses {d.confuses}" for d in case.distractors
+                                 if d.image == r.image), "")} for r in case.references]
+
+
+def _tree_view(tree: DiagnosticTree, diag_dir: Path, images: _Images) -> dict[str, Any]:
+    """The case's diagnostic tree: drawn, its nodes with their images, its attributions but the passing."""
+    failing = [a.target for a in tree.attributions if a.root is Status.FAIL]
+    nodes = []
+    for node in tree.nodes:
+        path = _node_image(diag_dir, tree, node)
+        nodes.append({"id": node.id, "rule": node.rule or "root", "formula": node.formula, "prompt": node.prompt,
+                      "evaluated": node.evaluated, "same_as": node.same_as,
+                      "image": images.add(path), "unshown": images.unshown(path),
+                      "status": node.status})
+    return {"svg": _tree_svg(tree, failing), "failing": failing, "nodes": nodes,
+            "attributions": [a.model_dump() for a in tree.attributions if a.root is not Status.PASS]}
 
 
 def _shown(verdicts, majority: dict[str, Outcome] | None) -> dict[str, tuple[Status, tuple[str, ...]]]:
@@ -302,21 +338,21 @@ def _shown(verdicts, majority: dict[str, Outcome] | None) -> dict[str, tuple[Sta
     return shown
 
 
-def _sample_views(case: Case, samples, run_root: Path, images: _Images, gating: str) -> list[dict[str, Any]]:
+def _sample_views(case: Case, samples, context: _CaseContext) -> list[dict[str, Any]]:
     """Each generation of a case (``trace run --samples``): its image and its overall score."""
     views = []
     for k, outcomes in enumerate(samples):
-        scores = case_scores(instance_scores(case, outcomes, gating))  # type: ignore[arg-type]
-        path = generated_image(run_root, case.id, k)
-        views.append({"label": f"sample {k}", "image": images.add(path), "unshown": images.unshown(path),
-                      "overall": scores.get("overall")})
+        scores = case_scores(instance_scores(case, outcomes, context.gating))  # type: ignore[arg-type]
+        path = generated_image(context.run_root, case.id, k)
+        views.append({"label": f"sample {k}", "image": context.images.add(path),
+                      "unshown": context.images.unshown(path), "overall": scores.get("overall")})
     return views
 
 
-def _case_images(case: Case, run_root: Path, cases_dir: Path, tree: DiagnosticTree | None,
-                 diag_dir: Path | None) -> list[Path | None]:
+def _case_images(case: Case, tree: DiagnosticTree | None, context: _CaseContext) -> list[Path | None]:
     """The image files :func:`_case_view` embeds for ``case``, for making them ahead; a path
     that is refused is left for :func:`_case_view` to report in its turn."""
+    run_root, cases_dir, diag_dir = context.run_root, context.cases_dir, context.diag_dir
     finders: list[Callable[[], Path | None]] = [lambda: generated_image(run_root, case.id)]
     finders += [lambda path=ref.path: reference_file(cases_dir, case, path) for ref in case.references]
     if tree is not None and diag_dir is not None:
@@ -389,135 +425,32 @@ def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, com
     """Write the report of ``run_dir`` to ``out`` (one HTML file); returns ``out``. An existing
     ``out`` is refused unless ``force``: then it is replaced, keeping its permissions."""
     out = Path(out)
-    if out.is_dir():
-        raise TraceError(f"--out {out}: is a folder; give the HTML file to write")
-    if out.exists() and not force:
-        raise TraceError(f"--out {out}: already exists; choose another file or replace it with --force")
-    if not out.parent.is_dir():
-        raise TraceError(f"--out {out}: the folder {out.parent} does not exist")
+    _check_out(out, force)
     # every run is read as a stream (a case and its verdicts at a time): once for its scores,
     # and the reported run once more for its cases, so memory does not grow with the benchmark
     run = stream_run(run_dir)
     others = [stream_run(other) for other in compare]
-    for other in others:
-        if other.manifest.cases_hash != run.manifest.cases_hash:
-            raise TraceError(f"--compare {other.root}: a run of another benchmark ({other.cases_dir}, not the "
-                             f"cases of {run_dir})")
-        if (other.manifest.scale or "binary") != (run.manifest.scale or "binary"):
-            raise TraceError(f"--compare {other.root}: judged on the {other.manifest.scale or 'binary'} scale, not the "
-                             f"{run.manifest.scale or 'binary'} one of {run_dir}: their values do not compare")
+    _check_compared(run, others, run_dir)
     scored = [(r.root, r.manifest, score_cases(r.manifest, ((item.case, item.samples) for item in r), root=r.root,
                                                seed=seed, gating=gating, protocols=PROTOCOLS))
               for r in (run, *others)]
     runs = [_RunView(name, root, manifest, scores.model_dump(mode="json"))
             for name, (root, manifest, scores) in zip(run_names([m for _, m, _ in scored]), scored)]
-    trees: RecordIndex[DiagnosticTree] | None = None  # read one at a time, by case
-    summary = None
-    if diagnosis is not None:
-        diagnosis = Path(diagnosis)
-        identity = DIAGNOSIS_MANIFEST.read(diagnosis)
-        summary = SUMMARY.read(diagnosis)
-        trees = RecordIndex(TREES, diagnosis, lambda tree: tree.case_id)
-        same_run = Path(identity.run_dir).resolve() == Path(run_dir).resolve() or (
-            identity.cases_hash == run.manifest.cases_hash and identity.generator == run.manifest.generator
-            and identity.judges == run.manifest.judges)
-        if not same_run:
-            raise TraceError(f"--diagnosis {diagnosis}: a diagnosis of run {identity.run_dir}, not of {run_dir}")
-
-    # the headline table is trace leaderboard's board (best first; runs of other judges marked), the
-    # overall lines above it keep the order the runs were given in (the reported run first)
-    overall = [{"name": r.name, "cases": r.scores["cases"], "avg": r.scores["avg"], "ci": r.scores["ci95"],
-                "samples": r.scores.get("samples")} for r in runs]
-    headline = []
-    for row in board_rows(scored, mixed=True):
-        line = {"name": row.name, "root": row.run, "cases": row.cases, "avg": row.avg, "ci": row.ci95,
-                "abstentions": row.abstentions, "differs": row.differs}
-        line.update({op: row.operators.get(op) for op in OPERATORS})
-        headline.append(line)
+    diag_dir = None if diagnosis is None else Path(diagnosis)
+    summary, trees = _read_diagnosis(diag_dir, run, run_dir) if diag_dir is not None else (None, None)
+    headline = _headline(scored)
     comparison = compare_runs([r.root for r in runs], seed=seed, gating=gating) if len(runs) > 1 else None
     best = {key: _best(headline, key, comparison) for key in (*OPERATORS, "avg")}
-    protocol_rows = [{"name": r.name, **{name: p for name, p in (r.scores.get("protocols") or {}).items()}}
-                     for r in runs]
-
-    def breakdown(part: str, score: str, n: str, label: Callable[[str], str] = str) -> tuple[dict, dict]:
-        """run -> category -> (score, n) of one breakdown of the Scores record, as two tables."""
-        return ({r.name: {label(k): v[score] for k, v in (r.scores.get(part) or {}).items()} for r in runs},
-                {r.name: {label(k): v[n] for k, v in (r.scores.get(part) or {}).items()} for r in runs})
-
-    cluttered = any(r.scores.get("by_inputs") for r in runs)  # clutter breakdowns (docs/clutter.md)
-
-    plots = {
-        "by_slot": Markup(_plots.lines_by_slot({r.name: r.scores["by_slot"] for r in runs},
-                                               breakdown("by_slot", "overall", "cases")[1])),
-        "by_subtype": Markup(_plots.bars(*breakdown("by_subtype", "disentangle", "instances"),
-                                         title="disentangle by attribute subtype")),
-        "by_entities": Markup(_plots.bars(*breakdown("by_entity_count", "anchor", "instances",
-                                                    lambda k: f"{k} entit{'y' if str(k) == '1' else 'ies'}"),
-                                          title="anchor by entities in the reference image")),
-        "by_application": (Markup(_plots.bars(*breakdown("by_application", "overall", "cases"),
-                                              title="overall score by application"))
-                           if any(r.scores["by_application"] for r in runs) else None),
-        "by_inputs": (Markup(_plots.bars(*breakdown("by_inputs", "overall", "cases", lambda k: f"{k} images"),
-                                         title="overall score by input images (MacroBench's bins)"))
-                      if cluttered else None),
-        "by_distractors": (Markup(_plots.bars(*breakdown("by_distractors", "overall", "cases",
-                                                         lambda k: f"{k} distractor{'' if str(k) == '1' else 's'}"),
-                                              title="overall score by distractors"))
-                           if cluttered else None),
-        "rejection": (Markup(_plots.bars(*breakdown("rejection", "rate", "questions"),
-                                         title="rejection: distractors not taken, by operator"))
-                      if cluttered else None),
-        "cumulative": (Markup(_plots.cumulative_pass(summary.cumulative_pass,
-                                                     {op: int(v["instances"]) for op, v in summary.by_operator.items()}))
-                       if summary else None),
-    }
-    from ..diagnose import sources as source_catalogue
-
-    # the one mapping from a source's key to its display name: diagnose/sources.toml, for the
-    # failure-source table and the attributions under each tree alike
-    sources = [{"name": name, "title": s.title, "means": s.means} for name, s in source_catalogue().items()]
-    titles = {s["name"]: s["title"] for s in sources}
-    rule_titles = _rule_titles()  # likewise diagnose/rules.toml for the rules
+    plots = _plots_of(runs, summary)
+    sources = _sources()
     images = _Images(full_images, keep=False)
-    body = html_environment().get_template(CASE_TEMPLATE)
-
-    def tree_of(case_id: str) -> DiagnosticTree | None:
-        return trees.get(case_id) if trees is not None else None
-
-    def cases() -> Iterator[dict[str, Any]]:
-        """The cases as the page lists them, one at a time: each with its body rendered and
-        packed, and the images it shows first; threads make the images of the next cases."""
-        items = iter(run)
-        window: deque[tuple[Any, DiagnosticTree | None]] = deque()
-
-        def ahead() -> None:  # the images of the next cases, made by threads while earlier cases render
-            while len(window) <= PREFETCH:
-                item = next(items, None)
-                if item is None:
-                    return
-                tree = tree_of(item.case.id)
-                window.append((item, tree))
-                images.prefetch(_case_images(item.case, Path(run_dir), run.cases_dir, tree, diagnosis))
-
-        ahead()
-        while window:
-            item, tree = window.popleft()
-            ahead()
-            # what the page shows of each verdict: its status and each judge's answer and reason
-            samples = item.samples
-            outcomes = item.outcomes  # with --samples: each question's majority over the samples
-            shown = _shown(item.verdicts, outcomes if len(samples) > 1 else None)
-            view = _case_view(item.case, outcomes, shown, Path(run_dir), run.cases_dir, images, tree, diagnosis, gating)
-            if len(samples) > 1:
-                view["samples"] = _sample_views(item.case, samples, Path(run_dir), images, gating)
-            html = body.render(case=view, titles=titles, rule_titles=rule_titles)
-            yield {"id": view["id"], "slot": view["slot"], "application": view["application"],
-                   "failing_ops": view["failing_ops"], "tree": view["tree"] is not None,
-                   "body": base64.b64encode(zlib.compress(html.encode("utf-8"), 9)).decode(),
-                   "images": images.take()}
-
+    context = _CaseContext(run_root=Path(run_dir), cases_dir=run.cases_dir, images=images, diag_dir=diag_dir,
+                           trees=trees, gating=gating, body=html_environment().get_template(CASE_TEMPLATE),
+                           titles={s["name"]: s["title"] for s in sources},
+                           rule_titles=_rule_titles())  # likewise diagnose/rules.toml for the rules
     page = html_environment().get_template(TEMPLATE).generate(
-        tool=f"tracebench {__version__}", runs=overall, board=headline, best=best, protocols=protocol_rows, operators=OPERATORS, plots=plots, cases=cases(),
+        tool=f"tracebench {__version__}", runs=_overall(runs), board=headline, best=best,
+        protocols=_protocol_rows(runs), operators=OPERATORS, plots=plots, cases=_case_items(run, context),
         summary=summary.model_dump(mode="json") if summary else None, sources=sources,
         manifests=[r.manifest.model_dump(mode="json") for r in runs],
         slots=sorted(int(slot) for slot in runs[0].scores["by_slot"]), run_dir=str(run_dir))
@@ -526,6 +459,146 @@ def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, com
     finally:
         images.close()
     return out
+
+
+def _check_out(out: Path, force: bool) -> None:
+    """Refuse an ``--out`` that is a folder, exists (unless ``force``) or lies in no folder."""
+    if out.is_dir():
+        raise TraceError(f"--out {out}: is a folder; give the HTML file to write")
+    if out.exists() and not force:
+        raise TraceError(f"--out {out}: already exists; choose another file or replace it with --force")
+    if not out.parent.is_dir():
+        raise TraceError(f"--out {out}: the folder {out.parent} does not exist")
+
+
+def _check_compared(run, others: list, run_dir: Path) -> None:
+    """Refuse a ``--compare`` run of another benchmark or judged on another scale than ``run``."""
+    for other in others:
+        if other.manifest.cases_hash != run.manifest.cases_hash:
+            raise TraceError(f"--compare {other.root}: a run of another benchmark ({other.cases_dir}, not the "
+                             f"cases of {run_dir})")
+        if (other.manifest.scale or "binary") != (run.manifest.scale or "binary"):
+            raise TraceError(f"--compare {other.root}: judged on the {other.manifest.scale or 'binary'} scale, not the "
+                             f"{run.manifest.scale or 'binary'} one of {run_dir}: their values do not compare")
+
+
+def _read_diagnosis(diagnosis: Path, run, run_dir: Path) -> tuple[Any, RecordIndex[DiagnosticTree]]:
+    """The diagnosis's summary and its trees (read one at a time, by case), refused unless it is
+    a diagnosis of ``run``."""
+    identity = DIAGNOSIS_MANIFEST.read(diagnosis)
+    summary = SUMMARY.read(diagnosis)
+    trees = RecordIndex(TREES, diagnosis, lambda tree: tree.case_id)
+    same_run = Path(identity.run_dir).resolve() == Path(run_dir).resolve() or (
+        identity.cases_hash == run.manifest.cases_hash and identity.generator == run.manifest.generator
+        and identity.judges == run.manifest.judges)
+    if not same_run:
+        raise TraceError(f"--diagnosis {diagnosis}: a diagnosis of run {identity.run_dir}, not of {run_dir}")
+    return summary, trees
+
+
+def _overall(runs: list[_RunView]) -> list[dict[str, Any]]:
+    """The overall lines above the headline table, in the order the runs were given in (the
+    reported run first)."""
+    return [{"name": r.name, "cases": r.scores["cases"], "avg": r.scores["avg"], "ci": r.scores["ci95"],
+             "samples": r.scores.get("samples")} for r in runs]
+
+
+def _headline(scored: list) -> list[dict[str, Any]]:
+    """The headline table: trace leaderboard's board (best first; runs of other judges marked)."""
+    headline = []
+    for row in board_rows(scored, mixed=True):
+        line = {"name": row.name, "root": row.run, "cases": row.cases, "avg": row.avg, "ci": row.ci95,
+                "abstentions": row.abstentions, "differs": row.differs}
+        line.update({op: row.operators.get(op) for op in OPERATORS})
+        headline.append(line)
+    return headline
+
+
+def _protocol_rows(runs: list[_RunView]) -> list[dict[str, Any]]:
+    return [{"name": r.name, **{name: p for name, p in (r.scores.get("protocols") or {}).items()}} for r in runs]
+
+
+def _breakdown(runs: list[_RunView], part: str, score: str, n: str,
+               label: Callable[[str], str] = str) -> tuple[dict, dict]:
+    """run -> category -> (score, n) of one breakdown of the Scores record, as two tables."""
+    return ({r.name: {label(k): v[score] for k, v in (r.scores.get(part) or {}).items()} for r in runs},
+            {r.name: {label(k): v[n] for k, v in (r.scores.get(part) or {}).items()} for r in runs})
+
+
+def _plots_of(runs: list[_RunView], summary) -> dict[str, Markup | None]:
+    """The page's plots (SVG); those of clutter breakdowns (docs/clutter.md), applications and a
+    diagnosis only where the runs have them."""
+    cluttered = any(r.scores.get("by_inputs") for r in runs)
+
+    def bars(part: str, score: str, n: str, title: str, label: Callable[[str], str] = str) -> Markup:
+        return Markup(_plots.bars(*_breakdown(runs, part, score, n, label), title=title))
+
+    return {
+        "by_slot": Markup(_plots.lines_by_slot({r.name: r.scores["by_slot"] for r in runs},
+                                               _breakdown(runs, "by_slot", "overall", "cases")[1])),
+        "by_subtype": bars("by_subtype", "disentangle", "instances", "disentangle by attribute subtype"),
+        "by_entities": bars("by_entity_count", "anchor", "instances", "anchor by entities in the reference image",
+                            lambda k: f"{k} entit{'y' if str(k) == '1' else 'ies'}"),
+        "by_application": (bars("by_application", "overall", "cases", "overall score by application")
+                           if any(r.scores["by_application"] for r in runs) else None),
+        "by_inputs": (bars("by_inputs", "overall", "cases", "overall score by input images (MacroBench's bins)",
+                           lambda k: f"{k} images") if cluttered else None),
+        "by_distractors": (bars("by_distractors", "overall", "cases", "overall score by distractors",
+                                lambda k: f"{k} distractor{'' if str(k) == '1' else 's'}") if cluttered else None),
+        "rejection": (bars("rejection", "rate", "questions", "rejection: distractors not taken, by operator")
+                      if cluttered else None),
+        "cumulative": (Markup(_plots.cumulative_pass(summary.cumulative_pass,
+                                                     {op: int(v["instances"]) for op, v in summary.by_operator.items()}))
+                       if summary else None),
+    }
+
+
+def _sources() -> list[dict[str, str]]:
+    """The failure sources as the page lists them: the one mapping from a source's key to its
+    display name (diagnose/sources.toml), for the failure-source table and the attributions under
+    each tree alike."""
+    from ..diagnose import sources as source_catalogue
+
+    return [{"name": name, "title": s.title, "means": s.means} for name, s in source_catalogue().items()]
+
+
+def _case_items(run, context: _CaseContext) -> Iterator[dict[str, Any]]:
+    """The cases as the page lists them, one at a time: each with its body rendered and
+    packed, and the images it shows first; threads make the images of the next cases."""
+    items = iter(run)
+    window: deque[tuple[Any, DiagnosticTree | None]] = deque()
+
+    def ahead() -> None:  # the images of the next cases, made by threads while earlier cases render
+        while len(window) <= PREFETCH:
+            item = next(items, None)
+            if item is None:
+                return
+            tree = context.tree(item.case.id)
+            window.append((item, tree))
+            context.images.prefetch(_case_images(item.case, tree, context))
+
+    ahead()
+    while window:
+        item, tree = window.popleft()
+        ahead()
+        yield _case_item(item, tree, context)
+
+
+def _case_item(item, tree: DiagnosticTree | None, context: _CaseContext) -> dict[str, Any]:
+    """One case of the page: its body rendered, compressed and packed, and the images it shows
+    first (``item``: the case with its verdicts, as the run's stream gives it)."""
+    # what the page shows of each verdict: its status and each judge's answer and reason
+    samples = item.samples
+    outcomes = item.outcomes  # with --samples: each question's majority over the samples
+    shown = _shown(item.verdicts, outcomes if len(samples) > 1 else None)
+    view = _case_view(item.case, outcomes, shown, tree, context)
+    if len(samples) > 1:
+        view["samples"] = _sample_views(item.case, samples, context)
+    html = context.body.render(case=view, titles=context.titles, rule_titles=context.rule_titles)
+    return {"id": view["id"], "slot": view["slot"], "application": view["application"],
+            "failing_ops": view["failing_ops"], "tree": view["tree"] is not None,
+            "body": base64.b64encode(zlib.compress(html.encode("utf-8"), 9)).decode(),
+            "images": context.images.take()}
 
 
 def _chunks(parts: Iterable[str], size: int = 1 << 16) -> Iterator[bytes]:

@@ -249,54 +249,67 @@ def _generation_cost(price: Price, calls: int) -> float:
     return calls * (price.per_image + price.per_call)
 
 
-def estimate_cost(cases: Iterable[Case], *, references, generator, judges: Sequence, judge_batch: str,
-                  cache: Cache, done: int, not_applicable: int, prices: dict[str, Price] | None,
-                  generated_size: tuple[int, int] | None = None, collaged: frozenset[str] = frozenset(),
-                  samples: int = 1) -> CostEstimate:
-    """Count what the ``cases`` still to make would cost (see the module docstring); a case of
-    ``collaged`` is sent its references as one grid image, as the run sends it; with ``samples``
-    (``--samples K``) every case's K generations and their judge calls."""
-    model = CostModel(references=references, generator=generator, judges=judges, judge_batch=judge_batch, cache=cache,
-                      generated=generated_size, collaged=collaged, samples=samples)
-    counts = {"cases": 0, "generations": 0, "generations_cached": 0, "generations_local": 0,
-              "images_to_generator": 0, "images_to_judges": 0}
-    calls = {j.spec: 0 for j in judges}
-    cached = {j.spec: 0 for j in judges}
-    tokens_in = {j.spec: 0 for j in judges}
-    tokens_out = {j.spec: 0 for j in judges}
+def estimate_cost(cases: Iterable[Case], model: CostModel, *, done: int = 0, not_applicable: int = 0,
+                  prices: dict | None = None) -> CostEstimate:
+    """Count what the ``cases`` still to make would cost (see the module docstring), each by
+    ``model``: a case of its ``collaged`` is sent its references as one grid image, as the run
+    sends it; with its ``samples`` (``--samples K``) every case's K generations and their judge
+    calls. ``prices`` (a price file) adds the estimated cost."""
+    counts, per_judge = _count_cases(cases, model)
+    cost, unpriced = _priced(prices, model, counts["generations"], per_judge)
+    return CostEstimate(done=done, not_applicable=not_applicable, **per_judge, cost=cost,
+                        total=None if cost is None else sum(cost.values()), unpriced=unpriced, **counts)
+
+
+_GENERATION_COUNTS = {"local": "generations_local", "cached": "generations_cached", "call": "generations"}
+_JUDGE_COUNTS = {"judge_calls": "calls", "judge_calls_cached": "cached", "input_tokens": "tokens_in",
+                 "output_tokens": "tokens_out"}  # CostEstimate's field -> CaseCount's
+
+
+def _count_cases(cases: Iterable[Case], model: CostModel) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+    """The counts of the cases' calls still to make: the whole run's, and per judge spec each of
+    :data:`_JUDGE_COUNTS`."""
+    counts = dict.fromkeys(("cases", "generations", "generations_cached", "generations_local",
+                            "images_to_generator", "images_to_judges"), 0)
+    per_judge = {name: {j.spec: 0 for j in model.judges} for name in _JUDGE_COUNTS}
     for case in cases:
         counts["cases"] += 1
         for count in model.counts(case):
-            counts[{"local": "generations_local", "cached": "generations_cached", "call": "generations"}[count.generation]] += 1
+            counts[_GENERATION_COUNTS[count.generation]] += 1
             counts["images_to_generator"] += count.images_to_generator
             counts["images_to_judges"] += count.images_to_judges
-            for spec in calls:
-                calls[spec] += count.calls[spec]
-                cached[spec] += count.cached[spec]
-                tokens_in[spec] += count.tokens_in[spec]
-                tokens_out[spec] += count.tokens_out[spec]
-    cost = total = None
+            for name, attribute in _JUDGE_COUNTS.items():
+                counted = getattr(count, attribute)
+                for spec in per_judge[name]:
+                    per_judge[name][spec] += counted[spec]
+    return counts, per_judge
+
+
+def _priced(prices: dict[str, Price] | None, model: CostModel, generations: int,
+            per_judge: dict[str, dict[str, int]]) -> tuple[dict[str, float] | None, tuple[str, ...]]:
+    """Model spec -> the estimated cost of its calls to make, and the models making calls that
+    ``prices`` has no price for; no cost without prices."""
+    if prices is None:
+        return None, ()
+    cost: dict[str, float] = {}
     unpriced: list[str] = []
-    if prices is not None:
-        cost = {}
-        if counts["generations"]:
-            price = prices.get(generator.spec)
-            if price is None:
-                unpriced.append(generator.spec)
-            else:
-                cost[generator.spec] = _generation_cost(price, counts["generations"])
-        for judge in judges:
-            if not calls[judge.spec]:
-                continue
-            price = prices.get(judge.spec)
-            if price is None:
-                unpriced.append(judge.spec)
-                continue
-            cost[judge.spec] = _judge_cost(price, calls[judge.spec], tokens_in[judge.spec], tokens_out[judge.spec])
-        total = sum(cost.values())
-    return CostEstimate(done=done, not_applicable=not_applicable, judge_calls=calls, judge_calls_cached=cached,
-                        input_tokens=tokens_in, output_tokens=tokens_out, cost=cost, total=total,
-                        unpriced=tuple(dict.fromkeys(unpriced)), **counts)
+    if generations:
+        price = prices.get(model.generator.spec)
+        if price is None:
+            unpriced.append(model.generator.spec)
+        else:
+            cost[model.generator.spec] = _generation_cost(price, generations)
+    for judge in model.judges:
+        calls = per_judge["judge_calls"][judge.spec]
+        if not calls:
+            continue
+        price = prices.get(judge.spec)
+        if price is None:
+            unpriced.append(judge.spec)
+            continue
+        cost[judge.spec] = _judge_cost(price, calls, per_judge["input_tokens"][judge.spec],
+                                       per_judge["output_tokens"][judge.spec])
+    return cost, tuple(dict.fromkeys(unpriced))
 
 
 class CostBudget:

@@ -21,6 +21,7 @@ the mean of its instances) and of ``score/_protocols.py`` for the protocols.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import defaultdict
 from pathlib import Path
@@ -31,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import TraceError
 from ..operators import OPERATORS
 from ..outcomes import sample_means
-from ._protocols import PROTOCOLS, _case_scores
+from ._protocols import _case_scores, check_protocols
 from ._score import Gating, case_scores, instance_scores
 
 __all__ = ["Comparison", "Difference", "compare_runs", "format_comparison", "holm"]
@@ -126,44 +127,51 @@ def compare_runs(run_dirs: Sequence[Path], *, protocols: Sequence[str] = (), see
     ``trace score --gating``. Runs of different benchmarks or scales are refused."""
     if len(run_dirs) < 2:
         raise TraceError("give two runs or more")
-    unknown = [p for p in protocols if p not in PROTOCOLS]
-    if unknown:
-        raise TraceError(f"--protocol: {unknown[0]!r} is not one of {', '.join(PROTOCOLS)}")
+    check_protocols(protocols)
     import numpy as np  # imported when comparing: scoring and diagnosing do without it
 
     protocols = tuple(p for p in dict.fromkeys(protocols) if p != "trace")
     loaded = [_case_metrics(Path(r), protocols, Gating(gating)) for r in run_dirs]
-    if len({h for (h, _), _ in loaded}) != 1:
-        raise TraceError("the runs are of different benchmarks (their cases.jsonl differ)")
-    scales = {scale or "binary" for (_, scale), _ in loaded}
-    if len(scales) != 1:
-        raise TraceError(f"the runs' judges answered on different scales ({', '.join(sorted(scales))}): their "
-                         "values do not compare (score each, or rejudge on one scale)")
+    _check_comparable([identity for identity, _ in loaded])
     names = [str(r) for r in run_dirs]
     metrics = tuple([op.value for op in OPERATORS] + ["overall", *protocols])
     tests = len(loaded) * (len(loaded) - 1) // 2 * len(metrics)
     resamples = max(RESAMPLES, math.ceil(20 * tests / ALPHA))
     rng = np.random.default_rng(seed)
-    rows: list[dict] = []
-    for i in range(len(loaded)):
-        for j in range(i + 1, len(loaded)):
-            a, b = loaded[i][1], loaded[j][1]
-            for metric in metrics:
-                common = [c for c in a if c in b and metric in a[c][1] and metric in b[c][1]]
-                if not common:
-                    rows.append({"a": names[i], "b": names[j], "metric": metric, "cases": 0, "templates": 0,
-                                 "difference": None, "ci95": None, "p": None})
-                    continue
-                diffs = np.array([a[c][1][metric] - b[c][1][metric] for c in common])
-                clusters = np.array([a[c][0] for c in common])
-                diff, ci, p = _paired(diffs, clusters, rng, resamples)
-                rows.append({"a": names[i], "b": names[j], "metric": metric, "cases": len(common),
-                             "templates": len(set(clusters.tolist())), "difference": round(diff, 4), "ci95": ci,
-                             "p": None if p is None else round(p, 4)})
+    rows = [_difference((names[i], names[j]), loaded[i][1], loaded[j][1], metric, rng, resamples)
+            for i, j in itertools.combinations(range(len(loaded)), 2) for metric in metrics]
     adjusted = holm([r["p"] for r in rows])
     differences = tuple(Difference(**r, p_holm=None if q is None else round(q, 4),
                                    significant=q is not None and q < ALPHA) for r, q in zip(rows, adjusted))
     return Comparison(runs=tuple(names), metrics=metrics, resamples=resamples, differences=differences)
+
+
+def _check_comparable(identities: list[tuple[str, str | None]]) -> None:
+    """Refuse runs (their cases hash and scale) of different benchmarks or scales."""
+    if len({h for h, _ in identities}) != 1:
+        raise TraceError("the runs are of different benchmarks (their cases.jsonl differ)")
+    scales = {scale or "binary" for _, scale in identities}
+    if len(scales) != 1:
+        raise TraceError(f"the runs' judges answered on different scales ({', '.join(sorted(scales))}): their "
+                         "values do not compare (score each, or rejudge on one scale)")
+
+
+def _difference(pair: tuple[str, str], a: dict[str, tuple[str, dict[str, float]]],
+                b: dict[str, tuple[str, dict[str, float]]], metric: str, rng, resamples: int) -> dict:
+    """The paired difference of runs A and B (``pair``: their names; ``a``, ``b``: their case
+    metrics) on ``metric``, over the cases both scored, as :class:`Difference`'s fields but Holm's."""
+    import numpy as np
+
+    common = [c for c in a if c in b and metric in a[c][1] and metric in b[c][1]]
+    if not common:
+        return {"a": pair[0], "b": pair[1], "metric": metric, "cases": 0, "templates": 0,
+                "difference": None, "ci95": None, "p": None}
+    diffs = np.array([a[c][1][metric] - b[c][1][metric] for c in common])
+    clusters = np.array([a[c][0] for c in common])
+    diff, ci, p = _paired(diffs, clusters, rng, resamples)
+    return {"a": pair[0], "b": pair[1], "metric": metric, "cases": len(common),
+            "templates": len(set(clusters.tolist())), "difference": round(diff, 4), "ci95": ci,
+            "p": None if p is None else round(p, 4)}
 
 
 def format_comparison(result: Comparison) -> str:

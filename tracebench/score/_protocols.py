@@ -32,6 +32,7 @@ import math
 import statistics
 from statistics import fmean
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Iterable, Mapping, Sequence
 
@@ -43,8 +44,8 @@ from ..operators import Operator, Role, split_target
 from ..outcomes import Outcome, samples_of
 from ..records import Case
 
-__all__ = ["DIMENSIONS", "PROTOCOLS", "DifficultyWeights", "ProtocolScore", "ProtocolTally", "difficulty_weights",
-           "longbanana_dimension", "read_weights", "write_weights"]
+__all__ = ["DIMENSIONS", "PROTOCOLS", "DifficultyWeights", "PassAtTau", "ProtocolScore", "ProtocolTally",
+           "check_protocols", "difficulty_weights", "longbanana_dimension", "read_weights", "write_weights"]
 
 PROTOCOLS = ("trace", "longbanana", "macro", "savanna")
 DIMENSIONS = {"longbanana": ("content_fidelity", "relational_binding", "global_constraints"),
@@ -106,6 +107,13 @@ def longbanana_dimension(target: str, op: Operator, aspect: str, terms: Mapping[
     return "content_fidelity"
 
 
+def check_protocols(protocols: Sequence[str]) -> None:
+    """Refuse a protocol name that is none of :data:`PROTOCOLS` (``--protocol``)."""
+    unknown = [p for p in protocols if p not in PROTOCOLS]
+    if unknown:
+        raise TraceError(f"--protocol: {unknown[0]!r} is not one of {', '.join(PROTOCOLS)}")
+
+
 def _mean(values: Sequence[float]) -> float | None:
     return fmean(values) if values else None
 
@@ -114,23 +122,33 @@ def _case_scores(case: Case, outcomes: Mapping[str, Outcome], weights: Mapping[s
                  tau: float) -> dict[str, dict]:
     """Per protocol (but trace): the case's overall score, its dimensions, and (longbanana) whether it
     passes P@tau; a protocol that cannot score the case is left out."""
-    terms = {t.symbol: t for t in case.terms}
     answered = [(q, outcomes[q.id].value) for q in case.checklist
                 if q.id in outcomes and outcomes[q.id].answered]
-    out: dict[str, dict] = {}
     if not answered:
-        return out
-    # longbanana
+        return {}
+    scored = {"longbanana": _longbanana(case, answered, weights, tau), "macro": _macro(answered),
+              "savanna": _savanna(answered)}
+    return {name: result for name, result in scored.items() if result is not None}
+
+
+def _longbanana(case: Case, answered: list, weights: Mapping[str, float] | None, tau: float) -> dict:
+    """LongBanana's scores of a case's answered (question, value) pairs, and whether it passes P@tau
+    (``weights``: question id -> difficulty weight; None: uniform)."""
+    terms = {t.symbol: t for t in case.terms}
     dims: dict[str, list[float]] = defaultdict(list)
     for q, v in answered:
         dims[longbanana_dimension(q.target, q.op, q.aspect, terms)].append(v)
     values = [v for _, v in answered]
-    w = [(weights or {}).get(q.id, UNKNOWN_WEIGHT) if weights is not None else 1.0 for q, _ in answered]
+    w = [weights.get(q.id, UNKNOWN_WEIGHT) if weights is not None else 1.0 for q, _ in answered]
     task = 100 * sum(wi * v for wi, v in zip(w, values)) / sum(w) if sum(w) > 0 else 0.0
-    out["longbanana"] = {"overall": 100 * fmean(values),
-                         "dimensions": {d: 100 * fmean(vs) for d, vs in dims.items()},
-                         "passed": task >= tau}
-    # macro
+    return {"overall": 100 * fmean(values),
+            "dimensions": {d: 100 * fmean(vs) for d, vs in dims.items()},
+            "passed": task >= tau}
+
+
+def _macro(answered: list) -> dict | None:
+    """MacroBench's scores of a case's answered (question, value) pairs; None when it has neither
+    a question grounded in a reference nor a composition question."""
     per_image: dict[str, list[float]] = defaultdict(list)
     for q, v in answered:
         for image in q.images:
@@ -139,33 +157,44 @@ def _case_scores(case: Case, outcomes: Mapping[str, Outcome], weights: Mapping[s
     consistency = statistics.harmonic_mean([fmean(vs) for vs in per_image.values()]) if per_image else None
     following = _mean(compose)
     parts = [x for x in (consistency, following) if x is not None]
-    if parts:
-        out["macro"] = {"overall": 10 * math.prod(parts) ** (1 / len(parts)),
-                        "dimensions": {k: 10 * x for k, x in (("consistency", consistency),
-                                                              ("prompt_following", following)) if x is not None}}
-    # savanna
+    if not parts:
+        return None
+    return {"overall": 10 * math.prod(parts) ** (1 / len(parts)),
+            "dimensions": {k: 10 * x for k, x in (("consistency", consistency),
+                                                  ("prompt_following", following)) if x is not None}}
+
+
+def _savanna(answered: list) -> dict | None:
+    """Savanna's scores of a case's answered (question, value) pairs; None without an anchor's
+    identity question."""
     identity = [v for q, v in answered if q.op == Operator.ANCHOR and q.aspect == "identity"]
     context = [v for q, v in answered if not (q.op == Operator.ANCHOR and q.aspect == "identity")]
-    if identity:
-        s_id, s_ctx = fmean(identity), _mean(context)
-        out["savanna"] = {"overall": 100 * (0.8 * s_id + 0.2 * (s_ctx if s_ctx is not None else s_id)),
-                          "dimensions": {"identity": 100 * s_id, **({"context": 100 * s_ctx} if s_ctx is not None
-                                                                     else {})}}
-    return out
+    if not identity:
+        return None
+    s_id, s_ctx = fmean(identity), _mean(context)
+    return {"overall": 100 * (0.8 * s_id + 0.2 * (s_ctx if s_ctx is not None else s_id)),
+            "dimensions": {"identity": 100 * s_id, **({"context": 100 * s_ctx} if s_ctx is not None else {})}}
+
+
+@dataclass(frozen=True)
+class PassAtTau:
+    """LongBanana's P@tau as ``trace score --protocol longbanana`` takes it: the threshold, the
+    frozen difficulty weights (uniform without), and the name the scores give them (the weights file)."""
+
+    tau: float = 70.0
+    weights: DifficultyWeights | None = None
+    weights_name: str | None = None
 
 
 class ProtocolTally:
     """The protocols' per-case scores, added one case at a time (floats only), then summarized."""
 
-    def __init__(self, protocols: Sequence[str], weights: DifficultyWeights | None = None, tau: float = 70.0,
-                 weights_name: str | None = None) -> None:
-        unknown = [p for p in protocols if p not in PROTOCOLS]
-        if unknown:
-            raise TraceError(f"--protocol: {unknown[0]!r} is not one of {', '.join(PROTOCOLS)}")
-        if not 0 <= tau <= 100:
-            raise TraceError(f"--tau: {tau} must lie between 0 and 100")
+    def __init__(self, protocols: Sequence[str], pass_at: PassAtTau = PassAtTau()) -> None:
+        check_protocols(protocols)
+        if not 0 <= pass_at.tau <= 100:
+            raise TraceError(f"--tau: {pass_at.tau} must lie between 0 and 100")
         self.protocols = tuple(dict.fromkeys(protocols))
-        self.weights, self.tau, self.weights_name = weights, tau, weights_name
+        self.weights, self.tau, self.weights_name = pass_at.weights, pass_at.tau, pass_at.weights_name
         self.overall: dict[str, list[float]] = defaultdict(list)
         self.dims: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
         self.passed: list[float] = []

@@ -49,7 +49,8 @@ from ..operators import OPERATORS, Instance, Operator
 from ..outcomes import ABSTAINED, FAILED, Outcome, sample_means, samples_of
 from ..records import Case, RunManifest, read_generation_info
 from ..run import IMAGES_DIR, RunFolder
-from ._protocols import DifficultyWeights, ProtocolScore, ProtocolTally, difficulty_weights, read_weights
+from ._protocols import (DifficultyWeights, PassAtTau, ProtocolScore, ProtocolTally, difficulty_weights,
+                         read_weights)
 
 __all__ = ["Abstentions", "CaseWeighted", "EntityCountScore", "Gating", "GroupScores", "INPUT_BINS", "OPERATORS",
            "RejectionScore", "SampleSpread", "SelectionScore", "case_scores", "input_bin", "weights_from_runs",
@@ -404,10 +405,10 @@ def score_run(run_dir: Path, *, cases_dir: Path | None = None, seed: int = 0,
     from ..run import stream_run
 
     stream = stream_run(run_dir, cases_dir=cases_dir)
-    frozen = None if weights is None else read_weights(weights, stream.manifest.cases_hash)
+    pass_at = PassAtTau(tau=tau) if weights is None else PassAtTau(
+        tau=tau, weights=read_weights(weights, stream.manifest.cases_hash), weights_name=str(weights))
     return score_cases(stream.manifest, ((item.case, item.samples) for item in stream), root=stream.root, seed=seed,
-                       gating=gating, protocols=protocols, weights=frozen, tau=tau,
-                       weights_name=None if weights is None else str(weights))
+                       gating=gating, protocols=protocols, pass_at=pass_at)
 
 
 def weights_from_runs(run_dirs: Sequence[Path]) -> DifficultyWeights:
@@ -476,114 +477,197 @@ def _interval(resampled, resamples: int) -> tuple[float, float]:
 def score_cases(manifest: RunManifest,
                 cases: Iterable[tuple[Case, Mapping[str, Outcome] | Sequence[Mapping[str, Outcome]]]], *, root: Path,
                 seed: int = 0, gating: Gating = Gating.WITHIN, protocols: Sequence[str] = (),
-                weights: DifficultyWeights | None = None, tau: float = 70.0,
-                weights_name: str | None = None) -> Scores:
+                pass_at: PassAtTau = PassAtTau()) -> Scores:
     """The scores of a run's cases with their outcomes, in run order, consumed one at a time;
-    ``protocols`` adds the neighbours' protocols (``score/_protocols.py``; ``weights`` and ``tau``
-    for LongBanana's P@tau). A case's outcomes may be a sequence, one mapping per sample (``trace
+    ``protocols`` adds the neighbours' protocols (``score/_protocols.py``; ``pass_at`` for
+    LongBanana's P@tau). A case's outcomes may be a sequence, one mapping per sample (``trace
     run --samples K``): the case then scores the mean over its samples, and the intervals resample
     the samples within each resampled case."""
-    tally = ProtocolTally(protocols, weights, tau, weights_name)
-    total = abstained = 0
-    rows: list[_Row] = []
-    subtype_scores, entity_scores = defaultdict(list), defaultdict(list)
-    rejections: dict[Operator, list[float]] = defaultdict(list)
-    cluttered = False
-    reporting = targets = found = distractors = taken = 0
-    sample_count, spreads, disagreeing = 1, [], 0
+    protocol_tally = ProtocolTally(protocols, pass_at)
+    tally = _CaseTally(Path(root) / IMAGES_DIR, gating)
     for case, given in cases:
         samples = samples_of(given)
+        protocol_tally.add(case, samples[0] if len(samples) == 1 else samples)
+        tally.add(case, samples)
+    if not tally.rows:
+        raise TraceError(f"{root}: no verdicts to score")
+    return _scores(manifest, tally, protocol_tally, seed, gating)
+
+
+class _Clutter:
+    """What scoring keeps of cluttered cases (``trace sample --distractors``): per operator the
+    values of the answered rejection questions, and the counts of the selection scores."""
+
+    def __init__(self) -> None:
+        self.seen = False
+        self.rejections: dict[Operator, list[float]] = defaultdict(list)
+        self.reporting = self.targets = self.distractors = 0
+        self.found = self.taken = 0.0
+
+    def add(self, case: Case, samples: Sequence[Mapping[str, Outcome]], images: Path) -> None:
+        self.seen = True
+        for q in case.checklist:
+            values = [o.value for outcomes in samples if (o := outcomes.get(q.id)) is not None and o.answered]
+            if q.aspect == REJECTION and values:
+                value = values[0] if len(values) == 1 else fmean(values)  # type: ignore[arg-type]
+                self.rejections[q.op].append(value)  # type: ignore[arg-type]
+        used = [set(info.used_references) for k in range(len(samples))  # each generation's report
+                if (info := read_generation_info(images, case.id, k)) is not None
+                and info.used_references is not None]
+        if used:
+            self._add_selection(case, used)
+
+    def _add_selection(self, case: Case, used: list[set[str]]) -> None:
+        """A case whose generations reported the references they used (``used``, one set a
+        sample that reported): it counts once, with the mean over those samples (--samples)."""
+        pooled = case.clutter.pooled  # type: ignore[union-attr]
+        self.reporting += 1
+        self.targets += len(pooled)
+        self.found += fmean(sum(p.image in u for p in pooled) for u in used)
+        self.distractors += len(case.distractors)
+        self.taken += fmean(sum(d.image in u for d in case.distractors) for u in used)
+
+    def scores(self, rows: list[_Row]) -> dict[str, object]:
+        """The Scores fields of clutter: None each for a run without it (selection also where no
+        generator reported the references it used)."""
+        seen = self.seen
+        return {
+            "by_inputs": _group(rows, "inputs") if seen else None,
+            "by_distractors": _group(rows, "distractors") if seen else None,
+            "rejection": {op: RejectionScore(rate=_mean(self.rejections[op]), questions=len(self.rejections[op]))
+                          for op in OPERATORS if self.rejections[op]} if seen else None,
+            "selection": SelectionScore(
+                cases=self.reporting, search=round(self.found / self.targets, 4) if self.targets else None,
+                targets=self.targets, distractors_used=round(self.taken / self.distractors, 4) if self.distractors
+                else None, distractors=self.distractors) if self.reporting else None}
+
+
+class _Spread:
+    """``trace run --samples K``: how much each case's samples differ, added one case at a time."""
+
+    def __init__(self) -> None:
+        self.samples = 1
+        self.spreads: list[float] = []
+        self.disagreeing = 0
+
+    @property
+    def nested(self) -> bool:
+        """Whether some case has several samples (its intervals resample them within the case)."""
+        return self.samples > 1
+
+    def add(self, samples: Sequence[Mapping[str, Outcome]], per_sample: list[dict[str, float]]) -> None:
+        self.samples = max(self.samples, len(samples))
+        overall = [p["overall"] for p in per_sample if "overall" in p]
+        if len(overall) >= 2:
+            self.spreads.append(pstdev(overall))
+        self.disagreeing += _samples_disagree(samples)
+
+    def score(self, cases: int) -> SampleSpread | None:
+        if not self.nested:
+            return None
+        return SampleSpread(samples=self.samples, spread=_mean(self.spreads), cases=len(self.spreads),
+                            disagree=round(self.disagreeing / cases, 4))
+
+
+class _CaseTally:
+    """What scoring keeps of a run's cases, added one at a time: a row of scores a case, the
+    instances' values by attribute subtype and by entity count, the questions and abstentions,
+    and what clutter and samples add (``images``: the run's images folder)."""
+
+    def __init__(self, images: Path, gating: Gating) -> None:
+        self.images, self.gating = images, gating
+        self.rows: list[_Row] = []
+        self.questions = self.abstained = 0
+        self.subtypes: dict[str, list[float]] = defaultdict(list)
+        self.entities: dict[int, list[float]] = defaultdict(list)
+        self.clutter = _Clutter()
+        self.spread = _Spread()
+
+    def add(self, case: Case, samples: Sequence[Mapping[str, Outcome]]) -> None:
         for outcomes in samples:
-            total += len(outcomes)
-            abstained += sum(not outcome.answered for outcome in outcomes.values())
-        tally.add(case, samples[0] if len(samples) == 1 else samples)
-        each = [instance_scores(case, outcomes, gating) for outcomes in samples]
+            self.questions += len(outcomes)
+            self.abstained += sum(not outcome.answered for outcome in outcomes.values())
+        each = [instance_scores(case, outcomes, self.gating) for outcomes in samples]
         instances = sample_means(each)
-        terms = {t.symbol: t for t in case.terms}
         if case.clutter is not None:
-            cluttered = True
-            for q in case.checklist:
-                values = [o.value for outcomes in samples if (o := outcomes.get(q.id)) is not None and o.answered]
-                if q.aspect == REJECTION and values:
-                    rejections[q.op].append(values[0] if len(values) == 1 else fmean(values))  # type: ignore[arg-type]
-            used = [set(info.used_references) for k in range(len(samples))  # each generation's report
-                    if (info := read_generation_info(Path(root) / IMAGES_DIR, case.id, k)) is not None
-                    and info.used_references is not None]
-            if used:  # the case counts once, with the mean over the samples that reported (--samples)
-                reporting += 1
-                targets += len(case.clutter.pooled)
-                found += fmean(sum(p.image in u for p in case.clutter.pooled) for u in used)
-                distractors += len(case.distractors)
-                taken += fmean(sum(d.image in u for d in case.distractors) for u in used)
-        inner = None
+            self.clutter.add(case, samples, self.images)
+        per_case, inner = self._case_scores(samples, each, instances)
+        self.rows.append(_Row(case.slot, case.application, input_bin(len(case.references)), len(case.distractors),
+                              *(_round(per_case.get(op.value)) for op in OPERATORS), _round(per_case.get("overall")),
+                              inner))
+        self._add_terms(case, instances)
+
+    def _case_scores(self, samples: Sequence[Mapping[str, Outcome]], each: list[dict[Instance, float]],
+                     instances: dict[Instance, float]) -> tuple[dict[str, float], tuple | None]:
+        """The case's scores (the mean over its samples) and, with several samples, each sample's
+        five scores for the nested intervals."""
         if len(samples) == 1:
-            per_case = case_scores(instances)
-        else:
-            sample_count = max(sample_count, len(samples))
-            per_sample = [case_scores(i) for i in each]
-            per_case = sample_means(per_sample)
-            inner = tuple(tuple(_round(p.get(key)) for p in per_sample) for key in _CASE_SCORES)
-            overall = [p["overall"] for p in per_sample if "overall" in p]
-            if len(overall) >= 2:
-                spreads.append(pstdev(overall))
-            disagreeing += _samples_disagree(samples)
-        rows.append(_Row(case.slot, case.application, input_bin(len(case.references)), len(case.distractors),
-                         *(_round(per_case.get(op.value)) for op in OPERATORS), _round(per_case.get("overall")),
-                         inner))
+            return case_scores(instances), None
+        per_sample = [case_scores(i) for i in each]
+        self.spread.add(samples, per_sample)
+        return sample_means(per_sample), tuple(tuple(_round(p.get(key)) for p in per_sample) for key in _CASE_SCORES)
+
+    def _add_terms(self, case: Case, instances: dict[Instance, float]) -> None:
+        """The disentangle instances by their term's attribute subtype, the anchor instances by the
+        entities in their source image."""
+        terms = {t.symbol: t for t in case.terms}
         for (op, target), value in instances.items():
             term = terms.get(target)
             if op == Operator.DISENTANGLE and term is not None and term.subtype:
-                subtype_scores[term.subtype].append(value)
+                self.subtypes[term.subtype].append(value)
             if op == Operator.ANCHOR and term is not None and term.source_entities is not None:
-                entity_scores[term.source_entities].append(value)
-    if not rows:
-        raise TraceError(f"{root}: no verdicts to score")
-    nested = sample_count > 1
+                self.entities[term.source_entities].append(value)
 
-    def inner_of(name: str, index: int) -> list | None:
-        return [r.inner[index] if r.inner else (getattr(r, name),) for r in rows
-                if getattr(r, name) is not None] if nested else None
+    def abstentions(self) -> Abstentions:
+        return Abstentions(count=self.abstained,
+                           share=round(self.abstained / self.questions, 4) if self.questions else 0.0)
 
-    ci95: dict[str, tuple[float, float] | None] = {
-        op.value: _ci([getattr(r, op) for r in rows if getattr(r, op) is not None], seed, inner_of(op, j))
-        for j, op in enumerate(OPERATORS)}
-    ci95["overall"] = _ci([r.overall for r in rows if r.overall is not None], seed, inner_of("overall", 4))
-    case_weighted = CaseWeighted(
-        operators={op: _mean([getattr(r, op) for r in rows if getattr(r, op) is not None]) for op in OPERATORS},
-        overall=_mean([r.overall for r in rows if r.overall is not None]), ci95=ci95)
+
+def _scores(manifest: RunManifest, tally: _CaseTally, protocols: ProtocolTally, seed: int, gating: Gating) -> Scores:
+    """The Scores record of the cases tallied: the headline over the scope's slot levels, the
+    case-weighted scores, the breakdowns and the protocols asked."""
+    rows = tally.rows
     general = [r for r in rows if r.application is None]
     scoped = general or rows
-    operators, slot_ci95, avg = _slot_means(scoped, seed)
+    operators, ci95, avg = _slot_means(scoped, seed)
+    trace = ProtocolScore(protocol="trace", range="0-1", overall=avg, ci95=ci95.get("avg"),
+                          dimensions={op.value: operators.get(op) for op in OPERATORS},
+                          dimension_ci95={op.value: ci95.get(op.value) for op in OPERATORS}, cases=len(scoped))
     return Scores(
         gating=Gating(gating),
         scope="general" if general else "all",
         operators=operators,
         avg=avg,
-        ci95=slot_ci95,
-        case_weighted=case_weighted,
+        ci95=ci95,
+        case_weighted=_case_weighted(rows, seed, tally.spread.nested),
         by_slot=_group(scoped, "slot"),
         by_application=_group(rows, "application"),
-        by_subtype={k: SubtypeScore(disentangle=_mean(v), instances=len(v)) for k, v in sorted(subtype_scores.items())},
+        by_subtype={k: SubtypeScore(disentangle=_mean(v), instances=len(v)) for k, v in sorted(tally.subtypes.items())},
         by_entity_count={str(k): EntityCountScore(anchor=_mean(v), instances=len(v))
-                         for k, v in sorted(entity_scores.items())},
-        abstentions=Abstentions(count=abstained, share=round(abstained / total, 4) if total else 0.0),
+                         for k, v in sorted(tally.entities.items())},
+        abstentions=tally.abstentions(),
         cases=len(rows),
         run=RunIdentity(generator=manifest.generator, judges=manifest.judges, judge_models=manifest.judge_models),
-        by_inputs=_group(rows, "inputs") if cluttered else None,
-        by_distractors=_group(rows, "distractors") if cluttered else None,
-        rejection={op: RejectionScore(rate=_mean(rejections[op]), questions=len(rejections[op]))
-                   for op in OPERATORS if rejections[op]} if cluttered else None,
-        protocols=tally.result(ProtocolScore(protocol="trace", range="0-1", overall=avg, ci95=slot_ci95.get("avg"),
-                                             dimensions={op.value: operators.get(op) for op in OPERATORS},
-                                             dimension_ci95={op.value: slot_ci95.get(op.value) for op in OPERATORS},
-                                             cases=len(scoped)),
-                               lambda values, inner: _ci(values, seed, inner)) if protocols else None,
-        selection=SelectionScore(cases=reporting, search=round(found / targets, 4) if targets else None, targets=targets,
-                                 distractors_used=round(taken / distractors, 4) if distractors else None,
-                                 distractors=distractors) if reporting else None,
-        samples=SampleSpread(samples=sample_count, spread=_mean(spreads), cases=len(spreads),
-                             disagree=round(disagreeing / len(rows), 4)) if nested else None,
+        **tally.clutter.scores(rows),
+        protocols=protocols.result(trace, lambda values, inner: _ci(values, seed, inner))
+        if protocols.protocols else None,
+        samples=tally.spread.score(len(rows)),
     )
+
+
+def _case_weighted(rows: list[_Row], seed: int, nested: bool) -> CaseWeighted:
+    """tracebench's earlier scores of ``rows``: per operator and overall the mean over the cases
+    that have it, with its bootstrap interval (``nested``: samples resampled within each case)."""
+    def present(name: str) -> list[float]:
+        return [getattr(r, name) for r in rows if getattr(r, name) is not None]
+
+    def inner_of(name: str, index: int) -> list | None:
+        return [r.inner[index] if r.inner else (getattr(r, name),) for r in rows
+                if getattr(r, name) is not None] if nested else None
+
+    ci95 = {name: _ci(present(name), seed, inner_of(name, j)) for j, name in enumerate(_CASE_SCORES)}
+    return CaseWeighted(operators={op: _mean(present(op)) for op in OPERATORS}, overall=_mean(present("overall")),
+                        ci95=ci95)
 
 
 _CASE_SCORES = (*(op.value for op in OPERATORS), "overall")  # what case_scores gives, in _Row's order
@@ -605,47 +689,63 @@ def format_scores(scores: Scores) -> str:
     lines = [f"mean of per-slot means over the {scope}; gating {scores.gating.value}",
              f"{'operator':12s} {'score':>7s}  {'95% CI':18s}  case-weighted"]
     weighted = scores.case_weighted
-    for op in (*OPERATORS, "avg"):
-        value = scores.operators.get(op) if op != "avg" else scores.avg  # type: ignore[call-overload]
-        other = weighted.operators.get(op) if op != "avg" else weighted.overall  # type: ignore[call-overload]
-        ci = scores.ci95.get(op)
-        shown = "    n/a" if value is None else f"{value:7.4f}"
-        lines.append(f"{op:12s} {shown}  {f'[{ci[0]:.4f}, {ci[1]:.4f}]' if ci else '':18s}  "
-                     f"{'n/a' if other is None else f'{other:.4f}'}{' (overall)' if op == 'avg' else ''}")
+    for op in OPERATORS:
+        lines.append(_table_line(op, scores.operators.get(op), scores.ci95.get(op), weighted.operators.get(op)))
+    lines.append(_table_line("avg", scores.avg, scores.ci95.get("avg"), weighted.overall) + " (overall)")
     lines.append(f"cases {scores.cases}, abstentions {scores.abstentions.count} ({scores.abstentions.share:.1%})")
     if scores.samples is not None:
-        spread = "n/a" if scores.samples.spread is None else f"{scores.samples.spread:.4f}"
-        disagree = "n/a" if scores.samples.disagree is None else f"{scores.samples.disagree:.1%}"
-        lines.append(f"samples {scores.samples.samples} a case (scores: their mean; intervals resample samples within "
-                     f"cases): per-case spread (SD of the overall score) {spread}; cases whose samples disagree "
-                     f"{disagree}")
+        lines.append(_samples_line(scores.samples))
     for spec, models in (scores.run.judge_models or {}).items():
         lines.append(f"judge {spec} answered as {', '.join(models)}")
-    for name, p in (scores.protocols or {}).items():
-        if name == "trace":
-            continue
-        dims = ", ".join(f"{d} {'n/a' if v is None else f'{v:.2f}'}" for d, v in p.dimensions.items())
-        shown = "n/a" if p.overall is None else f"{p.overall:.2f}"
-        line = f"{name} ({p.range}): {shown} {f'[{p.ci95[0]:.2f}, {p.ci95[1]:.2f}]' if p.ci95 else ''} over {p.cases} cases; {dims}"
-        if p.pass_rate is not None:
-            line += f"; P@{p.tau:g} {p.pass_rate:.2f}% ({p.weights} weights)"
-            if p.weights_missing:
-                line += f"; {p.weights_missing} cases without weights in the file (weighed alike)"
-        lines.append(line)
+    lines += [_protocol_line(name, p) for name, p in (scores.protocols or {}).items() if name != "trace"]
     if scores.by_inputs is not None:
-        lines.append("by input images: " + ", ".join(
-            f"{k}: {'n/a' if g.overall is None else f'{g.overall:.4f}'} ({g.cases})" for k, g in scores.by_inputs.items()))
-        lines.append("by distractors: " + ", ".join(
-            f"{k}: {'n/a' if g.overall is None else f'{g.overall:.4f}'} ({g.cases})"
-            for k, g in (scores.by_distractors or {}).items()))
-        lines.append("rejection (distractors not taken): " + (", ".join(
-            f"{op} {r.rate:.4f} of {r.questions}" for op, r in (scores.rejection or {}).items() if r.rate is not None)
-            or "no rejection question answered"))
-        if scores.selection is not None:
-            sel = scores.selection
-            lines.append(f"selection ({sel.cases} cases reporting the references used): search "
-                         f"{'n/a' if sel.search is None else f'{sel.search:.4f}'} of {sel.targets} pooled targets, "
-                         f"distractors used {'n/a' if sel.distractors_used is None else f'{sel.distractors_used:.4f}'}"
-                         f" of {sel.distractors}")
+        lines += _clutter_lines(scores)
     return "\n".join(lines)
 
+
+def _shown(value: float | None, spec: str) -> str:
+    """``value`` in the format ``spec``; n/a for none."""
+    return "n/a" if value is None else format(value, spec)
+
+
+def _table_line(name: str, value: float | None, ci: tuple[float, float] | None, weighted: float | None) -> str:
+    """A line of the headline table: the score, its interval, the case-weighted score."""
+    shown = "    n/a" if value is None else f"{value:7.4f}"
+    return f"{name:12s} {shown}  {f'[{ci[0]:.4f}, {ci[1]:.4f}]' if ci else '':18s}  {_shown(weighted, '.4f')}"
+
+
+def _samples_line(samples: SampleSpread) -> str:
+    return (f"samples {samples.samples} a case (scores: their mean; intervals resample samples within "
+            f"cases): per-case spread (SD of the overall score) {_shown(samples.spread, '.4f')}; cases whose samples "
+            f"disagree {_shown(samples.disagree, '.1%')}")
+
+
+def _protocol_line(name: str, p: ProtocolScore) -> str:
+    """A protocol's scores on one line (``trace score --protocol``)."""
+    dims = ", ".join(f"{d} {_shown(v, '.2f')}" for d, v in p.dimensions.items())
+    line = (f"{name} ({p.range}): {_shown(p.overall, '.2f')} {f'[{p.ci95[0]:.2f}, {p.ci95[1]:.2f}]' if p.ci95 else ''}"
+            f" over {p.cases} cases; {dims}")
+    if p.pass_rate is not None:
+        line += f"; P@{p.tau:g} {p.pass_rate:.2f}% ({p.weights} weights)"
+        if p.weights_missing:
+            line += f"; {p.weights_missing} cases without weights in the file (weighed alike)"
+    return line
+
+
+def _clutter_lines(scores: Scores) -> list[str]:
+    """The breakdowns of a run over cluttered cases: by input images and distractors, the
+    rejection rates, and the selection scores where the generator reported them."""
+    def groups(by: Mapping[str, GroupScores]) -> str:
+        return ", ".join(f"{k}: {_shown(g.overall, '.4f')} ({g.cases})" for k, g in by.items())
+
+    lines = [f"by input images: {groups(scores.by_inputs or {})}",
+             f"by distractors: {groups(scores.by_distractors or {})}",
+             "rejection (distractors not taken): " + (", ".join(
+                 f"{op} {r.rate:.4f} of {r.questions}" for op, r in (scores.rejection or {}).items()
+                 if r.rate is not None) or "no rejection question answered")]
+    if scores.selection is not None:
+        sel = scores.selection
+        lines.append(f"selection ({sel.cases} cases reporting the references used): search "
+                     f"{_shown(sel.search, '.4f')} of {sel.targets} pooled targets, "
+                     f"distractors used {_shown(sel.distractors_used, '.4f')} of {sel.distractors}")
+    return lines

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from ..records import SampleManifest
 from ..templating import render
 from ._limits import MAX_CARD_BYTES, check_card_header, parse_error, read_card_text
 
-__all__ = ["CARD_FILE", "read_card", "write_card"]
+__all__ = ["CARD_FILE", "CardInputs", "read_card", "write_card"]
 
 CARD_FILE = "README.md"
 SECTION = "tracebench"
@@ -64,25 +65,62 @@ def _size_text(size: int) -> str:
     return str(size)
 
 
-def write_card(folder: Path, *, kind: str, section: dict[str, Any], features, rows: int, num_bytes: int, size: int,
-               shards: int, sample: SampleManifest | None, bench: Path, sources: Counter, tool: str) -> None:
+@dataclass(frozen=True)
+class CardInputs:
+    """What a dataset card is written from: the export's kind and ``tracebench`` section, its
+    shards (``datasets`` features, rows, bytes of the rows and of the files, files), the sample
+    manifest and benchmark folder its cases came from, library image id -> references made of it
+    (the licenses), and the tool that wrote it."""
+
+    kind: str
+    section: dict[str, Any]
+    features: Any
+    rows: int
+    num_bytes: int
+    size: int
+    shards: int
+    sample: SampleManifest | None
+    bench: Path
+    sources: Counter
+    tool: str
+
+
+def write_card(folder: Path, card: CardInputs) -> None:
+    """The export's dataset card, ``folder/README.md`` (refused past :data:`~._limits.MAX_CARD_BYTES`)."""
     from ._export import SPLIT
 
-    licenses = _licenses(bench, sample, sources)
-    title = f"tracebench {kind}" + (f": {section['run']['generator']}" if kind == "run" else "")
-    header = {
+    licenses = _licenses(card.bench, card.sample, card.sources)
+    title = f"tracebench {card.kind}" + (f": {card.section['run']['generator']}" if card.kind == "run" else "")
+    sampled, counts = _sampled(card.sample)
+    body = render("share/dataset_card.j2", title=title, kind=card.kind, tool=card.tool, rows=card.rows, split=SPLIT,
+                  shards=card.shards, size_text=_size_text(card.size), contents=_contents(card.kind, card.section),
+                  sampled=sampled, counts=counts or [], run=card.section.get("run"),
+                  hashes=_hashes(card.section, card.sample), licenses=sorted(licenses.items()), load_name="USER/NAME")
+    text = ("---\n" + _yaml(_header(card, title, licenses, SPLIT)) + "---\n\n" + body).encode("utf-8")
+    if len(text) > MAX_CARD_BYTES:
+        raise TraceError(f"the dataset card would be {len(text):,} bytes, more than trace import reads "
+                         f"({MAX_CARD_BYTES:,})")
+    (folder / CARD_FILE).write_bytes(text)
+
+
+def _header(card: CardInputs, title: str, licenses: Counter, split: str) -> dict[str, Any]:
+    """The card's YAML header: what the Hub and ``datasets.load_dataset`` read, and the section."""
+    return {
         "pretty_name": title,
         "license": _hub_license(licenses),
         "tags": ["tracebench", "multi-reference-image-generation", "benchmark"],
         "task_categories": ["image-to-image", "text-to-image"],
-        "size_categories": [_size_category(rows)],
-        "configs": [{"config_name": "default", "data_files": [{"split": SPLIT, "path": f"data/{SPLIT}-*"}]}],
-        "dataset_info": {"features": features._to_yaml_list(),
-                         "splits": [{"name": SPLIT, "num_bytes": num_bytes, "num_examples": rows}],
-                         "download_size": size, "dataset_size": num_bytes},
-        SECTION: section,
+        "size_categories": [_size_category(card.rows)],
+        "configs": [{"config_name": "default", "data_files": [{"split": split, "path": f"data/{split}-*"}]}],
+        "dataset_info": {"features": card.features._to_yaml_list(),
+                         "splits": [{"name": split, "num_bytes": card.num_bytes, "num_examples": card.rows}],
+                         "download_size": card.size, "dataset_size": card.num_bytes},
+        SECTION: card.section,
     }
-    run = section.get("run")
+
+
+def _contents(kind: str, section: dict[str, Any]) -> list[str]:
+    """The card's list of the columns an export holds."""
     contents = ["columns: every field of the case record (`id`, `slot`, `template`, `formula`, `prompt`, "
                 "`references`, `terms`, `checklist` as a list of questions ...), and `reference_images`: the "
                 "case's reference images in the order of `references` (Image 1 first)"]
@@ -93,21 +131,19 @@ def write_card(folder: Path, *, kind: str, section: dict[str, Any], features, ro
         if "diagnosis" in section:
             contents.append("`diagnosis_tree`: the case's diagnostic tree (a line of trees.jsonl; null for a case "
                             "not diagnosed); `node_images`: the images of its nodes, named as the tree names them")
-    sampled = counts = None
-    if sample is not None:
-        sampled = f"trace sample, seed {sample.seed}, arguments {json.dumps(sample.arguments, ensure_ascii=False)}"
-        counts = [("cases", sample.cases), ("cases per slot level", sample.counts_per_slot),
-                  ("cases per application", sample.counts_per_application or "none"),
-                  ("distinct templates", sample.distinct_templates),
-                  ("library", f"{sample.library.get('name')} (sha256 {str(sample.library.get('content_hash', ''))[:12]})")]
-    body = render("share/dataset_card.j2", title=title, kind=kind, tool=tool, rows=rows, split=SPLIT, shards=shards,
-                  size_text=_size_text(size), contents=contents, sampled=sampled, counts=counts or [], run=run,
-                  hashes=_hashes(section, sample), licenses=sorted(licenses.items()), load_name="USER/NAME")
-    text = ("---\n" + _yaml(header) + "---\n\n" + body).encode("utf-8")
-    if len(text) > MAX_CARD_BYTES:
-        raise TraceError(f"the dataset card would be {len(text):,} bytes, more than trace import reads "
-                         f"({MAX_CARD_BYTES:,})")
-    (folder / CARD_FILE).write_bytes(text)
+    return contents
+
+
+def _sampled(sample: SampleManifest | None) -> tuple[str | None, list[tuple[str, Any]] | None]:
+    """How the benchmark was sampled, and its counts (none without a sample manifest)."""
+    if sample is None:
+        return None, None
+    sampled = f"trace sample, seed {sample.seed}, arguments {json.dumps(sample.arguments, ensure_ascii=False)}"
+    counts = [("cases", sample.cases), ("cases per slot level", sample.counts_per_slot),
+              ("cases per application", sample.counts_per_application or "none"),
+              ("distinct templates", sample.distinct_templates),
+              ("library", f"{sample.library.get('name')} (sha256 {str(sample.library.get('content_hash', ''))[:12]})")]
+    return sampled, counts
 
 
 def _hashes(section: dict[str, Any], sample: SampleManifest | None) -> list[tuple[str, str]]:

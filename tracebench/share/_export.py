@@ -222,7 +222,7 @@ def export_folder(folder: Path, out: Path, *, diagnosis: Path | None = None) -> 
     """Export a benchmark folder (``cases.jsonl``) or a run folder (``run.json``; with
     ``diagnosis``, its diagnosis's trees too) to ``out``, assembled beside it and renamed into
     place when whole (when ``out`` holds that very export already, it is left as it is)."""
-    from ._card import CARD_FILE, write_card
+    from ._card import CARD_FILE, CardInputs, write_card
 
     folder, out = Path(folder), Path(out)
     hf()
@@ -236,9 +236,9 @@ def export_folder(folder: Path, out: Path, *, diagnosis: Path | None = None) -> 
             section, shards, bench, sample = _export_run(folder, stage, diagnosis, sources)
         paths = shards.close()
         size = sum(p.stat().st_size for p in paths)
-        write_card(stage, kind=kind, section=section, features=shards.features, rows=shards.rows,
-                   num_bytes=shards.num_bytes, size=size, shards=len(paths), sample=sample, bench=bench,
-                   sources=sources, tool=f"tracebench {__version__}")
+        write_card(stage, CardInputs(kind=kind, section=section, features=shards.features, rows=shards.rows,
+                                     num_bytes=shards.num_bytes, size=size, shards=len(paths), sample=sample,
+                                     bench=bench, sources=sources, tool=f"tracebench {__version__}"))
     return ExportSummary(kind, shards.rows, len(paths), size, out, staged.complete)
 
 

@@ -127,7 +127,8 @@ def check_spellings(lang: Language) -> None:
     for spelling in lang.kind_aliases:
         if not numbered("GSYM", f"g_{spelling}"):
             raise KINDS.error(f"kind spelling {spelling!r} cannot be written: g_{spelling} would not read back "
-                              "as that kind under grammar/trace.lark's GSYM", table_name("kinds", lang.kind_aliases[spelling]))
+                              "as that kind under grammar/trace.lark's GSYM",
+                              table_name("kinds", lang.kind_aliases[spelling]))
     for name in lang.texts:
         if not numbered("TSYM", f"T_{name}"):
             raise KINDS.error(f"text symbol {name!r} cannot be written: T_{name} would not read back as that "

@@ -113,6 +113,14 @@ def test_a_mistake_in_a_template_table_is_one_line(tree):
     assert ": templates/space.toml: not TOML: " in result.stderr
 
 
+def test_a_template_that_does_not_compile_is_named_with_its_line(tree):
+    tree.edit("templates/judge/user.j2", "{{", "{% if %}{{")
+    code = ("from tracebench.errors import DataError\nfrom tracebench.templating import render\n"
+            "try:\n    render('judge/user.j2')\nexcept DataError as err:\n    print(err)")
+    result = tree.run("-c", code)
+    assert result.stdout.startswith("templates/judge/user.j2: line 3: "), result.stdout + result.stderr
+
+
 def test_a_kind_no_subtype_lists_is_refused_by_parse_at_its_column(tree):
     tree.edit("taxonomy/kinds.toml", "[kinds.material]", '[kinds.fabric]\nroles = ["local"]\n\n[kinds.material]')
     assert tree.trace("parse", "f1 ⊕ g_pattern").returncode == 0  # formulas without the kind still parse

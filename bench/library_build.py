@@ -7,7 +7,7 @@ the Python heap; tracemalloc slows allocation, so that build is not timed. The p
 peak resident set size (``ru_maxrss``) is read at the end and covers everything the
 process did. The builds are single-threaded: one core.
 
-If ``tracebench.library._validate.validate_library(path)`` can be imported, it is timed on
+If ``tracebench.library.validate_library(path)`` can be imported, it is timed on
 the built library too (it returns a list of error strings; they are counted and shown).
 
 Run from the repository root, in the environment where tracebench is installed::
@@ -34,7 +34,7 @@ import PIL
 
 from _machine import machine
 from tracebench import __version__
-from tracebench.library._io import load_library
+from tracebench.library import load_library
 from tracebench.library.synth import synthesize_library
 
 
@@ -48,11 +48,7 @@ def _maxrss_mib() -> float:
 
 
 def _validator() -> Callable[[Path], list[str]] | None:
-    try:
-        module = importlib.import_module("tracebench.library._validate")
-    except ImportError:
-        return None
-    return getattr(module, "validate_library", None)
+    return getattr(importlib.import_module("tracebench.library"), "validate_library", None)
 
 
 def _size_mib(root: Path) -> float:
@@ -133,7 +129,7 @@ def main() -> None:
     print(f"memory:  Python heap peak {result['python_heap_peak_mib']} MiB (tracemalloc, separate build); "
           f"process max RSS {result['process_max_rss_mib']} MiB (ru_maxrss, whole run)")
     if result["validation"] is None:
-        print("validate: skipped (tracebench.library._validate.validate_library not available)")
+        print("validate: skipped (tracebench.library.validate_library not available)")
     else:
         v = result["validation"]
         shown = f": {v['first_errors']}" if v["errors"] else ""

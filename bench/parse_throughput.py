@@ -51,13 +51,13 @@ from tracebench.formula import (
     Expr,
     Node,
     Text,
+    lark_parser,
     parse,
     slot_count,
     symbol,
+    templates,
     to_text,
 )
-from tracebench.formula._parser import lark_parser
-from tracebench.formula._space import templates
 
 SLOTS = range(1, 9)
 

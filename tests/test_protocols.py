@@ -1,37 +1,20 @@
-"""The neighbours' protocols (`trace score --protocol`): each formula against a hand computation on
-constructed outcomes, P@tau with a hand-written weights file, weights estimated from runs."""
+"""The neighbours' protocols (`trace score --protocol`): each formula on a case worked by hand, P@tau
+with a hand-written weights file, difficulty weights worked by hand and estimated from runs."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
 from pathlib import Path
 
 import pytest
 
+from test_checklist_rules import anchor, g
 from test_cli import run_trace
-from tracebench.operators import split_target
+from tracebench.checklist import compile_checklist
 from tracebench.outcomes import Outcome
+from tracebench.records import Case, Reference
 from tracebench.run import stream_run
 from tracebench.score import DifficultyWeights, PassAtTau, difficulty_weights, score_cases, score_run, write_weights
-
-VALUES = (1.0, 0.5, 0.0, 1.0, 1.0)
-
-
-def _value(case_id: str, qid: str) -> float | None:
-    """A fixed, varied outcome per question: mostly passes, some halves and fails, a few abstentions."""
-    h = int(hashlib.sha256(f"{case_id}/{qid}".encode()).hexdigest(), 16)
-    return None if h % 11 == 0 else VALUES[h % len(VALUES)]
-
-
-def _outcomes(case) -> dict[str, Outcome]:
-    out = {}
-    for q in case.checklist:
-        v = _value(case.id, q.id)
-        out[q.id] = Outcome.of("abstain") if v is None else Outcome.of("pass" if v > 0.5 else "fail", v)
-    return out
-
 
 @pytest.fixture(scope="module")
 def run(run_bench, shared_runs) -> Path:
@@ -43,88 +26,102 @@ def cases(run):
     return [item.case for item in stream_run(run)]
 
 
-def _dimension(case, q) -> str:
-    """LongBanana's dimension of a question, from docs/protocols.md's table."""
-    terms = {t.symbol: t for t in case.terms}
-    if q.op == "compose":
-        return "relational_binding" if q.aspect == "relation" else "global_constraints"
-    head, g = split_target(q.target)
-    if g is not None:  # a binding X ⊕ g
-        return "global_constraints" if terms[g].role == "global" else "relational_binding"
-    term = terms[head]
-    if term.op == "f":
-        return "content_fidelity"
-    return {"global": "global_constraints", "relation": "relational_binding"}.get(term.role, "content_fidelity")
+# One case worked by hand: f1 (Image 1) ⊕ g_pattern1 (Image 2), its fourteen questions as
+# compile_checklist makes them, with these values (None: abstained).
+DOG = anchor("f1", "dog", "dog_A", "Image 1", "the plush dog")
+PATTERN = g("g_pattern1", "local", "f1", "Image 2", "1.1_pattern_texture", "striped", "the robe")
+HAND_VALUES = {
+    "f1:existence": 1.0,                  # anchor                       content
+    "f1:identity": 0.5,                   # anchor, Image 1              content, identity
+    "g_pattern1:presence": 1.0,           # disentangle, Image 2         content
+    "g_pattern1:fidelity": 0.0,           # disentangle, Image 2         content
+    "g_pattern1:isolation": None,         # disentangle, Image 2
+    "g_pattern1:carrier": 1.0,            # disentangle                  content
+    "f1+g_pattern1:integrity": 1.0,       # apply                        relational
+    "f1+g_pattern1:visibility": 1.0,      # apply                        relational
+    "f1+g_pattern1:fit": 0.0,             # apply                        relational
+    "f1+g_pattern1:exclusivity": 1.0,     # apply, Image 2               relational
+    "C0:spatial": 1.0,                    # compose                      global
+    "C0:duplication": 1.0,                # compose                      global
+    "C0:leakage": 0.5,                    # compose, Images 1 and 2      global
+    "C0:leakage_context": None,           # compose, Images 1 and 2
+}
 
 
-def _mean(xs):
-    return sum(xs) / len(xs)
+def hand_case() -> Case:
+    terms = (DOG, PATTERN)
+    return Case(id="hand", slot=2, template="f ⊕ g", prompt="p", text_only_prompt="t", scene="{member}",
+                formula='f1(I1, "the plush dog") ⊕ g_pattern1(I2, {"the robe"}, pattern_texture)',
+                references=(Reference(image="Image 1", path="references/a.png", source_id="a"),
+                            Reference(image="Image 2", path="references/b.png", source_id="b")),
+                terms=terms, checklist=compile_checklist(terms, ()))
 
 
-def _by_hand(cases, weights=None, tau=70.0):
-    lb, lb_dims, passed, macro, savanna = [], {}, [], [], []
-    for case in cases:
-        answered = [(q, _value(case.id, q.id)) for q in case.checklist if _value(case.id, q.id) is not None]
-        if not answered:
-            continue
-        lb.append(100 * _mean([v for _, v in answered]))
-        dims = {}
-        for q, v in answered:
-            dims.setdefault(_dimension(case, q), []).append(v)
-        for d, vs in dims.items():
-            lb_dims.setdefault(d, []).append(100 * _mean(vs))
-        w = [1.0 if weights is None else weights.get(case.id, {}).get(q.id, 0.5) for q, _ in answered]
-        passed.append(100 * sum(wi * v for wi, (_, v) in zip(w, answered)) / sum(w) >= tau)
-        images = {}
-        for q, v in answered:
-            for image in q.images:
-                images.setdefault(image, []).append(v)
-        means = [_mean(vs) for vs in images.values()]
-        consistency = 0.0 if any(m == 0 for m in means) else (len(means) / sum(1 / m for m in means) if means else None)
-        following = [v for q, v in answered if q.op == "compose"]
-        parts = [x for x in (consistency, _mean(following) if following else None) if x is not None]
-        macro.append(10 * math.prod(parts) ** (1 / len(parts)))
-        identity = [v for q, v in answered if q.op == "anchor" and q.aspect == "identity"]
-        other = [v for q, v in answered if not (q.op == "anchor" and q.aspect == "identity")]
-        if identity:
-            savanna.append(100 * (0.8 * _mean(identity) + 0.2 * _mean(other)))
-    return {"longbanana": _mean(lb), "dims": {d: _mean(vs) for d, vs in lb_dims.items()},
-            "pass": 100 * _mean(passed), "macro": _mean(macro), "savanna": _mean(savanna), "savanna_cases": len(savanna)}
+def hand_outcomes(values: dict[str, float | None]) -> dict[str, Outcome]:
+    return {qid: Outcome.of("abstain") if v is None else Outcome.of("pass" if v > 0.5 else "fail", v)
+            for qid, v in values.items()}
 
 
-def test_every_protocol_is_its_formula(run, cases):
+def _hand_scores(run, **options):
     manifest = stream_run(run).manifest
-    scores = score_cases(manifest, ((c, _outcomes(c)) for c in cases), root=run,
-                         protocols=("trace", "longbanana", "macro", "savanna"))
-    hand = _by_hand(cases)
-    p = scores.protocols
-    assert p["longbanana"].overall == pytest.approx(hand["longbanana"], abs=1e-4)
-    for d, v in hand["dims"].items():
-        assert p["longbanana"].dimensions[d] == pytest.approx(v, abs=1e-4), d
-    assert set(p["longbanana"].dimensions) == {"content_fidelity", "relational_binding", "global_constraints"}
-    assert p["longbanana"].pass_rate == pytest.approx(hand["pass"], abs=1e-4) and p["longbanana"].weights == "uniform"
-    assert p["macro"].overall == pytest.approx(hand["macro"], abs=1e-4) and p["macro"].range == "0-10"
-    assert p["savanna"].overall == pytest.approx(hand["savanna"], abs=1e-4)
-    assert p["savanna"].cases == hand["savanna_cases"] < len(cases)  # cases without an anchor are not scored
-    assert p["trace"].overall == scores.avg and p["trace"].dimensions["anchor"] == scores.operators["anchor"]
-    for name in ("longbanana", "macro", "savanna"):
-        low, high = p[name].ci95
-        assert low <= p[name].overall <= high
+    return score_cases(manifest, [(hand_case(), hand_outcomes(HAND_VALUES))], root=run, **options).protocols
 
 
-def test_p_at_tau_with_a_hand_written_weights_file(run, cases, tmp_path):
+def test_the_checklist_of_the_hand_case():
+    assert [q.id for q in hand_case().checklist] == list(HAND_VALUES)
+
+
+def test_every_protocol_on_a_case_worked_by_hand(run):
+    p = _hand_scores(run, protocols=("trace", "longbanana", "macro", "savanna"))
+    # longbanana: 12 answered items summing to 9, 100 * 9/12 = 75; content fidelity the anchor
+    # and g items 1, .5, 1, 0, 1 (70); relational binding the apply items 1, 1, 0, 1 (75); global
+    # constraints the composition items 1, 1, .5 (250/3); P@70: 75 >= 70 passes, the pass rate 100.
+    assert p["longbanana"].overall == pytest.approx(75.0, abs=1e-4)
+    assert p["longbanana"].dimensions == pytest.approx(
+        {"content_fidelity": 70.0, "relational_binding": 75.0, "global_constraints": 83.3333}, abs=1e-4)
+    assert p["longbanana"].pass_rate == 100.0 and p["longbanana"].weights == "uniform"
+    # macro: Image 1 holds identity .5 and leakage .5 (mean .5); Image 2 presence 1, fidelity 0,
+    # exclusivity 1, leakage .5 (mean .625); their harmonic mean 2 / (2 + 1.6) = 5/9; prompt
+    # following the composition's 1, 1, .5 = 5/6; 10 * sqrt(5/9 * 5/6) = 10 * sqrt(25/54) = 6.8041.
+    assert p["macro"].overall == pytest.approx(6.8041, abs=1e-4) and p["macro"].range == "0-10"
+    assert p["macro"].dimensions == pytest.approx({"consistency": 5.5556, "prompt_following": 8.3333}, abs=1e-4)
+    # savanna: s_id = .5 (f1:identity), s_ctx = 8.5 / 11 over the other answered items;
+    # 100 * (0.8 * .5 + 0.2 * 8.5/11) = 40 + 170/11 = 55.4545.
+    assert p["savanna"].overall == pytest.approx(55.4545, abs=1e-4) and p["savanna"].cases == 1
+    assert p["savanna"].dimensions == pytest.approx({"identity": 50.0, "context": 77.2727}, abs=1e-4)
+
+
+def test_savanna_leaves_out_a_case_without_an_anchor(run, cases):
+    scores = score_cases(stream_run(run).manifest, ((c, hand_outcomes({q.id: 1.0 for q in c.checklist}))
+                                                    for c in cases), root=run, protocols=("savanna",))
+    anchored = [c for c in cases if any(t.op == "f" for t in c.terms)]
+    assert scores.protocols["savanna"].cases == len(anchored) < len(cases)
+    assert scores.protocols["savanna"].overall == pytest.approx(100.0)
+
+
+def test_p_at_tau_with_a_hand_written_weights_file(run, tmp_path):
     manifest = stream_run(run).manifest
-    weights = {c.id: {q.id: (1.0 if q.aspect == "identity" else 0.1) for q in c.checklist} for c in cases[:10]}
+    weights = {"hand": {qid: (1.0 if qid == "f1:identity" else 0.1) for qid in HAND_VALUES}}
     frozen = DifficultyWeights(tool="test", cases_hash=manifest.cases_hash, runs=("by hand",), formula="by hand",
                                floor=0.1, weights=weights)
     write_weights(tmp_path / "w.json", frozen)
-    for tau in (50.0, 90.0):
-        hand = _by_hand(cases, weights, tau)
-        scores = score_cases(manifest, ((c, _outcomes(c)) for c in cases), root=run, protocols=("longbanana",),
-                             pass_at=PassAtTau(tau=tau, weights=frozen, weights_name="w.json"))
-        assert scores.protocols["longbanana"].pass_rate == pytest.approx(hand["pass"], abs=1e-4)
-        assert scores.protocols["longbanana"].tau == tau and scores.protocols["longbanana"].weights == "w.json"
-    assert "trace" not in scores.protocols
+    # identity .5 weighs 1, the 11 other answered items (8.5 in all) 0.1 each:
+    # 100 * (.5 + .85) / (1 + 1.1) = 64.29, passing tau 60 but not tau 70 (75 unweighted passes it)
+    for tau, rate in ((60.0, 100.0), (70.0, 0.0)):
+        p = _hand_scores(run, protocols=("longbanana",), pass_at=PassAtTau(tau=tau, weights=frozen, weights_name="w.json"))
+        assert (p["longbanana"].pass_rate, p["longbanana"].tau, p["longbanana"].weights) == (rate, tau, "w.json")
+    assert "trace" not in p
+
+
+def test_difficulty_weights_worked_by_hand():
+    case = hand_case()
+    first = hand_outcomes({"f1:existence": 1.0, "f1:identity": 0.5, "C0:spatial": 0.0, "C0:leakage": None})
+    second = hand_outcomes({"f1:existence": 1.0, "f1:identity": 1.0, "C0:spatial": None, "C0:leakage": None})
+    frozen = difficulty_weights([("a", "h", [(case, first)]), ("b", "h", [(case, second)])], tool="t")
+    # existence: 1 - 1 = 0, raised to the floor .05; identity: 1 - (.5 + 1)/2 = .25; spatial: only
+    # the first run answered, 1 - 0 = 1; leakage: no run answered, so no weight (0.5 when scored)
+    assert frozen.weights == {"hand": {"C0:spatial": 1.0, "f1:existence": 0.05, "f1:identity": 0.25}}
+    assert frozen.runs == ("a", "b") and frozen.cases_hash == "h"
 
 
 def test_weights_from_runs_and_their_file(run_bench, shared_runs, run, tmp_path):
@@ -134,14 +131,9 @@ def test_weights_from_runs_and_their_file(run_bench, shared_runs, run, tmp_path)
                        "--weights-out", str(tmp_path / "w.json"), "--json")
     assert result.returncode == 0, result.stderr
     frozen = DifficultyWeights.model_validate_json((tmp_path / "w.json").read_text())
-    values = {}
-    for folder in (good, bad):
-        for item in stream_run(folder):
-            for qid, o in item.outcomes.items():
-                if o.answered:
-                    values.setdefault((item.case.id, qid), []).append(o.value)
-    for (cid, qid), vs in values.items():
-        assert frozen.weights[cid][qid] == round(max(0.05, 1 - sum(vs) / len(vs)), 4)
+    assert frozen.runs == (str(good), str(bad)) and frozen.cases_hash == stream_run(bad).manifest.cases_hash
+    # an item both runs pass weighs the floor .05; one the no-global run alone fails, 1 - (1 + 0)/2 = .5
+    assert {w for case in frozen.weights.values() for w in case.values()} >= {0.05, 0.5}
     scored = json.loads(result.stdout)["protocols"]["longbanana"]
     assert scored["weights"] == str(tmp_path / "w.json")
     again = run_trace("score", str(bad), "--protocol", "longbanana", "--weights", str(tmp_path / "w.json"), "--json")

@@ -1,7 +1,5 @@
-"""The synthetic model zoo and the oracle judge, on real sampled cases.
-
-Expected failures are derived here from the checklist and terms directly (the documented
-rules), not from the zoo's own helpers, and compared exactly with what the zoo records.
+"""The synthetic model zoo and the oracle judge: what each profile breaks on cases written by hand
+(literal question ids, read off docs/zoo.md), then on real sampled cases.
 """
 
 from __future__ import annotations
@@ -11,9 +9,11 @@ import io
 import pytest
 from PIL import Image
 
+from test_checklist_rules import anchor, g
+from tracebench.checklist import compile_checklist
 from tracebench.errors import TraceError
-from tracebench.formula import Anchor, Apply, Compose, Disentangle, parse, symbol, to_text, walk
-from tracebench.records import Case
+from tracebench.formula import Anchor, Apply, Compose, Disentangle, parse, symbol, template_of, to_text, walk
+from tracebench.records import Case, Reference
 from tracebench.sample import read_cases, sample_benchmark
 from tracebench.sample._sample import Plan, _make_case
 from tracebench.zoo import (
@@ -36,7 +36,7 @@ def cases(shared_folder) -> list[Case]:
     return list(read_cases(out))
 
 
-# ------------------------------------------------------------------ the documented rules, restated
+# ------------------------------------------------------------------ helpers, and cases written by hand
 
 def _g(case: Case, *roles: str, subtype: str | None = None) -> set[str]:
     return {t.symbol for t in case.terms
@@ -69,40 +69,57 @@ def _holds_anchor(case: Case, composition: str) -> bool:
     return any(d.startswith("f") and d.endswith(":existence") for d in q.depends_on)
 
 
+# Two cases written by hand, their checklists as compile_checklist makes them.
+DOG = anchor("f1", "dog", "dog_A", "Image 1", "the plush dog")
+CAT = anchor("f2", "cat", "cat_A", "Image 3", "the grey cat")
+PATTERN = g("g_pattern1", "local", "f1", "Image 2", "1.1_pattern_texture", "striped", "the robe")
+STYLE = g("g_style1", "global", "C1", "Image 4", "4.1_style", "watercolor", "the painting")
+REL = g("g_rel1", "relation", "C1", "Image 3", "4.6_inter_instance_relation", "a dog chasing a cat",
+        "the dog and the cat", participants=("f1", "f2"))
+
+
+def hand_case(formula: str, terms: tuple, members: tuple[str, ...]) -> Case:
+    images = sorted({t.image for t in terms})
+    return Case(id="hand", slot=len(terms), template=to_text(template_of(parse(formula))), formula=formula, prompt="p",
+                text_only_prompt="t", scene="{members}", terms=terms,
+                references=tuple(Reference(image=i, path=f"references/{k}.png", source_id=str(k))
+                                 for k, i in enumerate(images, 1)),
+                checklist=compile_checklist(terms, (("C1", members, None),)))
+
+
+# C1(f1 ⊕ g_pattern1, f2) ⊕ g_style1: two branches, a local attribute, a global style
+STYLED = hand_case('C1(f1(I1, "the plush dog") ⊕ g_pattern1(I2, {"the robe"}, pattern_texture), '
+                   'f2(I3, "the grey cat")) ⊕ g_style1(I4, {"the painting"}, style)',
+                   (DOG, PATTERN, CAT, STYLE), ("f1", "f2"))
+# C1(f1, f2) ⊕ g_rel1: a reference relation between two anchors
+RELATED = hand_case('C1(f1(I1, "the plush dog"), f2(I3, "the grey cat")) ⊕ '
+                    'g_rel1(I3, {"the dog and the cat"}, inter_instance_relation)', (DOG, CAT, REL), ("f1", "f2"))
+
+# What each profile breaks on them, read off docs/zoo.md's rules one question at a time.
+BROKEN = {
+    # a global term's presence and fidelity, and its consistency with the scene
+    "no-global": ({"g_style1:presence", "g_style1:fidelity", "C1+g_style1:consistency"}, set()),
+    # with a global term: every anchor's identity and the fidelity of local transfers; none without
+    "global-interference": ({"f1:identity", "f2:identity", "g_pattern1:fidelity"}, set()),
+    # two reference-conditioned branches: the anchors' identity at threshold 2, nothing at 3
+    "composition-interference:2": ({"f1:identity", "f2:identity"}, {"f1:identity", "f2:identity"}),
+    "composition-interference:3": (set(), set()),
+    # a relation's presence and fidelity, its binding, and the relation question of its composition
+    "relation-blind": (set(), {"g_rel1:presence", "g_rel1:fidelity", "C1+g_rel1:binding", "C1:relation"}),
+    # a subtype's presence and fidelity (and a global one's consistency with the scene)
+    "weak-subtype:1.1_pattern_texture": ({"g_pattern1:presence", "g_pattern1:fidelity"}, set()),
+    "weak-subtype:4.1_style": ({"g_style1:presence", "g_style1:fidelity", "C1+g_style1:consistency"}, set()),
+    # a local attribute lands elsewhere: absent on its carrier, present on another entity
+    "leaky-binding": ({"g_pattern1:presence", "f1+g_pattern1:exclusivity"}, set()),
+    # an anchored entity drawn twice
+    "duplicate": ({"C1:duplication"}, {"C1:duplication"}),
+}
+
+
 def expected(case: Case, name: str) -> set[str]:
-    """Question ids that profile ``name`` breaks on ``case``, as documented."""
-    ids = set()
-    globals_, relations = _g(case, "global"), _g(case, "relation")
-    locals_, transfers = _g(case, "local"), _g(case, "local", "attach", "ip")
-    carriers = [t for t in case.terms if t.role in ("anchor", "text")]
-    branches = _branches(case)
-    for q in case.checklist:
-        g, a = _bound(q), q.aspect
-        if name == "no-global":
-            hit = (q.target in globals_ and a in ("presence", "fidelity")) or (g in globals_ and a == "consistency")
-        elif name == "global-interference":
-            hit = bool(globals_) and ((q.target in _anchors(case) and a == "identity")
-                                      or (q.target in transfers and a == "fidelity"))
-        elif name.startswith("composition-interference:"):
-            hit = branches >= int(name.split(":")[1]) and q.target in _anchors(case) and a == "identity"
-        elif name == "relation-blind":
-            hit = ((q.target in relations and a in ("presence", "fidelity")) or (g in relations and a == "binding")
-                   or (a == "relation" and any(t.carrier == q.target for t in case.terms if t.symbol in relations)))
-        elif name.startswith("weak-subtype:"):
-            weak = _g(case, "local", "attach", "ip", "global", "relation", subtype=name.split(":", 1)[1])
-            hit = ((q.target in weak and a in ("presence", "fidelity"))
-                   or (g in weak and a in ("consistency", "binding"))
-                   or (a == "relation" and any(t.carrier == q.target for t in case.terms if t.symbol in weak)))
-        elif name == "leaky-binding":
-            hit = ((q.target in locals_ and a == "presence")
-                   or (g in locals_ and a == "exclusivity" and len(carriers) > 1))
-        elif name == "duplicate":
-            hit = a == "duplication" and _holds_anchor(case, q.target)
-        else:
-            raise AssertionError(name)
-        if hit:
-            ids.add(q.id)
-    return ids
+    """The question ids profile ``name`` breaks on a sampled case: the union of the single modes'
+    (``failed_questions``), for the combination tests."""
+    return set(failed_questions(case, parse_profile(name)))
 
 
 PROFILES = ["no-global", "global-interference", "composition-interference:2", "composition-interference:3",
@@ -120,27 +137,31 @@ def test_perfect_passes_everything(cases):
         assert all(oracle_answers(case.checklist, png).values()), case.id
 
 
-@pytest.mark.parametrize("name", PROFILES)
-def test_profile_breaks_exactly_the_documented_questions(cases, name):
+@pytest.mark.parametrize("name", list(BROKEN))
+def test_profile_breaks_exactly_the_documented_questions(name):
     profile = parse_profile(name)
-    touched = 0
-    for case in cases:
+    for case, broken in zip((STYLED, RELATED), BROKEN[name]):
         failed = failed_questions(case, profile)
-        assert set(failed) == expected(case, name), case.id
+        assert set(failed) == broken, case.formula
         assert set(failed.values()) <= {str(profile)}
-        assert set(failed) <= {q.id for q in case.checklist}
-        touched += bool(failed)
-    assert touched, f"no sampled case exercises {name}"
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_every_profile_breaks_some_sampled_case_within_its_checklist(cases, name):
+    profile = parse_profile(name)
+    failed = [failed_questions(case, profile) for case in cases]
+    assert any(failed), f"no sampled case exercises {name}"
+    assert all(set(f) <= {q.id for q in case.checklist} for f, case in zip(failed, cases))
 
 
 @pytest.mark.parametrize("name", PROFILES)
 def test_oracle_agrees_with_the_rules(cases, name):
     profile = parse_profile(name)
-    hit = [c for c in cases if expected(c, name)][:4]
+    hit = [c for c in cases if failed_questions(c, profile)][:4]
     for case in hit:
         png, record = generate(case, profile)
         answers = oracle_answers(case.checklist, png)
-        assert {qid for qid, ok in answers.items() if not ok} == expected(case, name)
+        assert {qid for qid, ok in answers.items() if not ok} == set(failed_questions(case, profile))
         assert record.failed == failed_questions(case, profile)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import errno
 import os
 
-__all__ = ["DISK_FULL", "TraceError", "ValidationFailed", "disk_full", "other_fields"]
+__all__ = ["DISK_FULL", "DataError", "TraceError", "ValidationFailed", "disk_full", "other_fields"]
 
 # Write errors of a full or read-only disk (EFBIG: a file past the size limit, RLIMIT_FSIZE): the
 # user's to fix, so one line and exit status 2, like bad input.
@@ -19,6 +19,16 @@ DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
 
 class TraceError(ValueError):
     """Bad input, reported to the user as one line naming the place."""
+
+
+class DataError(TraceError):
+    """A mistake in one of tracebench's own data files (grammar/, templates/, taxonomy/, diagnose/),
+    named as ``file: [table] key: problem`` (``taxonomy/kinds.toml: [kinds.pattern] roles: ...``)."""
+
+    def __init__(self, file: str, problem: str, table: str = "", key: str = "") -> None:
+        self.file, self.table, self.key, self.problem = file, table, key, problem
+        place = (f"[{table}] " if table else "") + (f"{key}: " if key else "")
+        super().__init__(f"{file}: {place}{problem}")
 
 
 class ValidationFailed(TraceError):

@@ -19,6 +19,7 @@ from typing import Any
 
 import jinja2
 
+from .errors import DataError
 from .nouns import agree, besides
 from .resources import data_dir, data_hash
 
@@ -52,14 +53,22 @@ def html_environment() -> jinja2.Environment:
     )
 
 
+def _template(env: jinja2.Environment, name: str) -> jinja2.Template:
+    """``templates/<name>``; a template that does not compile is one line naming it and its line."""
+    try:
+        return env.get_template(name)
+    except jinja2.TemplateSyntaxError as err:
+        raise DataError(f"templates/{err.name or name}", f"line {err.lineno}: {err.message}") from None
+
+
 def render_html(name: str, **context: Any) -> str:
     """Render the HTML page ``templates/<name>``, escaping every value."""
-    return html_environment().get_template(name).render(**context)
+    return _template(html_environment(), name).render(**context)
 
 
 def render(name: str, **context: Any) -> str:
     """Render ``templates/<name>``."""
-    return environment().get_template(name).render(**context)
+    return _template(environment(), name).render(**context)
 
 
 @cache

@@ -89,7 +89,11 @@ def _command_name(args) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()
+    except TraceError as err:  # a data file read to declare an option (a default checked against it)
+        print(f"trace: {err}", file=sys.stderr)
+        return 2
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         args._parser.error(f"unrecognized arguments: {' '.join(unknown)}")

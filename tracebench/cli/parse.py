@@ -1,10 +1,12 @@
-"""``trace parse FORMULA``: canonical form, slot count and terms of one formula."""
+"""``trace parse FORMULA``: canonical form, slot count and terms of one formula; every g kind it
+names must be listed by a subtype of the taxonomy in the term's role."""
 
 from __future__ import annotations
 
 import json
 
-from ..formula import describe_formula
+from ..formula import describe_formula, parse
+from ..taxonomy import check_formula_kinds
 
 
 def register(sub) -> None:
@@ -17,6 +19,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    check_formula_kinds(parse(args.formula))
     info = describe_formula(args.formula)
     if args.json:
         print(json.dumps(info, ensure_ascii=False))

@@ -16,15 +16,16 @@ from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import Callable, Mapping
 
-from ..errors import TraceError
 from ..formula import Anchor, Apply, Compose, Disentangle, Expr, Node, Text, analyze, slot_count, symbol, walk
 from ..operators import LOCAL_ROLES, SCENE, Family, Instance, Operator, Role, apply_target
-from ..resources import read_toml
+from ..resources import DataFile, table_name
 
 __all__ = ["Downgrades", "Rule", "Source", "number_terms", "rules", "sources", "targets", "zoo_expectations"]
 
 RULES_FILE = "rules.toml"
 SOURCES_FILE = "sources.toml"
+_RULES = DataFile("diagnose", RULES_FILE)
+_SOURCES = DataFile("diagnose", SOURCES_FILE)
 _DROP = object()  # a modifier a rewrite takes out of the formula
 
 
@@ -57,8 +58,9 @@ class Rule:
 @cache
 def sources() -> dict[str, Source]:
     """The failure-source catalogue, in report order."""
-    raw = read_toml("diagnose", SOURCES_FILE)["sources"]
-    return {name: Source(name, spec["title"], spec["means"]) for name, spec in raw.items()}
+    raw = _SOURCES.tables("", _SOURCES.read(), "sources")
+    return {name: Source(name, *(_SOURCES.value(table_name("sources", name), spec, key, str)
+                                 for key in ("title", "means"))) for name, spec in raw.items()}
 
 
 @cache
@@ -66,29 +68,30 @@ def rules() -> tuple[Rule, ...]:
     """The rules in the order the engine tries them."""
     known = sources()
     out = []
-    for k, spec in enumerate(read_toml("diagnose", RULES_FILE).get("rule", []), 1):
-        name = spec.get("name")
+    for k, spec in enumerate(_RULES.value("", _RULES.read(), "rule", list, []), 1):
+        table = f"rule {k}"
+        name = _RULES.value(table, spec, "name", str)
         if name not in _IMPLEMENTATIONS:
-            raise TraceError(f"diagnose/{RULES_FILE}: rule {k}: unknown rule {name!r} "
-                             f"(known: {', '.join(_IMPLEMENTATIONS)})")
-        if spec.get("source") not in known:
-            raise TraceError(f"diagnose/{RULES_FILE}: rule {name}: source {spec.get('source')!r} is not in "
-                             f"diagnose/{SOURCES_FILE} ({', '.join(known)})")
+            raise _RULES.error(f"unknown rule {name!r} (known: {', '.join(_IMPLEMENTATIONS)})", table, "name")
+        source = _RULES.value(table, spec, "source", str)
+        if source not in known:
+            raise _RULES.error(f"{source!r} is not in diagnose/{SOURCES_FILE} ({', '.join(known)})", table, "source")
         if name in _CLUTTER_RULES and out:
-            raise TraceError(f"diagnose/{RULES_FILE}: rule {name} must come first (a cluttered case is "
-                             "simplified by its references before its formula)")
-        out.append(Rule(name, spec["title"], spec["source"], spec["does"], _IMPLEMENTATIONS[name]))
+            raise _RULES.error(f"rule {name} must come first (a cluttered case is simplified by its references "
+                               "before its formula)", table)
+        out.append(Rule(name, _RULES.value(table, spec, "title", str), source, _RULES.value(table, spec, "does", str),
+                        _IMPLEMENTATIONS[name]))
     return tuple(out)
 
 
 @cache
 def zoo_expectations() -> dict[str, dict[str, str]]:
     """Synthetic failure mode -> operator -> the source a correct diagnosis names."""
-    raw = read_toml("diagnose", SOURCES_FILE).get("zoo", {})
+    raw = _SOURCES.tables("", _SOURCES.read(), "zoo", {})
     for mode, table in raw.items():
         for op, source in table.items():
             if source not in sources():
-                raise TraceError(f"diagnose/{SOURCES_FILE}: zoo.{mode}.{op}: unknown source {source!r}")
+                raise _SOURCES.error(f"unknown source {source!r}", table_name("zoo", mode), op)
     return raw
 
 

@@ -25,8 +25,8 @@ from ._ast import (
 )
 from ._canonical import canonical, template_of
 from ._errors import FormulaConstraintError, FormulaError, FormulaSyntaxError
-from ._language import Language, language
-from ._parser import parse_syntax
+from ._language import ROLES, Language, category_words, language
+from ._parser import lark_parser, parse_syntax
 from ._printer import symbol, to_text
 from ._space import (SpaceBounds, count_by_generating_function, decode_template, encode_template, enumerate_templates,
                      space_bounds, space_by_slot, template_counts, templates)
@@ -46,11 +46,13 @@ __all__ = [
     "Language",
     "Modifier",
     "Node",
+    "ROLES",
     "SpaceBounds",
     "Term",
     "Text",
     "analyze",
     "canonical",
+    "category_words",
     "compose_depth",
     "count_by_generating_function",
     "decode_template",
@@ -59,6 +61,7 @@ __all__ = [
     "encode_template",
     "enumerate_templates",
     "language",
+    "lark_parser",
     "parse",
     "parse_syntax",
     "slot_count",

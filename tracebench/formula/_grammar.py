@@ -13,6 +13,7 @@ from functools import cache, lru_cache
 
 from lark import Lark
 
+from ..errors import DataError
 from ..resources import read_text
 
 __all__ = ["GRAMMAR_FILE", "build_lark", "lark_options", "numbered", "spells", "split_index", "terminal", "tree_parser"]
@@ -50,7 +51,10 @@ def build_lark(transformer=None) -> Lark:
     target = path.with_name(f"{path.name}.{os.getpid()}.tmp") if fresh else path
     if target is not None:
         options["cache"] = str(target)
-    parser = Lark(text, transformer=transformer, **options)
+    try:
+        parser = Lark(text, transformer=transformer, **options)
+    except lark.exceptions.LarkError as err:  # a mistake in the grammar file: one line naming it
+        raise DataError(f"grammar/{GRAMMAR_FILE}", _first_line(err)) from None
     if fresh and target.exists():
         try:
             target.chmod(0o600)  # Lark writes it with the umask's permissions
@@ -60,6 +64,11 @@ def build_lark(transformer=None) -> Lark:
         else:
             prune(path)
     return parser
+
+
+def _first_line(err: Exception) -> str:
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return lines[0] if lines else type(err).__name__
 
 
 @cache

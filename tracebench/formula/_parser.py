@@ -111,9 +111,7 @@ class _Builder(Transformer):
 
     def anchor_kind(self, children: list) -> Anchor:
         symbol, word = children
-        from ..taxonomy import taxonomy  # the words of taxonomy/categories.toml
-
-        words = taxonomy().category_words
+        words = language().category_words  # the words of taxonomy/categories.toml
         if str(word).lower() not in words:
             raise FormulaSyntaxError(f"f({word}): no category is named {str(word)!r} (known: {', '.join(words)})",
                                      column=word.column, line=word.line)

@@ -67,7 +67,7 @@ def _edit_card(card: Path, old: str, new: str) -> None:
 
 def make(name: str, base: Path, out: Path) -> None:
     """Input ``name``: a copy of the export ``base`` at ``out``, crafted."""
-    from tracebench.share import _limits
+    import tracebench.share as _limits
 
     shutil.copytree(base, out)
     card = out / "README.md"
@@ -161,7 +161,7 @@ def _size(folder: Path) -> int:
 
 
 def _table(rows: list[dict], bound: float, holds: bool) -> None:
-    from tracebench.share import _limits
+    import tracebench.share as _limits
 
     print(f"trace import of crafted dataset folders ({machine_text()})")
     print(f"limits: card {_limits.MAX_CARD_BYTES:,} B, row group {_limits.MAX_ROW_GROUP_BYTES:,} B, image "

@@ -65,12 +65,12 @@ import tracebench.cli  # noqa: F401
 from tracebench.diagnose import diagnose_run, plan_trees, tree_json  # noqa: F401
 imports, imports_cpu = perf_counter() - start, process_time() - cpu
 
-from tracebench.diagnose._diagnose import _select
+from tracebench.diagnose import select_cases
 from tracebench.formula import parse
 from tracebench.run import load_run
 
 run = load_run(Path(sys.argv[1]))
-roots = _select(run, "failing", None)[:int(sys.argv[2])]
+roots = select_cases(run, "failing", None)[:int(sys.argv[2])]
 start = perf_counter()
 parse(roots[0].formula)
 parser = perf_counter() - start
@@ -97,7 +97,7 @@ print(json.dumps({"module": tracebench.__file__, "imports": imports, "imports_cp
 
 def build_input(work: Path, per_slot: int) -> tuple[Path, int, int]:
     """The benchmark and its run; returns the run folder, its cases and its failing cases."""
-    from tracebench.diagnose._diagnose import _select
+    from tracebench.diagnose import select_cases
     from tracebench.providers import ModelSettings
     from tracebench.run import load_run, RunOptions, run_benchmark
     from tracebench.sample import sample_benchmark
@@ -106,7 +106,7 @@ def build_input(work: Path, per_slot: int) -> tuple[Path, int, int]:
     run_benchmark(work / "bench", work / "run", RunOptions(generator=GENERATOR, judges=["oracle"],
                   settings=ModelSettings(seed=0), concurrency=4, progress=False))
     run = load_run(work / "run")
-    return work / "run", len(run.cases), len(_select(run, "failing", None))
+    return work / "run", len(run.cases), len(select_cases(run, "failing", None))
 
 
 def one_round(source: Path, run_dir: Path, cases: int) -> dict:

@@ -58,10 +58,6 @@ KNOWN_BACKWARD = {
 KNOWN_PRIVATE = {
     # Until tracebench.sample exports default_jobs.
     ("tracebench/cli/sample.py", "tracebench.sample._parallel"),
-    # Until tracebench.share exports its limits (MAX_CARD_BYTES ...).
-    ("bench/import_memory.py", "tracebench.share._limits"),
-    # Until tracebench.diagnose exports the selection of roots (_select).
-    ("bench/tree_planning.py", "tracebench.diagnose._diagnose"),
 }
 
 

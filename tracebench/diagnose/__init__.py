@@ -19,7 +19,7 @@ _WHERE = {
     "..records": ("DIAGNOSIS_FILE", "NODES_FILE", "SUMMARY_FILE", "TREES_FILE"),
     "._attribute": ("UNDETERMINED", "attribute", "pending", "summarize_sources"),
     "._diagnose": ("RootEvidence", "TreePlan", "diagnose", "export_nodes", "format_summary", "majority_verdicts",
-                   "merge_diagnoses", "node_results", "plan_trees", "summarize"),
+                   "merge_diagnoses", "node_results", "plan_trees", "select_cases", "summarize"),
     "._run": ("DiagnoseOptions", "diagnose_run", "named_providers"),
     "._node": ("compositions_of", "node_case", "root_formula"),
     "._rules": ("Downgrades", "Rule", "Source", "number_terms", "rules", "sources", "targets", "zoo_expectations"),

@@ -52,7 +52,7 @@ from ._node import node_case, node_shape, root_formula
 from ._rules import RULES_FILE, SOURCES_FILE, number_terms, sources
 from ._tree import TreeNode, bound_tree, tree_nodes
 
-__all__ = ["Evaluated", "Evaluator", "RootEvidence", "TreePlan", "diagnose", "export_nodes", "format_summary",
+__all__ = ["Evaluated", "Evaluator", "RootEvidence", "TreePlan", "select_cases", "diagnose", "export_nodes", "format_summary",
            "majority_verdicts", "merge_diagnoses", "node_results", "plan_trees", "summarize"]
 
 STRATEGIES = ("full", "adaptive")
@@ -251,7 +251,7 @@ def _streamed_samples(run) -> Iterator[tuple[Case, tuple[dict[str, Outcome], ...
         yield item.case, samples, reasons
 
 
-def _select(run, which: str, shard: tuple[int, int] | None) -> list[Case]:
+def select_cases(run, which: str, shard: tuple[int, int] | None) -> list[Case]:
     """The chosen cases of a run folder read whole (:func:`~tracebench.run.load_run`)."""
     def items() -> Iterator[Item]:
         return ((run.cases[i], run.verdicts[i]) for i in run.verdicts)

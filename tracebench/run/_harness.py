@@ -51,8 +51,6 @@ from ..safepaths import inside, owned_folder
 from ._options import RunIdentity, RunOptions, settings_for
 from ._schedule import Admission, CaseLines, Lines, abstained_votes, run_cases
 
-_abstained_votes = abstained_votes  # the name run/_merge.py imports
-
 __all__ = ["IMAGES_DIR", "RunFolder", "RunOptions", "abstention_reason", "abstention_reasons", "vote_abstention_reasons", "generated_image", "library_of", "load_run", "make_providers", "parse_reply",
            "run_benchmark", "shard_of"]
 

@@ -9,7 +9,8 @@ from pathlib import Path
 from ..errors import TraceError
 from ..library import staged_output
 from ..records import RUN_MANIFEST, VERDICTS, Case, RunManifest, Verdict, read_cases, read_run_verdicts
-from ._harness import IMAGES_DIR, _abstained_votes
+from ..records import IMAGES_DIR
+from ._schedule import abstained_votes
 
 __all__ = ["merge_runs"]
 
@@ -93,7 +94,7 @@ def _merged_manifest(first: RunManifest, manifests: list[RunManifest], ordered: 
         "shard": None, "cases": cases, "verdicts": len(ordered), "calls": dict(calls),
         "cache_hits": sum(m.cache_hits for m in manifests), "tokens": sum(m.tokens for m in manifests),
         "abstentions": sum(not v.outcome.answered for v in ordered),
-        "votes_abstained": dict(_abstained_votes(ordered)),
+        "votes_abstained": dict(abstained_votes(ordered)),
         "not_applicable": _total(m.not_applicable for m in manifests),
         "collaged": _total(m.collaged for m in manifests),
         "unfinished": _total(m.unfinished for m in manifests),

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 from ..lazy import lazy_exports
 
-__all__ = ["ExportSummary", "ImportSummary", "export_folder", "import_dataset", "read_card"]
+# the bounds a dataset from anyone is read within (docs/security.md)
+_LIMITS = ("MAX_CARD_BYTES", "MAX_FOOTER_BYTES", "MAX_IMAGE_BYTES", "MAX_ROW_GROUP_BYTES", "MAX_STRING_BYTES")
+
+__all__ = ["ExportSummary", "ImportSummary", "export_folder", "import_dataset", "read_card", *_LIMITS]
 
 __getattr__, __dir__ = lazy_exports(__name__, globals(), {"ExportSummary": "._export", "export_folder": "._export",
                                                          "ImportSummary": "._import", "import_dataset": "._import",
-                                                         "read_card": "._card"})
+                                                         "read_card": "._card", **dict.fromkeys(_LIMITS, "._limits")})

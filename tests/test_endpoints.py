@@ -18,7 +18,7 @@ from tracebench.diagnose import export_nodes
 from tracebench.providers import ModelSettings
 from tracebench.records import DiagnosisSummary, DiagnosticTree, RunManifest
 from tracebench.run import run_benchmark
-from tracebench.sample import sample_benchmark
+from tracebench.sample import SampleOptions, sample_benchmark
 from tracebench.serve import ZooServer
 
 PROFILE = "global-interference"
@@ -30,7 +30,7 @@ def served(tmp_path_factory):
     prompts: the diagnosis's sub-cases exported from an in-process run of the same profile)."""
     root = tmp_path_factory.mktemp("endpoints")
     bench = root / "bench"
-    sample_benchmark(bench, slots=(1, 2, 3, 4, 5), per_slot=3, seed=5, applications=False)
+    sample_benchmark(bench, SampleOptions(slots=(1, 2, 3, 4, 5), per_slot=3, seed=5, applications=False))
     run_benchmark(bench, root / "local", generator=f"synthetic:{PROFILE}", judges=["oracle"],
                   settings=ModelSettings(max_retries=0))
     export_nodes(root / "local", root / "nodes")

@@ -38,9 +38,9 @@ def made(shared_folder) -> Path:
     def make(root: Path) -> None:
         from tracebench.diagnose import diagnose_run
         from tracebench.run import run_benchmark
-        from tracebench.sample import sample_benchmark
+        from tracebench.sample import SampleOptions, sample_benchmark
 
-        sample_benchmark(root / "bench", slots=(3,), per_slot=2, seed=3, applications=False)
+        sample_benchmark(root / "bench", SampleOptions(slots=(3,), per_slot=2, seed=3, applications=False))
         run_benchmark(root / "bench", root / "run", generator=GENERATOR, judges=["oracle"], progress=False)
         diagnose_run(root / "run", root / "diag", strategy="adaptive", progress=False,
                      settings=ModelSettings(max_retries=0, timeout=30.0))

@@ -20,7 +20,7 @@ from test_cli import run_trace
 from tracebench.library import TaggedImage, default_library, read_valid_library, validate_library
 from tracebench.records import NodeOccurrence, Reference, Verdict
 from tracebench.run import run_benchmark
-from tracebench.sample import sample_benchmark
+from tracebench.sample import SampleOptions, sample_benchmark
 
 CANARY_TEXT = "CANARY-7f3a9c-outside-the-folder"
 
@@ -69,7 +69,7 @@ def _problems(result, *problems: str) -> None:
 @pytest.fixture(scope="module")
 def sampled(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("hostile") / "bench"
-    sample_benchmark(out, slots=(1, 2), per_slot=1, seed=0, applications=False)
+    sample_benchmark(out, SampleOptions(slots=(1, 2), per_slot=1, seed=0, applications=False))
     return out
 
 

@@ -30,7 +30,7 @@ from tracebench.library._tag import tag_images
 from tracebench.providers import ModelSettings
 from tracebench.records import Verdict
 from tracebench.run import parse_reply, run_benchmark
-from tracebench.sample import read_cases, sample_benchmark
+from tracebench.sample import SampleOptions, read_cases, sample_benchmark
 
 KEY = test_tag.KEY
 key = test_tag.key  # the fixture: KEY in $OPENAI_API_KEY, no $OPENAI_BASE_URL
@@ -194,7 +194,7 @@ IMAGES = {
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("hostile") / "bench"
-    sample_benchmark(out, slots=(1, 2), per_slot=2, seed=3, applications=False)
+    sample_benchmark(out, SampleOptions(slots=(1, 2), per_slot=2, seed=3, applications=False))
     return out
 
 

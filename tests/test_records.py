@@ -25,7 +25,7 @@ from tracebench.records import (CASES_FILE, DIAGNOSIS_FILE, MANIFEST_FILE, NODES
                                 RunManifest, Verdict, checklist_problem, read_cases)
 from tracebench.providers import ModelSettings
 from tracebench.run import run_benchmark
-from tracebench.sample import sample_benchmark
+from tracebench.sample import SampleOptions, sample_benchmark
 
 SETTINGS = ModelSettings(max_retries=0, timeout=30.0)
 GENERATOR = "synthetic:global-interference"
@@ -35,7 +35,7 @@ GENERATOR = "synthetic:global-interference"
 def world(shared_folder) -> dict[str, Path]:
     """Read only (made once for all workers): the tests break copies of it."""
     def make(root: Path) -> None:
-        sample_benchmark(root / "bench", slots=(1, 2, 3), per_slot=2, seed=4, applications=False)
+        sample_benchmark(root / "bench", SampleOptions(slots=(1, 2, 3), per_slot=2, seed=4, applications=False))
         run_benchmark(root / "bench", root / "run", generator=GENERATOR, judges=["oracle"], settings=SETTINGS)
         diagnose_run(root / "run", root / "diag", cases="all", settings=SETTINGS)
         (root / "sources.jsonl").write_text('{"case_id": "s1-00000", "target": "f1", "source": "stable_success"}\n')

@@ -20,8 +20,8 @@ from tracebench.formula._space import space_by_slot
 from tracebench.library import default_library, load_library
 from tracebench.records import Case, SampleManifest
 from tracebench.realize._prompt import _phrases
-from tracebench.sample import (BindingError, LibraryIndex, bind, draw_templates, plan_cases, quotas, read_cases,
-                               read_sample_manifest, sample_benchmark)
+from tracebench.sample import (BindingError, LibraryIndex, SampleOptions, bind, draw_templates, plan_cases, quotas,
+                               read_cases, read_sample_manifest, sample_benchmark)
 from tracebench.sample._bind import _kind_for
 from tracebench.sample._capabilities import library_gaps, space_needs
 from tracebench.sample._quotas import Quotas, largest_remainder
@@ -317,7 +317,7 @@ def test_a_case_with_two_designs_on_one_carrier_is_refused_by_the_reader(small, 
 
 def test_the_default_benchmark(tmp_path):
     out = tmp_path / "benchmark"
-    manifest = sample_benchmark(out, slots=tuple(range(1, 9)))
+    manifest = sample_benchmark(out, SampleOptions(slots=tuple(range(1, 9))))
     assert manifest.counts_per_slot == {str(s): 180 for s in range(1, 9)}
     assert 1500 <= manifest.cases <= 1700
     assert manifest.distinct_templates >= 631
@@ -336,7 +336,7 @@ def _golden_view(case: Case) -> dict:
 def test_golden_cases(tmp_path):
     """A few realized cases, checked word for word (TRACEBENCH_UPDATE_GOLDEN=1 rewrites them)."""
     out = tmp_path / "golden"
-    sample_benchmark(out, slots=(1, 3, 5, 8), per_slot=3, seed=0, applications=20)
+    sample_benchmark(out, SampleOptions(slots=(1, 3, 5, 8), per_slot=3, seed=0, applications=20))
     found = {c.id: _golden_view(c) for c in read_cases(out) if c.id in GOLDEN_IDS}
     assert set(found) == set(GOLDEN_IDS)
     if os.environ.get("TRACEBENCH_UPDATE_GOLDEN"):

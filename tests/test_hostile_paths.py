@@ -303,7 +303,7 @@ def test_import_makes_safe_ids_from_file_names(tmp_path):
 
 def test_tag_never_sends_an_image_linking_out_and_names_images_by_safe_ids(tmp_path, monkeypatch):
     from test_tag import good_reply
-    from tracebench.library._tag import tag_images
+    from tracebench.library._tag import TagOptions, tag_images
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-hostile-paths")
     canary = _canary(tmp_path / "canary.png")
@@ -312,7 +312,8 @@ def test_tag_never_sends_an_image_linking_out_and_names_images_by_safe_ids(tmp_p
     Image.new("RGB", (12, 9), "green").save(photos / "my photo (1).png")
     os.symlink(tmp_path / "canary.png", photos / "leak.png")
     with OpenAIStub(lambda request: json.dumps(good_reply("x"))) as stub:
-        report = tag_images(photos, tmp_path / "lib", model="stub-model", base_url=stub.base_url, max_retries=0)
+        report = tag_images(photos, tmp_path / "lib", TagOptions(model="stub-model", base_url=stub.base_url,
+                                                                 max_retries=0))
         assert not _leaked(canary, stub.received)
     assert [(s.path, s.reason) for s in report.skipped] == [("leak.png", "a link that leaves the images folder")]
     ids = [json.loads(line)["id"] for line in (tmp_path / "lib" / "tags.jsonl").read_text().splitlines()]

@@ -123,8 +123,9 @@ def _line_role(t: TermBinding, worded: bool) -> str:
 
 def _context(t: TermBinding, carrier: TermBinding | None, names: _Names) -> dict:
     """What a term's lines are filled with."""
+    carried_by = _quoted(carrier.handle) if carrier and carrier.handle else ""
     return {
-        "carrier": _quoted(t.handle) if t.op == "f" else (_quoted(carrier.handle) if carrier and carrier.handle else ""),
+        "carrier": _quoted(t.handle) if t.op == "f" else carried_by,
         "noun": (carrier.noun if carrier and carrier.noun else t.noun) or "",
         "source": t.entity or "",
         "image": t.image or "",

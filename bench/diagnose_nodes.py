@@ -182,14 +182,14 @@ def main() -> None:
     if not args.json:
         print(f"machine: {machine_text()}", flush=True)
 
-    from tracebench.sample import sample_benchmark
+    from tracebench.sample import SampleOptions, sample_benchmark
 
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="diagnose-nodes-") as tmp_name:
         tmp = Path(tmp_name)
         bench = tmp / "bench"
-        sample_benchmark(bench, slots=tuple(range(1, 9)), per_slot=args.per_slot, seed=args.seed,
-                         applications=True, progress=False)
+        sample_benchmark(bench, SampleOptions(slots=tuple(range(1, 9)), per_slot=args.per_slot, seed=args.seed,
+                                              applications=True), progress=False)
         profiles = [measure_profile(bench, tmp / f"profile-{k}", profile, args.concurrency)
                     for k, profile in enumerate(PROFILES)]
         served = measure_served(bench, tmp / "served", args.served_profile, args.latency, args.concurrency)

@@ -149,7 +149,7 @@ def main() -> None:
     from tracebench import __version__
     from tracebench.providers import ModelSettings
     from tracebench.run import RunOptions, run_benchmark
-    from tracebench.sample import sample_benchmark
+    from tracebench.sample import SampleOptions, sample_benchmark
 
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="tracebench-fidelity-") as tmp:
@@ -166,7 +166,8 @@ def main() -> None:
             "ensemble": _ensemble(bench, work / "run" / "images", work / "ensemble"),
         }
         small = work / "small"
-        sample_benchmark(small, slots=tuple(range(1, 9)), per_slot=args.diagnose_per_slot, seed=7, applications=False)
+        sample_benchmark(small, SampleOptions(slots=tuple(range(1, 9)), per_slot=args.diagnose_per_slot, seed=7,
+                                              applications=False))
         result["diagnosis"] = {"per_slot": args.diagnose_per_slot, "profile": args.diagnose_profile,
                                **_diagnosis(small, work / "small-work", args.diagnose_profile)}
     result["total_s"] = round(time.perf_counter() - start, 1)

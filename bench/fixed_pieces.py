@@ -46,10 +46,10 @@ print(time.process_time() - start)
 def build(work: Path) -> tuple[Path, list[Path]]:
     from tracebench.providers import ModelSettings
     from tracebench.run import RunOptions, run_benchmark
-    from tracebench.sample import sample_benchmark
+    from tracebench.sample import SampleOptions, sample_benchmark
 
-    sample_benchmark(work / "default", slots=tuple(range(1, 9)), seed=0)
-    sample_benchmark(work / "agree", slots=tuple(range(1, 9)), per_slot=30, seed=3, applications=False)
+    sample_benchmark(work / "default", SampleOptions(slots=tuple(range(1, 9)), seed=0))
+    sample_benchmark(work / "agree", SampleOptions(slots=tuple(range(1, 9)), per_slot=30, seed=3, applications=False))
     runs = []
     for k, judge in enumerate(("oracle", "oracle:flip=0.1", "oracle:flip=0.2")):
         runs.append(work / f"run{k}")

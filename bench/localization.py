@@ -116,12 +116,13 @@ def main() -> None:
     args = parser.parse_args()
     compile_bytecode(ROOT)
     from tracebench import __version__
-    from tracebench.sample import sample_benchmark
+    from tracebench.sample import SampleOptions, sample_benchmark
 
     results = []
     with tempfile.TemporaryDirectory(prefix="tracebench-localization-") as tmp:
         bench = Path(tmp) / "bench"
-        sample_benchmark(bench, slots=tuple(range(1, 9)), per_slot=args.per_slot, seed=7, applications=False)
+        sample_benchmark(bench, SampleOptions(slots=tuple(range(1, 9)), per_slot=args.per_slot, seed=7,
+                                              applications=False))
         for i, (name, profile, judge, repeats) in enumerate(CONFIGS):
             results.append(_configuration(bench, Path(tmp) / f"c{i}", name, profile, judge, repeats))
             if not args.json:

@@ -30,7 +30,7 @@ from scipy.stats import spearmanr
 from _machine import machine
 from tracebench.providers import ModelSettings
 from tracebench.run import RunOptions, run_benchmark
-from tracebench.sample import ClutterSpec, sample_benchmark
+from tracebench.sample import ClutterSpec, SampleOptions, sample_benchmark
 from tracebench.score import compare_runs, score_run
 
 PROTOCOL_NAMES = ("longbanana", "macro", "savanna")
@@ -53,9 +53,9 @@ def _scores(run: Path) -> dict[str, float | None]:
 def rank(tmp: Path, per_slot: int) -> list[dict]:
     plain = tmp / "plain"
     cluttered = tmp / "cluttered"
-    sample_benchmark(plain, slots=tuple(range(1, 9)), per_slot=per_slot, seed=0, applications=False)
-    sample_benchmark(cluttered, slots=tuple(range(1, 9)), per_slot=per_slot, seed=0, applications=False,
-                     clutter=ClutterSpec(3, 3))
+    sample_benchmark(plain, SampleOptions(slots=tuple(range(1, 9)), per_slot=per_slot, seed=0, applications=False))
+    sample_benchmark(cluttered, SampleOptions(slots=tuple(range(1, 9)), per_slot=per_slot, seed=0, applications=False,
+                                              clutter=ClutterSpec(3, 3)))
     rows = []
     for family, (mode, levels) in FAMILIES.items():
         bench = cluttered if mode == "distractor-confusion" else plain
@@ -78,7 +78,8 @@ def misses(tmp: Path, per_slot: int, seeds: int) -> list[dict]:
     rows = []
     for seed in range(seeds):
         bench = tmp / f"miss-bench-{seed}"
-        sample_benchmark(bench, slots=tuple(range(1, 9)), per_slot=per_slot, seed=100 + seed, applications=False)
+        sample_benchmark(bench, SampleOptions(slots=tuple(range(1, 9)), per_slot=per_slot, seed=100 + seed,
+                                              applications=False))
         perfect = tmp / f"miss-perfect-{seed}"
         run_benchmark(bench, perfect, RunOptions(generator="synthetic:perfect", judges=["oracle"],
                       settings=ModelSettings(max_retries=0)))

@@ -100,7 +100,7 @@ def build_input(work: Path, per_slot: int) -> tuple[Path, int, int]:
     from tracebench.diagnose import select_cases
     from tracebench.providers import ModelSettings
     from tracebench.run import load_run, RunOptions, run_benchmark
-    from tracebench.sample import sample_benchmark
+    from tracebench.sample import SampleOptions, sample_benchmark
 
     sample_benchmark(work / "bench", slots=tuple(range(1, 9)), per_slot=per_slot, seed=5, applications=True)
     run_benchmark(work / "bench", work / "run", RunOptions(generator=GENERATOR, judges=["oracle"],

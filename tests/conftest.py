@@ -134,7 +134,7 @@ def _warm_cache(tmp_path_factory) -> None:
     if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) < 2:
         return
     from tracebench.formula import parse
-    from tracebench.sample import draw_templates, sample_benchmark
+    from tracebench.sample import SampleOptions, draw_templates, sample_benchmark
 
     cache = Path(os.environ["TRACEBENCH_CACHE"])
 
@@ -154,7 +154,7 @@ def _warm_cache(tmp_path_factory) -> None:
         made_once(tmp_path_factory, "warm-library", link)
 
     def sample(out: Path) -> None:
-        sample_benchmark(out, slots=tuple(range(1, 9)), per_slot=1, seed=0, applications=True)
+        sample_benchmark(out, SampleOptions(slots=tuple(range(1, 9)), per_slot=1, seed=0, applications=True))
 
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
     if int(worker.removeprefix("gw") or 0) % 2:
@@ -180,11 +180,11 @@ APPLICATIONS = 20
 
 def _benchmark(tmp_path_factory, per_slot: int, seed: int, applications: bool) -> Path:
     """A benchmark of slot levels 1-8, sampled into a shared folder."""
-    from tracebench.sample import sample_benchmark
+    from tracebench.sample import SampleOptions, sample_benchmark
 
     def make(out: Path) -> None:
-        sample_benchmark(out, slots=tuple(range(1, 9)), per_slot=per_slot, seed=seed,
-                         applications=APPLICATIONS if applications else False)
+        sample_benchmark(out, SampleOptions(slots=tuple(range(1, 9)), per_slot=per_slot, seed=seed,
+                                            applications=APPLICATIONS if applications else False))
 
     return made_once(tmp_path_factory, f"bench-{per_slot}-{seed}-{int(applications)}", make)
 
@@ -193,10 +193,10 @@ def _benchmark(tmp_path_factory, per_slot: int, seed: int, applications: bool) -
 def small_bench(tmp_path_factory) -> Path:
     """16 cases of slot levels 1-4 (seed 2), no applications: budgets, resumes, shards, samples and
     Ray runs, quick to draw."""
-    from tracebench.sample import sample_benchmark
+    from tracebench.sample import SampleOptions, sample_benchmark
 
     return made_once(tmp_path_factory, "small-1-4-4", lambda out: sample_benchmark(
-        out, slots=(1, 2, 3, 4), per_slot=4, seed=2, applications=False))
+        out, SampleOptions(slots=(1, 2, 3, 4), per_slot=4, seed=2, applications=False)))
 
 
 @pytest.fixture(scope="session")
@@ -258,10 +258,10 @@ def default_world(tmp_path_factory) -> dict:
     injected = '<script>alert("injected")</script><img src=x onerror=alert(1)>'
 
     def make(root: Path) -> None:
-        from tracebench.sample import sample_benchmark
+        from tracebench.sample import SampleOptions, sample_benchmark
 
         bench = root / "bench"
-        sample_benchmark(bench, slots=tuple(range(1, 9)), per_slot=4, seed=2, applications=False)
+        sample_benchmark(bench, SampleOptions(slots=tuple(range(1, 9)), per_slot=4, seed=2, applications=False))
         lines = (bench / "cases.jsonl").read_text().splitlines()
         first = json.loads(lines[0])
         first["prompt"] = first["prompt"] + "\n" + injected

@@ -364,10 +364,10 @@ def test_a_bad_budget_in_money_is_one_line_and_writes_nothing(small, tmp_path, g
 
 @pytest.fixture(scope="module")
 def tiny_bench(shared_folder):
-    from tracebench.sample import sample_benchmark
+    from tracebench.sample import SampleOptions, sample_benchmark
 
-    return shared_folder("tiny-1-2", lambda out: sample_benchmark(out, slots=(1,), per_slot=2, seed=3,
-                                                                   applications=False))
+    return shared_folder("tiny-1-2", lambda out: sample_benchmark(out, SampleOptions(slots=(1,), per_slot=2, seed=3,
+                                                                                     applications=False)))
 
 
 def test_generator_options_reach_the_images_endpoint_and_are_part_of_the_run(tiny_bench, tmp_path):

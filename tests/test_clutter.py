@@ -19,7 +19,7 @@ from tracebench.library import load_library
 from tracebench.providers import ModelSettings
 from tracebench.records import DiagnosticTree, TREES_FILE, read_cases, read_sample_manifest, read_verdicts
 from tracebench.run import RunOptions, run_benchmark, shard_of
-from tracebench.sample import ClutterSpec, sample_benchmark
+from tracebench.sample import ClutterSpec, SampleOptions, sample_benchmark
 from tracebench.score import input_bin, score_run
 from tracebench.zoo import failed_questions, parse_profile
 
@@ -30,9 +30,9 @@ IDENTITY_GROUPS = ("1_Appearance", "2_Form")  # templates/clutter.toml
 
 
 def _sample(shared_folder, name: str, per_slot: int, seed: int, applications: bool = True, **clutter) -> Path:
-    return shared_folder(f"clutter-{name}", lambda out: sample_benchmark(
-        out, slots=SLOTS, per_slot=per_slot, seed=seed, applications=APPLICATIONS if applications else False,
-        clutter=ClutterSpec(**clutter)))
+    return shared_folder(f"clutter-{name}", lambda out: sample_benchmark(out, SampleOptions(
+        slots=SLOTS, per_slot=per_slot, seed=seed, applications=APPLICATIONS if applications else False,
+        clutter=ClutterSpec(**clutter))))
 
 
 @pytest.fixture(scope="module")
@@ -94,10 +94,11 @@ def test_clutter_keeps_template_slot_and_bindings(plain, named):
 
 def test_same_seed_same_distractors_other_seed_others(tmp_path, named):
     again = tmp_path / "again"
-    sample_benchmark(again, slots=SLOTS, per_slot=6, seed=3, applications=APPLICATIONS, clutter=ClutterSpec(4, 4))
+    sample_benchmark(again, SampleOptions(slots=SLOTS, per_slot=6, seed=3, applications=APPLICATIONS,
+                                          clutter=ClutterSpec(4, 4)))
     assert (again / "cases.jsonl").read_bytes() == (named / "cases.jsonl").read_bytes()
     other = tmp_path / "other"
-    sample_benchmark(other, slots=(5,), per_slot=6, seed=4, clutter=ClutterSpec(4, 4))
+    sample_benchmark(other, SampleOptions(slots=(5,), per_slot=6, seed=4, clutter=ClutterSpec(4, 4)))
     first = [[d.source_id for d in c.distractors] for c in read_cases(other)]
     mine = [[d.source_id for d in c.distractors] for c in read_cases(named) if c.slot == 5]
     assert first != mine
@@ -176,8 +177,8 @@ def test_manifest_counts_clutter_and_inputs(named):
 
 
 def test_max_references_caps_the_distractors(tmp_path):
-    sample_benchmark(tmp_path / "b", slots=SLOTS, per_slot=4, seed=1, applications=False,
-                     clutter=ClutterSpec(8, 8, max_references=6))
+    sample_benchmark(tmp_path / "b", SampleOptions(slots=SLOTS, per_slot=4, seed=1, applications=False,
+                                                   clutter=ClutterSpec(8, 8, max_references=6)))
     for case in read_cases(tmp_path / "b"):
         own = len(case.references) - len(case.distractors)
         assert len(case.distractors) == max(0, min(8, 6 - own)), case.id
@@ -185,8 +186,8 @@ def test_max_references_caps_the_distractors(tmp_path):
 
 
 def test_a_range_draws_per_case_and_long_lists_reach_32(tmp_path):
-    sample_benchmark(tmp_path / "b", slots=(8,), per_slot=12, seed=2, applications=False,
-                     clutter=ClutterSpec(0, 30, max_references=32))
+    sample_benchmark(tmp_path / "b", SampleOptions(slots=(8,), per_slot=12, seed=2, applications=False,
+                                                   clutter=ClutterSpec(0, 30, max_references=32)))
     counts = [len(c.distractors) for c in read_cases(tmp_path / "b")]
     assert len(set(counts)) > 3 and max(len(c.references) for c in read_cases(tmp_path / "b")) <= 32
     assert any(len(c.references) >= 24 for c in read_cases(tmp_path / "b"))
@@ -203,7 +204,8 @@ def test_max_references_means_something(tmp_path, args, message):
 
 
 def test_no_case_holds_more_than_64_references(tmp_path):
-    sample_benchmark(tmp_path / "b", slots=(8,), per_slot=3, seed=1, applications=False, clutter=ClutterSpec(64, 64))
+    sample_benchmark(tmp_path / "b", SampleOptions(slots=(8,), per_slot=3, seed=1, applications=False,
+                                                   clutter=ClutterSpec(64, 64)))
     assert max(len(c.references) for c in read_cases(tmp_path / "b")) == 64
 
 
@@ -281,8 +283,8 @@ def test_distractor_confusion_breaks_content_and_rejection_together(named, plain
 
 def test_confusion_rate_grows_with_the_distractors_of_a_term(tmp_path):
     """p = 1 - (1 - P) ** k per term with k distractors; Z < 5 (the draws are seeded: deterministic)."""
-    sample_benchmark(tmp_path / "b", slots=(2, 3, 4), per_slot=150, seed=9, applications=False,
-                     clutter=ClutterSpec(1, 6))
+    sample_benchmark(tmp_path / "b", SampleOptions(slots=(2, 3, 4), per_slot=150, seed=9, applications=False,
+                                                   clutter=ClutterSpec(1, 6)))
     profile = parse_profile("distractor-confusion:0.2")
     trials, fired = Counter(), Counter()
     for case in read_cases(tmp_path / "b"):

@@ -18,7 +18,7 @@ from tracebench.diagnose import export_nodes
 from tracebench.providers import ModelSettings
 from tracebench.records import DiagnosisSummary, DiagnosticTree, RunManifest
 from tracebench.run import RunOptions, run_benchmark
-from tracebench.sample import sample_benchmark
+from tracebench.sample import SampleOptions, sample_benchmark
 from tracebench.serve import ZooServer
 
 PROFILE = "global-interference"

@@ -213,10 +213,12 @@ def test_a_judge_reply_too_deep_or_with_a_huge_number_is_an_abstention(bench, tm
                                            "the reply is not JSON (a number of 5000 digits")])
 def test_a_tagging_reply_too_deep_or_with_a_huge_number_skips_the_image(images, tmp_path, monkeypatch, reply, reason):
     from tracebench.library import tag_images
+    from tracebench.library import TagOptions
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-unused")
     with OpenAIStub(lambda request: reply) as stub, pytest.raises(TraceError) as refused:
-        tag_images(images, tmp_path / "lib", model="stub-model", base_url=stub.base_url, max_retries=0, timeout=10.0)
+        tag_images(images, tmp_path / "lib", TagOptions(model="stub-model", base_url=stub.base_url, max_retries=0,
+                                                       timeout=10.0))
     message = str(refused.value)  # the one image was skipped, with the reason
     assert "no image could be tagged (1 failed; first: a.png: invalid reply after one retry: " + reason in message
     assert "\n" not in message and not (tmp_path / "lib").exists()

@@ -38,7 +38,7 @@ def made(shared_folder) -> Path:
     def make(root: Path) -> None:
         from tracebench.diagnose import DiagnoseOptions, diagnose_run
         from tracebench.run import RunOptions, run_benchmark
-        from tracebench.sample import sample_benchmark
+        from tracebench.sample import SampleOptions, sample_benchmark
 
         sample_benchmark(root / "bench", slots=(3,), per_slot=2, seed=3, applications=False)
         run_benchmark(root / "bench", root / "run", RunOptions(generator=GENERATOR, judges=["oracle"], progress=False))

@@ -20,7 +20,7 @@ from test_cli import run_trace
 from tracebench.library import TaggedImage, default_library, read_valid_library, validate_library
 from tracebench.records import NodeOccurrence, Reference, Verdict
 from tracebench.run import RunOptions, run_benchmark
-from tracebench.sample import sample_benchmark
+from tracebench.sample import SampleOptions, sample_benchmark
 
 CANARY_TEXT = "CANARY-7f3a9c-outside-the-folder"
 
@@ -69,7 +69,7 @@ def _problems(result, *problems: str) -> None:
 @pytest.fixture(scope="module")
 def sampled(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("hostile") / "bench"
-    sample_benchmark(out, slots=(1, 2), per_slot=1, seed=0, applications=False)
+    sample_benchmark(out, SampleOptions(slots=(1, 2), per_slot=1, seed=0, applications=False))
     return out
 
 
@@ -303,7 +303,7 @@ def test_import_makes_safe_ids_from_file_names(tmp_path):
 
 def test_tag_never_sends_an_image_linking_out_and_names_images_by_safe_ids(tmp_path, monkeypatch):
     from test_tag import good_reply
-    from tracebench.library._tag import tag_images
+    from tracebench.library import TagOptions, tag_images
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-hostile-paths")
     canary = _canary(tmp_path / "canary.png")
@@ -312,7 +312,8 @@ def test_tag_never_sends_an_image_linking_out_and_names_images_by_safe_ids(tmp_p
     Image.new("RGB", (12, 9), "green").save(photos / "my photo (1).png")
     os.symlink(tmp_path / "canary.png", photos / "leak.png")
     with OpenAIStub(lambda request: json.dumps(good_reply("x"))) as stub:
-        report = tag_images(photos, tmp_path / "lib", model="stub-model", base_url=stub.base_url, max_retries=0)
+        report = tag_images(photos, tmp_path / "lib", TagOptions(model="stub-model", base_url=stub.base_url,
+                                                                 max_retries=0))
         assert not _leaked(canary, stub.received)
     assert [(s.path, s.reason) for s in report.skipped] == [("leak.png", "a link that leaves the images folder")]
     ids = [json.loads(line)["id"] for line in (tmp_path / "lib" / "tags.jsonl").read_text().splitlines()]

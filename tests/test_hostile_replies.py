@@ -26,11 +26,11 @@ import test_tag
 from test_cli import run_trace
 from tracebench.errors import TraceError
 from tracebench.library import load_library
-from tracebench.library._tag import tag_images
+from tracebench.library import TagOptions, tag_images
 from tracebench.providers import ModelSettings
 from tracebench.records import Verdict
 from tracebench.run import parse_reply, RunOptions, run_benchmark
-from tracebench.sample import read_cases, sample_benchmark
+from tracebench.sample import SampleOptions, read_cases, sample_benchmark
 
 KEY = test_tag.KEY
 key = test_tag.key  # the fixture: KEY in $OPENAI_API_KEY, no $OPENAI_BASE_URL
@@ -194,7 +194,7 @@ IMAGES = {
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("hostile") / "bench"
-    sample_benchmark(out, slots=(1, 2), per_slot=2, seed=3, applications=False)
+    sample_benchmark(out, SampleOptions(slots=(1, 2), per_slot=2, seed=3, applications=False))
     return out
 
 
@@ -389,8 +389,8 @@ def test_a_malformed_tagging_reply_leaves_one_image_out(photos, tmp_path, key, m
         return reply if n == 1 else completion(tag_reply())
 
     with RawServer(serve) as server:
-        report = tag_images(photos, tmp_path / "lib", model="tagger", base_url=server.base_url, concurrency=1,
-                            max_retries=0, timeout=20.0)
+        report = tag_images(photos, tmp_path / "lib", TagOptions(model="tagger", base_url=server.base_url,
+                                                                 concurrency=1, max_retries=0, timeout=20.0))
     assert report.tagged == 2 and len(report.skipped) == 1
     reason = report.skipped[0].reason
     assert fragment in reason and len(reason) <= 300, reason
@@ -407,8 +407,9 @@ def test_trace_tag_scrubs_an_echoed_key_from_the_library_and_the_cache(photos, t
         return completion(json.dumps(tags))
 
     with RawServer(serve) as server:
-        report = tag_images(photos, tmp_path / "lib", model="tagger", base_url=server.base_url, concurrency=1,
-                            max_retries=0, timeout=20.0, cache_dir=tmp_path / "cache")
+        report = tag_images(photos, tmp_path / "lib", TagOptions(model="tagger", base_url=server.base_url,
+                                                                 concurrency=1, max_retries=0, timeout=20.0,
+                                                                 cache_dir=tmp_path / "cache"))
     assert report.tagged == 2 and "***" in report.skipped[0].reason
     assert "***" in (tmp_path / "lib" / "tags.jsonl").read_text()
     assert leaked(tmp_path) == [] and KEY not in report.model_dump_json().upper()
@@ -422,8 +423,8 @@ def test_a_trickling_tagging_server_is_cut_off_by_the_timeout(photos, tmp_path, 
     with RawServer(serve) as server:
         start = time.monotonic()
         with pytest.raises(TraceError, match=r"no complete reply within 1 s"):
-            tag_images(photos, tmp_path / "lib", model="tagger", base_url=server.base_url, concurrency=3,
-                       max_retries=0, timeout=1.0)
+            tag_images(photos, tmp_path / "lib", TagOptions(model="tagger", base_url=server.base_url, concurrency=3,
+                                                            max_retries=0, timeout=1.0))
         assert time.monotonic() - start < 4 * 1.0 + 3
     assert not (tmp_path / "lib").exists()
 

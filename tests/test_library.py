@@ -17,7 +17,7 @@ from tracebench.errors import TraceError, ValidationFailed
 from tracebench.library import (TAGS_FILE, GlobalTag, TagDict, TaggedImage, balance_library, balanced_selection,
                                 image_features, import_library, library_stats, load_library, read_valid_library,
                                 validate_library)
-from tracebench.sample import sample_benchmark
+from tracebench.sample import SampleOptions, sample_benchmark
 from tracebench.schemas import SCHEMAS, schema_path, schema_text
 from tracebench.resources import data_path, read_toml
 from tracebench.taxonomy import load_taxonomy, taxonomy
@@ -260,7 +260,7 @@ def test_library_functions_check_the_library_as_the_commands_do(tmp_path):
         read_valid_library(root)
     assert checked.value.problems == validate_library(root) != []
     with pytest.raises(ValidationFailed) as sampled:
-        sample_benchmark(tmp_path / "bench", slots=(1,), per_slot=1, library=root)
+        sample_benchmark(tmp_path / "bench", SampleOptions(slots=(1,), per_slot=1, library=root))
     with pytest.raises(ValidationFailed) as balanced:
         balance_library(root, 1, tmp_path / "small")
     assert sampled.value.problems == balanced.value.problems == checked.value.problems

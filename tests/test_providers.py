@@ -27,7 +27,7 @@ from tracebench.providers import (ImageBytes, ModelEntry, ModelSettings, Referen
                                   read_models_file, resolve_spec)
 from tracebench.records import Verdict
 from tracebench.run import read_verdicts, RunOptions, run_benchmark
-from tracebench.sample import read_cases, sample_benchmark
+from tracebench.sample import SampleOptions, read_cases, sample_benchmark
 from tracebench.serve import ZooServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,8 +39,8 @@ KEY = "sk-provider-test-9c1e-distinctive"
 @pytest.fixture(scope="module")
 def bench(shared_folder) -> Path:
     """Read only (made once for all workers): a test that changes it works on a copy."""
-    return shared_folder("test_providers-bench", lambda out: sample_benchmark(out, slots=(1, 2, 3, 5), per_slot=3,
-                                                                              seed=2, applications=False))
+    return shared_folder("test_providers-bench", lambda out: sample_benchmark(
+        out, SampleOptions(slots=(1, 2, 3, 5), per_slot=3, seed=2, applications=False)))
 
 
 def trace(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:

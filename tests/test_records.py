@@ -25,7 +25,7 @@ from tracebench.records import (CASES_FILE, DIAGNOSIS_FILE, MANIFEST_FILE, NODES
                                 RunManifest, Verdict, checklist_problem, read_cases)
 from tracebench.providers import ModelSettings
 from tracebench.run import RunOptions, run_benchmark
-from tracebench.sample import sample_benchmark
+from tracebench.sample import SampleOptions, sample_benchmark
 
 SETTINGS = ModelSettings(max_retries=0, timeout=30.0)
 GENERATOR = "synthetic:global-interference"

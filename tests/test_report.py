@@ -14,7 +14,7 @@ from tracebench.diagnose import sources
 from tracebench.providers import ModelSettings
 from tracebench.report import build_report, _plots
 from tracebench.run import RunOptions, run_benchmark
-from tracebench.sample import sample_benchmark
+from tracebench.sample import SampleOptions, sample_benchmark
 from tracebench.score import OPERATORS, score_run
 
 SETTINGS = ModelSettings(max_retries=0, timeout=30.0)
@@ -373,7 +373,7 @@ def test_bad_diagnosis_folder_is_one_line(report, tmp_path):
 def test_report_refuses_what_does_not_belong_to_the_run(report, tmp_path):
     root = report["root"]
     other = tmp_path / "other"
-    sample_benchmark(other, slots=(1, 2), per_slot=2, seed=9, applications=False)
+    sample_benchmark(other, SampleOptions(slots=(1, 2), per_slot=2, seed=9, applications=False))
     # in a subprocess: Playwright's event loop is running in this thread
     made = run_trace("run", str(other), "--generator", "synthetic:perfect", "--judge", "oracle", "--out",
                      str(tmp_path / "other-run"))

@@ -20,7 +20,7 @@ from tracebench.errors import TraceError
 from tracebench.records import RunManifest, Verdict, read_verdicts
 from tracebench.providers import ModelSettings
 from tracebench.run import RunOptions, run_benchmark
-from tracebench.sample import read_cases, sample_benchmark
+from tracebench.sample import SampleOptions, read_cases, sample_benchmark
 from tracebench.score import OPERATORS, score_run
 from tracebench.serve import ZooServer
 from tracebench.zoo import generate, parse_profile
@@ -172,7 +172,7 @@ shutil.copyfile(Path(os.environ["IMAGES"]) / f"{case.id}.png", os.environ["TRACE
 @pytest.mark.slow
 def test_kill_and_resume_gives_the_verdicts_of_an_uninterrupted_run(tmp_path):
     bench = tmp_path / "bench"  # small: the command generator starts a Python process per case
-    sample_benchmark(bench, slots=tuple(range(1, 9)), per_slot=2, seed=2, applications=False)
+    sample_benchmark(bench, SampleOptions(slots=tuple(range(1, 9)), per_slot=2, seed=2, applications=False))
     script = tmp_path / "gen.py"
     script.write_text(_KILLING_GENERATOR)
     (tmp_path / "images").mkdir()
@@ -391,7 +391,7 @@ def test_bad_run_arguments_are_one_line(bench, tmp_path, args, fragment):
 
 def test_a_failing_command_is_an_abstention_never_a_fail(tmp_path):
     bench = tmp_path / "bench"
-    sample_benchmark(bench, slots=(1, 2), per_slot=2, seed=0, applications=False)
+    sample_benchmark(bench, SampleOptions(slots=(1, 2), per_slot=2, seed=0, applications=False))
     out = tmp_path / "run"
     manifest = _run(bench, out, "command:echo broken >&2; exit 3")
     verdicts = [Verdict.model_validate_json(line) for line in (out / "verdicts.jsonl").read_text().splitlines()]
@@ -403,7 +403,7 @@ def test_a_failing_command_is_an_abstention_never_a_fail(tmp_path):
 
 def test_the_command_output_placeholder(tmp_path):
     bench = tmp_path / "bench"
-    sample_benchmark(bench, slots=(1,), per_slot=2, seed=0, applications=False)
+    sample_benchmark(bench, SampleOptions(slots=(1,), per_slot=2, seed=0, applications=False))
     first = tmp_path / "first"
     _run(bench, first, "synthetic:perfect")
     script = tmp_path / "copy.py"
@@ -419,7 +419,7 @@ def test_a_command_reads_absolute_reference_paths_from_anywhere(tmp_path):
     from PIL import Image
 
     bench = tmp_path / "bench"
-    sample_benchmark(bench, slots=(2, 3), per_slot=2, seed=0, applications=False)
+    sample_benchmark(bench, SampleOptions(slots=(2, 3), per_slot=2, seed=0, applications=False))
     script = Path(__file__).resolve().parent.parent / "examples" / "commands" / "first_reference.py"
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -437,7 +437,7 @@ def test_a_command_reads_absolute_reference_paths_from_anywhere(tmp_path):
 
 def test_a_run_folder_is_only_resumed_by_the_same_run(tmp_path, monkeypatch):
     bench = tmp_path / "bench"
-    sample_benchmark(bench, slots=(1, 2), per_slot=3, seed=0, applications=False)
+    sample_benchmark(bench, SampleOptions(slots=(1, 2), per_slot=3, seed=0, applications=False))
     out = tmp_path / "run"
     first = _run(bench, out, "synthetic:perfect")
     lines = (out / "verdicts.jsonl").read_bytes()
@@ -451,7 +451,7 @@ def test_a_run_folder_is_only_resumed_by_the_same_run(tmp_path, monkeypatch):
     assert (out / "verdicts.jsonl").read_bytes() == lines  # nothing lost
     assert first.cases == 6
     other = tmp_path / "other"
-    sample_benchmark(other, slots=(1, 2), per_slot=3, seed=9, applications=False)
+    sample_benchmark(other, SampleOptions(slots=(1, 2), per_slot=3, seed=9, applications=False))
     result = run_trace("score", str(out), "--cases", str(other))
     assert result.returncode == 2 and "not the benchmark this run was made from" in result.stderr
 
@@ -461,7 +461,7 @@ def test_a_run_that_kept_no_answer_takes_the_corrected_command(tmp_path):
     the message says what to fix, and the corrected command runs in the same folder; a run
     that kept cases is still only resumed by the same run."""
     bench = tmp_path / "bench"
-    sample_benchmark(bench, slots=(1, 2, 3), per_slot=3, seed=0, applications=False)
+    sample_benchmark(bench, SampleOptions(slots=(1, 2, 3), per_slot=3, seed=0, applications=False))
     out = tmp_path / "run"
     typo = run_trace("run", str(bench), "--generator", "command:python3 nosuch.py {output}", "--judge", "oracle",
                      "--out", str(out))
@@ -480,7 +480,7 @@ def test_a_run_that_kept_no_answer_takes_the_corrected_command(tmp_path):
 
 def test_missing_keys_and_files_stop_before_anything_is_written(tmp_path, monkeypatch):
     bench = tmp_path / "bench"
-    sample_benchmark(bench, slots=(1, 2), per_slot=2, seed=0, applications=False)
+    sample_benchmark(bench, SampleOptions(slots=(1, 2), per_slot=2, seed=0, applications=False))
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     result = run_trace("run", str(bench), "--generator", "openai:gpt-image-1", "--judge", "oracle",
@@ -498,7 +498,7 @@ def test_missing_keys_and_files_stop_before_anything_is_written(tmp_path, monkey
 
 def test_merge_accepts_an_empty_shard(tmp_path):
     bench = tmp_path / "bench"
-    sample_benchmark(bench, slots=(1,), per_slot=2, seed=0, applications=False)
+    sample_benchmark(bench, SampleOptions(slots=(1,), per_slot=2, seed=0, applications=False))
     runs = []
     for i in range(1, 7):  # 2 cases in 6 shards: most shards are empty
         runs.append(tmp_path / f"shard{i}")

@@ -20,8 +20,8 @@ from tracebench.formula._space import space_by_slot
 from tracebench.library import default_library, load_library
 from tracebench.records import Case, SampleManifest
 from tracebench.realize._prompt import _phrases
-from tracebench.sample import (BindingError, LibraryIndex, bind, draw_templates, plan_cases, quotas, read_cases,
-                               read_sample_manifest, sample_benchmark)
+from tracebench.sample import (BindingError, ClutterSpec, LibraryIndex, SampleOptions, bind, draw_templates,
+                               plan_cases, quotas, read_cases, read_sample_manifest, sample_benchmark)
 from tracebench.sample._bind import _kind_for
 from tracebench.sample._capabilities import library_gaps, space_needs
 from tracebench.sample._quotas import Quotas, largest_remainder
@@ -166,6 +166,24 @@ def test_bad_arguments_leave_no_output(tmp_path, args, fragment):
     assert fragment in result.stderr and "Traceback" not in result.stderr
     assert not out.exists()
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("settings,message", [
+    ({"slots": (0, 3, 9)}, r"--slots: \[0, 9\] outside the slot levels 1-8"),
+    ({"slots": (1,), "per_slot": 0}, "--per-slot: 0 must be at least 1"),
+    ({"slots": (1,), "applications": -1}, "--per-application: -1 must be a whole number, 0 or more"),
+    ({"slots": (1,), "applications": 2.5}, "--per-application: 2.5 must be a whole number"),
+    ({"slots": (1,), "clutter": ClutterSpec(max_references=3)}, "--max-references caps the distractors"),
+])
+def test_sample_options_refuse_a_setting_that_means_nothing_when_made(settings, message):
+    with pytest.raises(TraceError, match=message):
+        SampleOptions(**settings)
+
+
+def test_sample_options_hold_what_the_benchmark_is_sampled_with():
+    options = SampleOptions(slots=[2, 5], library="lib", applications=0)
+    assert options.slots == (2, 5) and options.per_slot == quotas().per_slot == 180
+    assert options.library == Path("lib") and options.applications == 0 and options.jobs == 1
 
 
 def test_an_existing_output_folder_is_refused(small):
@@ -317,7 +335,7 @@ def test_a_case_with_two_designs_on_one_carrier_is_refused_by_the_reader(small, 
 
 def test_the_default_benchmark(tmp_path):
     out = tmp_path / "benchmark"
-    manifest = sample_benchmark(out, slots=tuple(range(1, 9)))
+    manifest = sample_benchmark(out, SampleOptions(slots=tuple(range(1, 9))))
     assert manifest.counts_per_slot == {str(s): 180 for s in range(1, 9)}
     assert 1500 <= manifest.cases <= 1700
     assert manifest.distinct_templates >= 631
@@ -336,7 +354,7 @@ def _golden_view(case: Case) -> dict:
 def test_golden_cases(tmp_path):
     """A few realized cases, checked word for word (TRACEBENCH_UPDATE_GOLDEN=1 rewrites them)."""
     out = tmp_path / "golden"
-    sample_benchmark(out, slots=(1, 3, 5, 8), per_slot=3, seed=0, applications=20)
+    sample_benchmark(out, SampleOptions(slots=(1, 3, 5, 8), per_slot=3, seed=0, applications=20))
     found = {c.id: _golden_view(c) for c in read_cases(out) if c.id in GOLDEN_IDS}
     assert set(found) == set(GOLDEN_IDS)
     if os.environ.get("TRACEBENCH_UPDATE_GOLDEN"):

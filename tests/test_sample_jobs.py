@@ -13,7 +13,7 @@ import pytest
 
 from library_helpers import entity, make_library, record
 from test_cli import run_trace
-from tracebench.sample import sample_benchmark
+from tracebench.sample import SampleOptions, sample_benchmark
 from tracebench.sample._parallel import PARALLEL_FROM
 
 
@@ -27,7 +27,7 @@ def test_any_number_of_workers_writes_the_same_bytes(tmp_path):
     outputs = []
     for jobs in (1, 2, 3):
         out = tmp_path / f"jobs{jobs}"
-        manifest = sample_benchmark(out, slots=(1, 4, 7), per_slot=70, seed=9, jobs=jobs)
+        manifest = sample_benchmark(out, SampleOptions(slots=(1, 4, 7), per_slot=70, seed=9, jobs=jobs))
         assert manifest.cases >= PARALLEL_FROM  # large enough to be made in parallel
         outputs.append(((out / "cases.jsonl").read_bytes(), _manifest(out),
                         sorted(p.name for p in (out / "references").iterdir())))

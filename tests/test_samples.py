@@ -376,13 +376,13 @@ def test_difficulty_weights_of_a_sampled_run_are_the_mean_over_its_samples(sampl
 
 def test_a_cluttered_case_counts_once_in_the_selection_scores_whatever_its_samples(tmp_path, sampled):
     from tracebench.records import GenerationInfo
-    from tracebench.sample import sample_benchmark
+    from tracebench.sample import SampleOptions, sample_benchmark
     from tracebench.sample._clutter import ClutterSpec
     from tracebench.score import score_cases
     from tracebench.jsonfiles import write_json
 
-    sample_benchmark(tmp_path / "bench", slots=(2,), per_slot=2, seed=3, applications=False,
-                     clutter=ClutterSpec(1, 1, pool=True))
+    sample_benchmark(tmp_path / "bench", SampleOptions(slots=(2,), per_slot=2, seed=3, applications=False,
+                                                       clutter=ClutterSpec(1, 1, pool=True)))
     cases = list(read_cases(tmp_path / "bench"))
     images = tmp_path / "run" / "images"
     images.mkdir(parents=True)

@@ -14,7 +14,7 @@ from tracebench.outcomes import Outcome, Status, median_vote
 from tracebench.providers import ModelSettings
 from tracebench.records import Question, read_cases, read_verdicts
 from tracebench.run import generated_image, parse_reply, RunOptions, run_benchmark
-from tracebench.sample import sample_benchmark
+from tracebench.sample import SampleOptions, sample_benchmark
 from tracebench.scales import Scale, answers, kind_of, normalize, outcome, truth_answer
 from tracebench.zoo import read_record
 
@@ -82,8 +82,8 @@ def test_a_reply_is_read_on_its_scale():
 
 @pytest.fixture(scope="module")
 def bench(shared_folder) -> Path:
-    return shared_folder("scales-bench", lambda out: sample_benchmark(out, slots=(1, 2, 3, 4), per_slot=40, seed=8,
-                                                                      applications=False))
+    return shared_folder("scales-bench", lambda out: sample_benchmark(
+        out, SampleOptions(slots=(1, 2, 3, 4), per_slot=40, seed=8, applications=False)))
 
 
 @pytest.fixture(scope="module")

@@ -256,7 +256,7 @@ def test_cases_without_verdicts_score_nothing_and_abstain_nothing(cases):
 def test_a_run_folder_scores_as_its_cases_do(tmp_path):
     from tracebench.providers import ModelSettings
     from tracebench.run import load_run, RunOptions, run_benchmark
-    from tracebench.sample import read_cases, sample_benchmark
+    from tracebench.sample import SampleOptions, read_cases, sample_benchmark
     from tracebench.score import score_folder, score_run
 
     sample_benchmark(tmp_path / "b", slots=(1, 2), per_slot=3, seed=4, applications=False)

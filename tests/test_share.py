@@ -311,10 +311,10 @@ def test_without_the_hf_extra_export_is_one_line_naming_it(world, tmp_path, monk
 
 @pytest.fixture(scope="module")
 def tiny_bench(shared_folder):
-    from tracebench.sample import sample_benchmark
+    from tracebench.sample import SampleOptions, sample_benchmark
 
-    return shared_folder("tiny-2-2", lambda out: sample_benchmark(out, slots=(2,), per_slot=2, seed=3,
-                                                                   applications=False))
+    return shared_folder("tiny-2-2", lambda out: sample_benchmark(out, SampleOptions(slots=(2,), per_slot=2, seed=3,
+                                                                                     applications=False)))
 
 
 def test_a_collaged_run_round_trips_with_what_the_generator_said(tiny_bench, tmp_path):

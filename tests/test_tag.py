@@ -17,7 +17,7 @@ from PIL import Image
 from tracebench.errors import TraceError
 from tracebench.library import TaggedImage, content_hash, load_library
 from tracebench.apikeys import is_loopback
-from tracebench.library._tag import ModelTags, tag_images, tag_schema
+from tracebench.library._tag import ModelTags, TagOptions, tag_images, tag_schema
 from tracebench.resources import read_toml
 from tracebench.sample import LibraryIndex
 
@@ -106,7 +106,7 @@ class Script:
 
 def run(images: Path, out: Path, stub: OpenAIStub, **kw):
     kw = {"model": MODEL, "base_url": stub.base_url, "max_retries": 1, "timeout": 10.0, **kw}
-    return tag_images(images, out, **kw)
+    return tag_images(images, out, TagOptions(**kw))
 
 
 def files_under(root: Path) -> list[Path]:
@@ -277,7 +277,8 @@ def test_an_unreachable_server_writes_nothing(images, tmp_path, key):
         port = s.getsockname()[1]
     out = tmp_path / "lib"
     with pytest.raises(TraceError, match="no image could be tagged"):
-        tag_images(images, out, model=MODEL, base_url=f"http://127.0.0.1:{port}/v1", max_retries=0, timeout=5)
+        tag_images(images, out, TagOptions(model=MODEL, base_url=f"http://127.0.0.1:{port}/v1", max_retries=0,
+                                           timeout=5))
     assert not out.exists()
 
 
@@ -358,7 +359,8 @@ def test_a_missing_key_is_refused_for_a_remote_server(images, tmp_path, monkeypa
     monkeypatch.delenv("MY_VLM_KEY", raising=False)
     out = tmp_path / "lib"
     with pytest.raises(TraceError, match="environment variable MY_VLM_KEY is not set.*vlm.example.com"):
-        tag_images(images, out, model=MODEL, base_url="https://vlm.example.com/v1", api_key_env="MY_VLM_KEY")
+        tag_images(images, out, TagOptions(model=MODEL, base_url="https://vlm.example.com/v1",
+                                           api_key_env="MY_VLM_KEY"))
     assert not out.exists()
 
 

@@ -14,7 +14,7 @@ from tracebench.checklist import compile_checklist
 from tracebench.errors import TraceError
 from tracebench.formula import Anchor, Apply, Compose, Disentangle, parse, symbol, template_of, to_text, walk
 from tracebench.records import Case, Reference
-from tracebench.sample import read_cases, sample_benchmark
+from tracebench.sample import SampleOptions, read_cases, sample_benchmark
 from tracebench.sample._sample import Plan, _make_case
 from tracebench.zoo import (
     RECORD_KEY,
@@ -32,7 +32,8 @@ from tracebench.zoo import (
 
 @pytest.fixture(scope="module")
 def cases(shared_folder) -> list[Case]:
-    out = shared_folder("test_zoo-bench", lambda out: sample_benchmark(out, slots=tuple(range(1, 9)), per_slot=6, seed=0))
+    out = shared_folder("test_zoo-bench", lambda out: sample_benchmark(
+        out, SampleOptions(slots=tuple(range(1, 9)), per_slot=6, seed=0)))
     return list(read_cases(out))
 
 

@@ -27,7 +27,7 @@ from tracebench.errors import TraceError
 from tracebench.providers import ModelSettings, make_judge
 from tracebench.records import Case, GenerationRecord
 from tracebench.resources import data_path
-from tracebench.sample import read_cases, sample_benchmark
+from tracebench.sample import SampleOptions, read_cases, sample_benchmark
 from tracebench.zoo import breakdown, generate, oracle_reply, parse_oracle, parse_profile
 
 Z = 5.0
@@ -39,8 +39,8 @@ SEEDS = range(4)
 @pytest.fixture(scope="module")
 def cases(shared_folder) -> list[Case]:
     out = shared_folder("test_zoo_load-bench",
-                        lambda out: sample_benchmark(out, slots=tuple(range(1, 9)), per_slot=40, seed=3,
-                                                         applications=APPLICATIONS))
+                        lambda out: sample_benchmark(out, SampleOptions(slots=tuple(range(1, 9)), per_slot=40, seed=3,
+                                                                        applications=APPLICATIONS)))
     return list(read_cases(out))
 
 

@@ -18,7 +18,7 @@ from PIL import Image, ImageFilter, PngImagePlugin, UnidentifiedImageError
 from tracebench.errors import TraceError
 from tracebench.library.synth import _build, _draw, _render, plan_scene, render_scene
 from tracebench.records import GenerationRecord
-from tracebench.sample import read_cases, sample_benchmark
+from tracebench.sample import SampleOptions, read_cases, sample_benchmark
 from tracebench.zoo import RECORD_KEY, generate, oracle_reply, read_record
 from tracebench.zoo import _generate
 
@@ -26,7 +26,7 @@ from tracebench.zoo import _generate
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory):
     out = tmp_path_factory.mktemp("zoo-speed") / "bench"
-    sample_benchmark(out, slots=tuple(range(1, 9)), per_slot=2, seed=5)
+    sample_benchmark(out, SampleOptions(slots=tuple(range(1, 9)), per_slot=2, seed=5))
     return list(read_cases(out))
 
 

@@ -164,6 +164,50 @@ def _ends_phrase(low: str, nxt: str, lex: _Lexicon) -> bool:
             or bool(_NUMBER.match(nxt)))
 
 
+_CONJUNCTIONS = ("and", "or", "&", ",")
+
+
+def _determined(low: str, number: bool | None, lex: _Lexicon) -> bool | None:
+    """The number a determiner or quantifier says ("a", "two", "1"); else as it was."""
+    if low in lex.plural_det or (_NUMBER.match(low) and low != "1"):
+        return True
+    if low in lex.singular_det or low == "1":
+        return False
+    return number
+
+
+def _restarts(token: str, low: str, nxt: str, core: list[str], lex: _Lexicon) -> bool:
+    """Whether the phrase starts anew after this word: a possessive ("the man's hat": the
+    possessor is a determiner), or the "of" after a collective ("a group of children": the
+    members name it)."""
+    if _POSSESSIVE.match(token) and low not in lex.singular_words:
+        return True
+    return bool(core) and low == "of" and core[-1].lower() in lex.collectives and bool(nxt)
+
+
+def _ends_core(low: str, nxt: str, core: list[str], lex: _Lexicon) -> bool:
+    """Whether a word after modifiers and nouns starts a post-modifier: a preposition, a
+    relative, a bracket, another determiner ("the cat and the dog"), or, once a candidate head
+    is read, a conjunction or a participle or locative that ends the phrase."""
+    if low in lex.prepositions or low in lex.relatives or low in _BRACKETS:
+        return True
+    if (low == "next" and nxt == "to") or (low in lex.determiners and low not in lex.pronouns):
+        return True
+    nominal = any(not _modifier(w.lower(), lex) for w in core)  # a candidate head is read
+    if nominal and low in _CONJUNCTIONS:
+        return True
+    return nominal and (low in lex.locatives or _participle(low, lex)) and _ends_phrase(low, nxt, lex)
+
+
+def _head(core: list[str], number: bool | None, lex: _Lexicon) -> NounPhrase:
+    if not core:
+        return NounPhrase(FALLBACK, False)
+    head = core[-1]
+    if head.lower() in lex.pronouns:  # "the red one"
+        head = lex.pronouns[head.lower()]
+    return NounPhrase(head, is_plural(head) if number is None else number)
+
+
 @lru_cache(maxsize=4096)
 def noun_phrase(ent_desc: str) -> NounPhrase:
     """The head noun of a grounding phrase and its number (see the module's docstring)."""
@@ -176,51 +220,23 @@ def noun_phrase(ent_desc: str) -> NounPhrase:
         token = tokens[i]
         low = token.lower()
         nxt = tokens[i + 1].lower() if i + 1 < len(tokens) else ""
-        if not core:
-            if low in lex.determiners or _NUMBER.match(low):
-                if low in lex.plural_det or (_NUMBER.match(low) and low != "1"):
-                    number = True
-                elif low in lex.singular_det or low == "1":
-                    number = False
-                i += 1
-                if nxt == "of":  # "a couple of", "two of the cats"
-                    i += 1
-                continue
-            if not low[0].isalnum():
-                i += 1
-                continue
-        possessive = _POSSESSIVE.match(token)
-        if possessive and low not in lex.singular_words:  # "the man's hat": the possessor is a determiner
+        if not core and (low in lex.determiners or _NUMBER.match(low)):
+            number = _determined(low, number, lex)
+            i += 2 if nxt == "of" else 1  # "a couple of", "two of the cats"
+            continue
+        if not core and not low[0].isalnum():
+            i += 1
+            continue
+        if _restarts(token, low, nxt, core, lex):
             core, number = [], None
             i += 1
             continue
-        if core:
-            nominal = any(not _modifier(w.lower(), lex) for w in core)  # a candidate head is read
-            if low == "of" and core[-1].lower() in lex.collectives and i + 1 < len(tokens):
-                core, number = [], None  # "a group of children": the members name it
-                i += 1
-                continue
-            if low in lex.prepositions or low in lex.relatives or low in _BRACKETS:
-                break
-            if low == "next" and nxt == "to":
-                break
-            if low in lex.determiners and low not in lex.pronouns:  # "the cat and the dog"
-                break
-            if nominal and low in ("and", "or", "&", ","):
-                break
-            if nominal and (low in lex.locatives or _participle(low, lex)) and _ends_phrase(low, nxt, lex):
-                break
-        if low in ("and", "or", "&", ","):  # between modifiers: "the black and white cat"
-            i += 1
-            continue
-        core.append(token)
+        if core and _ends_core(low, nxt, core, lex):
+            break
+        if low not in _CONJUNCTIONS:  # a conjunction between modifiers: "the black and white cat"
+            core.append(token)
         i += 1
-    if not core:
-        return NounPhrase(FALLBACK, False)
-    head = core[-1]
-    if head.lower() in lex.pronouns:  # "the red one"
-        head = lex.pronouns[head.lower()]
-    return NounPhrase(head, is_plural(head) if number is None else number)
+    return _head(core, number, lex)
 
 
 def noun_of(ent_desc: str) -> str:

@@ -9,6 +9,7 @@ have the target ``C0`` (:data:`~tracebench.operators.SCENE`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cache
 
 from ..operators import ENTITY_ROLES, SCENE, Family, Operator, Role, apply_target, question_id
@@ -52,83 +53,121 @@ def _join(items: list[str]) -> str:
 REJECTION = "rejection"  # the aspect of a distractor's questions
 
 
-def compile_checklist(terms: tuple[TermBinding, ...],
-                      compositions: tuple[tuple[str, tuple[str, ...], str | None], ...],
-                      distractors: tuple[Distractor, ...] = ()) -> tuple[Question, ...]:
-    """Questions for every operator instance of a bound case, in formula order; ``distractors``
-    add their rejection questions to the instance of the term each confuses, after its own."""
-    by_symbol = {t.symbol: t for t in terms}
-    questions: list[Question] = []
-    confusing: dict[str, list[Distractor]] = {}
-    for d in distractors:
-        confusing.setdefault(d.confuses, []).append(d)
+@dataclass(frozen=True)
+class _Instance:
+    """An operator instance the questions of a section are asked about."""
 
-    def reject(t: TermBinding, op: Operator, context: dict) -> None:
-        for d in confusing.get(t.symbol, ()):
+    op: Operator
+    target: str
+    image: str | None = None  # a term's image
+    images: tuple[str, ...] = ()  # a composition's images
+    members: int = 1  # a composition's members
+
+
+class _Checklist:
+    """The questions of one bound case, added instance by instance."""
+
+    def __init__(self, terms: tuple[TermBinding, ...], distractors: tuple[Distractor, ...]) -> None:
+        self.terms = terms
+        self.by_symbol = {t.symbol: t for t in terms}
+        self.confusing: dict[str, list[Distractor]] = {}
+        for d in distractors:
+            self.confusing.setdefault(d.confuses, []).append(d)
+        self.questions: list[Question] = []
+
+    def handle(self, symbol: str) -> str:
+        return f"('{self.by_symbol[symbol].handle}')"
+
+    def noun_handle(self, symbol: str) -> str:
+        return f"the {self.by_symbol[symbol].noun} {self.handle(symbol)}"
+
+    def emit(self, group: str, at: _Instance, context: dict, links: dict[str, list[str]]) -> None:
+        """The questions of section ``group`` on ``at``; ``links``: the targets a dependency's
+        scope names (a scope not listed: the instance's own target)."""
+        for entry in _templates()[group]:
+            if at.members < entry["members"]:
+                continue
+            depends = tuple(question_id(t, aspect) for scope, aspect in entry["depends"]
+                            for t in links.get(scope, (at.target,)))
+            wanted = entry["wanted"]
+            images = (at.image,) if wanted == "term" and at.image else at.images if wanted == "all" else ()
+            self.questions.append(Question(
+                id=question_id(at.target, entry["aspect"]), op=at.op, target=at.target, aspect=entry["aspect"],
+                question=entry["compiled"](context), expected=entry["expected"], depends_on=depends, images=images))
+
+    def reject(self, t: TermBinding, op: Operator, context: dict) -> None:
+        """The rejection questions of the distractors confusing ``t``."""
+        for d in self.confusing.get(t.symbol, ()):
             for entry in _templates()[f"reject_{t.role}"]:
-                questions.append(Question(
+                self.questions.append(Question(
                     id=f"{question_id(t.symbol, entry['aspect'])}.{d.id}", op=op, target=t.symbol,
                     aspect=entry["aspect"], expected=entry["expected"],
                     question=entry["compiled"]({**context, "d_source": d.entity or d.value, "d_image": d.image,
                                                 "d_value": d.value}),
                     images=tuple(i for i in (t.image, d.image) if i)))
 
-    def handle(symbol: str) -> str:
-        return f"('{by_symbol[symbol].handle}')"
+    def anchor(self, t: TermBinding) -> None:
+        context = {"noun": t.noun, "handle": self.handle(t.symbol), "source": t.entity, "image": t.image}
+        self.emit("anchor", _Instance(Operator.ANCHOR, t.symbol, t.image), context, {})
+        self.reject(t, Operator.ANCHOR, context)
 
-    def noun_handle(symbol: str) -> str:
-        return f"the {by_symbol[symbol].noun} {handle(symbol)}"
+    def disentangle(self, t: TermBinding) -> None:
+        """A g term: what it carries, then its binding to its carrier."""
+        carrier = self.by_symbol.get(t.carrier or "")
+        participants = _join([self.handle(p) for p in t.participants]) if t.participants else ""
+        context = {"name": phrase_name(t.subtype), "value": t.value, "source": t.entity, "image": t.image,
+                   "carrier_handle": self.handle(carrier.symbol) if carrier else "",
+                   "carrier_noun": carrier.noun if carrier else "", "participants": participants}
+        self.emit(t.role, _Instance(Operator.DISENTANGLE, t.symbol, t.image), context, {})
+        self.reject(t, Operator.DISENTANGLE, context)
+        links = {"term": [t.symbol], "carrier": [carrier.symbol] if carrier and carrier.op is Family.ANCHOR else []}
+        self.emit(apply_section(t.role), _Instance(Operator.APPLY, apply_target(t.carrier, t.symbol), t.image),
+                  context, links)
 
-    def emit(group: str, op: str, target: str, context: dict, links: dict[str, list[str]], image: str | None,
-             all_images: tuple[str, ...] = (), members: int = 1) -> None:
-        for entry in _templates()[group]:
-            if members < entry["members"]:
-                continue
-            depends = tuple(question_id(t, aspect) for scope, aspect in entry["depends"]
-                            for t in links.get(scope, (target,)))
-            wanted = entry["wanted"]
-            images = (image,) if wanted == "term" and image else all_images if wanted == "all" else ()
-            questions.append(Question(
-                id=question_id(target, entry["aspect"]), op=op, target=target, aspect=entry["aspect"],
-                question=entry["compiled"](context), expected=entry["expected"], depends_on=depends, images=images))
+    def composition(self, symbol: str, members: tuple[str, ...], inside: set[str],
+                    relation: TermBinding | None) -> None:
+        """A composition's questions (``inside``: the symbols within it, nested ones too), then
+        those of the relation it carries."""
+        member_images = tuple(dict.fromkeys(
+            t.image for t in self.terms if t.image and (symbol == SCENE or t.symbol in inside or t.carrier in inside)))
+        anchors = [m for m in members if self.by_symbol[m].op is Family.ANCHOR]
+        context = {"members": _join([self.noun_handle(m) for m in members]), "several": len(members) > 1,
+                   "images": _join(list(member_images)) or "the references"}
+        self.emit("compose", _Instance(Operator.COMPOSE, symbol, None, member_images, len(members)), context,
+                  {"members": anchors})
+        if relation is not None:
+            self.emit("compose_relation", _Instance(Operator.COMPOSE, symbol),
+                      {"participants": _join([self.handle(p) for p in relation.participants]), "value": relation.value},
+                      {"members": [p for p in relation.participants if self.by_symbol[p].op is Family.ANCHOR]})
 
-    relation_of: dict[str, TermBinding] = {}
-    for t in terms:
-        if t.role is Role.ANCHOR:
-            context = {"noun": t.noun, "handle": handle(t.symbol), "source": t.entity, "image": t.image}
-            emit("anchor", Operator.ANCHOR, t.symbol, context, {}, t.image)
-            reject(t, Operator.ANCHOR, context)
-        elif t.op is Family.DISENTANGLE:
-            carrier = by_symbol.get(t.carrier or "")
-            participants = _join([handle(p) for p in t.participants]) if t.participants else ""
-            context = {"name": phrase_name(t.subtype), "value": t.value, "source": t.entity, "image": t.image,
-                       "carrier_handle": handle(carrier.symbol) if carrier else "",
-                       "carrier_noun": carrier.noun if carrier else "", "participants": participants}
-            emit(t.role, Operator.DISENTANGLE, t.symbol, context, {}, t.image)
-            reject(t, Operator.DISENTANGLE, context)
-            group = apply_section(t.role)
-            links = {"term": [t.symbol],
-                     "carrier": [carrier.symbol] if carrier and carrier.op is Family.ANCHOR else []}
-            emit(group, Operator.APPLY, apply_target(t.carrier, t.symbol), context, links, t.image)
-        if t.role is Role.RELATION:
-            relation_of[t.carrier] = t
+
+def _scopes(terms: tuple[TermBinding, ...], compositions: tuple[tuple[str, tuple[str, ...], str | None], ...]
+            ) -> list[tuple[str, tuple[str, ...], set[str]]]:
+    """Each composition, its members and the symbols inside it (its nested compositions' too);
+    without C, the one scene of every entity."""
     if not compositions:  # one scene: the implicit composition of every entity, every image its own
         compositions = ((SCENE, tuple(t.symbol for t in terms if t.role in ENTITY_ROLES), None),)
     nested = {symbol: {symbol} for symbol, _, _ in compositions}
     for symbol, _, parent in reversed(compositions):  # inner compositions come later in the tuple
         if parent is not None:
             nested[parent] |= nested[symbol]
-    for symbol, members, _parent in compositions:
-        inside = set(members) | nested[symbol]
-        member_images = tuple(dict.fromkeys(
-            t.image for t in terms if t.image and (symbol == SCENE or t.symbol in inside or t.carrier in inside)))
-        anchors = [m for m in members if by_symbol[m].op is Family.ANCHOR]
-        context = {"members": _join([noun_handle(m) for m in members]), "several": len(members) > 1,
-                   "images": _join(list(member_images)) or "the references"}
-        emit("compose", Operator.COMPOSE, symbol, context, {"members": anchors}, None, member_images, len(members))
-        relation = relation_of.get(symbol)
-        if relation is not None:
-            emit("compose_relation", Operator.COMPOSE, symbol,
-                 {"participants": _join([handle(p) for p in relation.participants]), "value": relation.value},
-                 {"members": [p for p in relation.participants if by_symbol[p].op is Family.ANCHOR]}, None)
-    return tuple(questions)
+    return [(symbol, members, set(members) | nested[symbol]) for symbol, members, _parent in compositions]
+
+
+def compile_checklist(terms: tuple[TermBinding, ...],
+                      compositions: tuple[tuple[str, tuple[str, ...], str | None], ...],
+                      distractors: tuple[Distractor, ...] = ()) -> tuple[Question, ...]:
+    """Questions for every operator instance of a bound case, in formula order; ``distractors``
+    add their rejection questions to the instance of the term each confuses, after its own."""
+    checklist = _Checklist(terms, distractors)
+    relation_of: dict[str, TermBinding] = {}
+    for t in terms:
+        if t.role is Role.ANCHOR:
+            checklist.anchor(t)
+        elif t.op is Family.DISENTANGLE:
+            checklist.disentangle(t)
+        if t.role is Role.RELATION:
+            relation_of[t.carrier] = t
+    for symbol, members, inside in _scopes(terms, compositions):
+        checklist.composition(symbol, members, inside, relation_of.get(symbol))
+    return tuple(checklist.questions)

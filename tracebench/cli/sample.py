@@ -75,15 +75,13 @@ def _positive(what: str):
 
 
 def run(args) -> int:
-    from ..sample import ClutterSpec, sample_benchmark
-    from ..sample._parallel import default_jobs
+    from ..sample import ClutterSpec, SampleOptions, default_jobs, sample_benchmark
 
-    manifest = sample_benchmark(args.out, slots=args.slots, per_slot=args.per_slot, seed=args.seed,
-                                library=args.library, strict=args.strict,
-                                applications=args.applications if args.per_application is None else args.per_application,
-                                report=lambda line: print(line, file=sys.stderr),
-                                jobs=default_jobs() if args.jobs is None else args.jobs,
-                                clutter=ClutterSpec(*args.distractors, args.max_references, args.pool))
+    options = SampleOptions(slots=args.slots, per_slot=args.per_slot, seed=args.seed, library=args.library,
+                            applications=args.applications if args.per_application is None else args.per_application,
+                            strict=args.strict, jobs=default_jobs() if args.jobs is None else args.jobs,
+                            clutter=ClutterSpec(*args.distractors, args.max_references, args.pool))
+    manifest = sample_benchmark(args.out, options, report=lambda line: print(line, file=sys.stderr))
     slots = ", ".join(f"{s}: {n}" for s, n in manifest.counts_per_slot.items())
     print(f"{args.out}: {manifest.cases} cases ({slots}; applications: "
           f"{sum(manifest.counts_per_application.values())}), {manifest.distinct_templates} distinct templates"

@@ -33,12 +33,12 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..library import tag_images  # imported on first use: the openai client costs ~0.4 s
+    from ..library import TagOptions, tag_images  # imported on first use: the openai client costs ~0.4 s
 
-    report = tag_images(args.images_dir, args.out, model=args.model, base_url=args.base_url,
-                        api_key_env=args.api_key_env, concurrency=args.concurrency, name=args.name,
-                        max_retries=args.max_retries, timeout=args.timeout, cache_dir=args.cache,
-                        max_reply_bytes=args.max_reply_bytes)
+    options = TagOptions(model=args.model, base_url=args.base_url, api_key_env=args.api_key_env,
+                         concurrency=args.concurrency, name=args.name, max_retries=args.max_retries,
+                         timeout=args.timeout, cache_dir=args.cache, max_reply_bytes=args.max_reply_bytes)
+    report = tag_images(args.images_dir, args.out, options)
     if args.json:
         print(report.model_dump_json())
     else:

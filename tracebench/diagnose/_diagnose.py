@@ -45,7 +45,7 @@ from ..providers import synthetic_profile
 from ..run import abstention_reason, shard_of, stream_run
 from ..cache import sha256
 from ..jsonfiles import record_line
-from ..sample import read_sample_manifest, write_benchmark
+from ..sample import ManifestInputs, read_sample_manifest, write_benchmark
 from ..score import Gating, instance_results
 from ._attribute import Finding, SourceTally, attribute, localization, pending
 from ._node import node_case, node_shape, root_formula
@@ -155,12 +155,12 @@ def _write_node_folder(target: Path, cases: list[Case], source_dir: Path, sample
     if replace and CASES.path(target).is_file() and CASES.path(target).read_text(encoding="utf-8") == "".join(
             map(record_line, cases)):
         return False  # the same round, written before a resume
-    write_benchmark(target, cases, seed=sample.seed if sample else 0,
+    hashes = {**(sample.hashes if sample else {}), "diagnose": data_hash(("diagnose", RULES_FILE), ("diagnose", SOURCES_FILE))}
+    write_benchmark(target, cases,
                     source=lambda case, ref: inside(source_dir, ref.path, f"{source_dir}: case {case.id}: reference",
                                                     "benchmark folder"),
-                    arguments=arguments, library=sample.library if sample else {},
-                    hashes={**(sample.hashes if sample else {}),
-                            "diagnose": data_hash(("diagnose", RULES_FILE), ("diagnose", SOURCES_FILE))},
+                    inputs=ManifestInputs(seed=sample.seed if sample else 0, arguments=arguments,
+                                          library=sample.library if sample else {}, hashes=hashes),
                     overwrite=replace,
                     extra=None if occurrences is None else lambda folder: NODES.write(folder, occurrences))
     return True

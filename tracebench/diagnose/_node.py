@@ -23,7 +23,7 @@ from ..formula import Anchor, Apply, Compose, Expr, Text, analyze
 from ..formula import parse, relabel_images, symbol, template_of, to_text, walk
 from ..operators import ENTITY_ROLES, Family, Role
 from ..realize import realize
-from ..records import Case, Clutter, TermBinding
+from ..records import Case, Clutter, PoolTarget, Question, Reference, TermBinding
 from ._rules import Downgrades
 from ._tree import TreeNode, unbound
 
@@ -108,30 +108,54 @@ def node_shape(formula: Expr) -> NodeShape:
                      to_text(template_of(formula)))
 
 
-def node_case(root: Case, node: TreeNode, dg: Downgrades, case_id: str, shape: NodeShape | None = None) -> Case:
-    """The case a diagnostic node asks a generator for (``case_id`` names it); ``shape`` is
-    :func:`node_shape` of the node's formula, when the caller holds it."""
-    shape = shape or node_shape(node.formula)
-    updates = _node_terms(root, shape.kept, dg)
+def _labelled(updates: list[tuple[TermBinding, dict]]) -> tuple[tuple[TermBinding, ...], dict[str, str]]:
+    """The node's terms, their images renumbered Image 1..m in order of first mention, and the
+    renumbering (a root image -> the node's)."""
     images = [update.get("image", t.image) for t, update in updates]  # after the update
     label = {old: f"Image {k + 1}" for k, old in enumerate(dict.fromkeys(i for i in images if i is not None))}
     terms = tuple(t.model_copy(update=update | {"image": label[image]} if image else update)
                   for (t, update), image in zip(updates, images))
+    return terms, label
+
+
+def _relabelled(formula: Expr, label: dict[str, str]) -> Expr:
     number = {int(old.split()[-1]): int(new.split()[-1]) for old, new in label.items()}
-    references = tuple(sorted((r.model_copy(update={"image": label[r.image]}) for r in root.references
-                               if r.image in label), key=lambda r: int(r.image.split()[-1])))
-    formula = node.formula if all(k == v for k, v in number.items()) else relabel_images(node.formula, number)
-    pooled = tuple(p.model_copy(update={"image": label[p.image], "confusers": (), "confusion": 0.0})
-                   for p in (root.clutter.pooled if root.clutter else ()) if p.term in shape.kept and p.image in label)
-    prompts = realize(terms, bool(shape.compositions), scene=root.scene, pooled=frozenset(p.term for p in pooled))
+    return formula if all(k == v for k, v in number.items()) else relabel_images(formula, number)
+
+
+def _references(root: Case, label: dict[str, str]) -> tuple[Reference, ...]:
+    """The root's references the node still uses, renumbered, in order."""
+    return tuple(sorted((r.model_copy(update={"image": label[r.image]}) for r in root.references
+                         if r.image in label), key=lambda r: int(r.image.split()[-1])))
+
+
+def _pooled(root: Case, kept: frozenset[str], label: dict[str, str]) -> tuple[PoolTarget, ...]:
+    """Pool mode: the kept entity terms, named by description, with their true sources alone."""
+    return tuple(p.model_copy(update={"image": label[p.image], "confusers": (), "confusion": 0.0})
+                 for p in (root.clutter.pooled if root.clutter else ()) if p.term in kept and p.image in label)
+
+
+def _checklist(root: Case, node: TreeNode, terms: tuple[TermBinding, ...], shape: NodeShape) -> tuple[Question, ...]:
+    """The root's questions on the node's targets, recompiled for its terms, with the root's
+    ids; dependencies on questions the node does not ask are dropped."""
     wanted = {t for _, t in node.targets}
     root_ids = {q.id for q in root.checklist}
     questions = [q for q in compile_checklist(terms, shape.compositions) if q.id in root_ids and q.target in wanted]
     ids = {q.id for q in questions}
-    checklist = tuple(q if all(d in ids for d in q.depends_on)
-                      else q.model_copy(update={"depends_on": tuple(d for d in q.depends_on if d in ids)})
-                      for q in questions)
-    return Case(id=case_id, slot=node.slot, template=shape.template, formula=to_text(formula),
+    return tuple(q if all(d in ids for d in q.depends_on)
+                 else q.model_copy(update={"depends_on": tuple(d for d in q.depends_on if d in ids)})
+                 for q in questions)
+
+
+def node_case(root: Case, node: TreeNode, dg: Downgrades, case_id: str, shape: NodeShape | None = None) -> Case:
+    """The case a diagnostic node asks a generator for (``case_id`` names it); ``shape`` is
+    :func:`node_shape` of the node's formula, when the caller holds it."""
+    shape = shape or node_shape(node.formula)
+    terms, label = _labelled(_node_terms(root, shape.kept, dg))
+    pooled = _pooled(root, shape.kept, label)
+    prompts = realize(terms, bool(shape.compositions), scene=root.scene, pooled=frozenset(p.term for p in pooled))
+    return Case(id=case_id, slot=node.slot, template=shape.template, formula=to_text(_relabelled(node.formula, label)),
                 application=root.application, prompt=prompts.prompt, text_only_prompt=prompts.text_only,
-                scene=root.scene, references=references, terms=terms, checklist=checklist,
+                scene=root.scene, references=_references(root, label), terms=terms,
+                checklist=_checklist(root, node, terms, shape),
                 clutter=Clutter(mode="pool", distractors=(), pooled=pooled) if pooled else None)

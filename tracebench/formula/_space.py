@@ -107,14 +107,8 @@ def _apply(expr: Expr, modifiers: tuple[Disentangle, ...]) -> Apply:
     return Apply(expr, modifiers)
 
 
-def enumerate_templates(max_slot: int | None = None, bounds: SpaceBounds | None = None) -> dict[int, tuple[Expr, ...]]:
-    """Every canonical template with slot ``min_slot..max_slot``, by slot level.
-
-    Each level lists its templates once, in construction order: deterministic for a given
-    space.toml, and cheaper than sorting 119,572 printed forms.
-    """
-    b = bounds or space_bounds()
-    top = b.max_slot if max_slot is None else min(max_slot, b.max_slot)
+def _entities(b: SpaceBounds, top: int) -> list[_Item]:
+    """Anchors and text entities with every allowed set of attributes, by slot."""
     kinds = sorted((_attribute_term(k) for k in b.attribute_kinds), key=modifier_sort_key)
     once = [_attribute_term(k) for k in b.once_per_carrier if k in b.attribute_kinds]
     attribute_sets = [tuple(c) for k in range(b.max_attributes_per_carrier + 1)
@@ -124,7 +118,12 @@ def enumerate_templates(max_slot: int | None = None, bounds: SpaceBounds | None 
         entities.append(_item(1 + len(attrs), 0, _apply(Anchor(), attrs) if attrs else Anchor()))
         if attrs:
             entities.append(_item(len(attrs), 0, _apply(Text("e"), attrs)))
-    entities = sorted((e for e in entities if e[0] <= top), key=lambda e: e[0])
+    return sorted((e for e in entities if e[0] <= top), key=lambda e: e[0])
+
+
+def _bodies(b: SpaceBounds, entities: list[_Item], top: int) -> list[tuple[int, int, Expr]]:
+    """Every template without global terms: entities, and compositions of entities and of
+    related sub-scenes, each composition also with a relation."""
     args = range(2, b.max_args_per_composition + 1)
     relation = (Disentangle("rel"),)
     subscenes = []
@@ -139,9 +138,20 @@ def enumerate_templates(max_slot: int | None = None, bounds: SpaceBounds | None 
         bodies.append((slots, rels, scene))
         if b.max_relation_terms:
             bodies.append((slots + 1, rels + 1, _apply(scene, relation)))
+    return bodies
+
+
+def enumerate_templates(max_slot: int | None = None, bounds: SpaceBounds | None = None) -> dict[int, tuple[Expr, ...]]:
+    """Every canonical template with slot ``min_slot..max_slot``, by slot level.
+
+    Each level lists its templates once, in construction order: deterministic for a given
+    space.toml, and cheaper than sorting 119,572 printed forms.
+    """
+    b = bounds or space_bounds()
+    top = b.max_slot if max_slot is None else min(max_slot, b.max_slot)
     global_chains = [(Disentangle("global"),) * n for n in range(1, b.max_global_terms + 1)]
     found: dict[int, dict[Expr, None]] = {s: {} for s in range(b.min_slot, top + 1)}  # ordered sets
-    for slots, rels, body in bodies:
+    for slots, rels, body in _bodies(b, _entities(b, top), top):
         if rels > b.max_relation_terms:
             continue
         if b.min_slot <= slots <= top:

@@ -9,6 +9,7 @@ from ._validate import check_records, read_records, read_valid_library, validate
 from .synth import default_library, synthesize_image, synthesize_library
 
 __all__ = [
+    "TagOptions",
     "Entity",
     "GlobalTag",
     "INFO_FILE",
@@ -41,7 +42,7 @@ __all__ = [
 
 # loaded on first use: the tagger pulls in the openai client (~0.4 s), balancing and importing
 # numpy-free but sizeable code, and the renderer is for synthetic generators only
-_LAZY = {"tag_images": "_tag", "TagReport": "_tag", "SkippedImage": "_tag", "ModelTags": "_tag", "tag_schema": "_tag",
+_LAZY = {"tag_images": "_tag", "TagOptions": "_tag", "TagReport": "_tag", "SkippedImage": "_tag", "ModelTags": "_tag", "tag_schema": "_tag",
          "balance_library": "_balance", "balanced_selection": "_balance", "image_features": "_balance",
          "copy_selection": "_import", "import_library": "_import", "library_stats": "_stats",
          "plan_scene": "synth", "render_scene": "synth"}

@@ -50,7 +50,7 @@ from ..templating import render
 from ._io import INFO_FILE, TAGS_FILE, staged_output, write_library
 from ._models import Entity, GlobalTag, LibraryInfo, TaggedImage, Tags
 
-__all__ = ["IMAGE_SUFFIXES", "ModelTags", "SkippedImage", "TagReport", "tag_images", "tag_schema"]
+__all__ = ["IMAGE_SUFFIXES", "ModelTags", "SkippedImage", "TagOptions", "TagReport", "tag_images", "tag_schema"]
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
 IMAGES_FOLDER = "images"
@@ -96,44 +96,59 @@ class TagReport(BaseModel):
     library: LibraryInfo = Field(description="the library written")
 
 
-def tag_images(images_dir: Path, out: Path, *, model: str, base_url: str | None = None,
-               api_key_env: str = "OPENAI_API_KEY", concurrency: int = 4, name: str | None = None,
-               max_retries: int = 2, timeout: float = 120.0, cache_dir: Path | None = None,
-               max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES) -> TagReport:
-    """Tag every image under ``images_dir`` with ``model`` and write a library to ``out``.
+@dataclass(frozen=True)
+class TagOptions:
+    """How ``trace tag`` asks ``model``; checked when made (a TraceError naming the option).
 
     ``base_url`` defaults to ``$OPENAI_BASE_URL``, then to OpenAI's. The key is read from
     the variable ``api_key_env``; a loopback server needs none. ``concurrency`` bounds the
     requests in flight; ``max_retries`` (of rate limits and transient errors, with backoff)
     and ``timeout`` (seconds a request may take in all) are the wrapper's; a reply body longer
-    than ``max_reply_bytes`` is cut off (that image is left out).
-    Images are copied to ``out/images/`` (keeping their relative paths); the library name
-    defaults to the name of ``out``. Replies are cached in ``cache_dir`` (default: the folder
-    ``.tracebench-tag-cache`` beside ``out``). Raises :class:`TraceError` on bad arguments, when no
-    image is found, when the endpoint refuses the key or the model, or when every image fails.
+    than ``max_reply_bytes`` is cut off (that image is left out). ``name``: the library's
+    (default: the name of the folder written). ``cache_dir``: the cache of replies (default:
+    the folder ``.tracebench-tag-cache`` beside the library).
+    """
+
+    model: str
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    concurrency: int = 4
+    name: str | None = None
+    max_retries: int = 2
+    timeout: float = 120.0
+    cache_dir: Path | None = None
+    max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES
+
+    def __post_init__(self) -> None:
+        if not self.model.strip():
+            raise TraceError("--model: empty model name")
+        if self.concurrency < 1:
+            raise TraceError(f"--concurrency: must be at least 1, got {self.concurrency}")
+        check_call_limits(timeout=self.timeout, max_retries=self.max_retries, max_reply_bytes=self.max_reply_bytes)
+
+    def endpoint(self) -> str:
+        return self.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+
+
+def tag_images(images_dir: Path, out: Path, options: TagOptions) -> TagReport:
+    """Tag every image under ``images_dir`` as ``options`` say and write a library to ``out``.
+
+    Images are copied to ``out/images/`` (keeping their relative paths). Raises
+    :class:`TraceError` when no image is found, when the endpoint refuses the key or the
+    model, or when every image fails.
     """
     images_dir, out = Path(images_dir), Path(out)
-    if not model.strip():
-        raise TraceError("--model: empty model name")
-    if concurrency < 1:
-        raise TraceError(f"--concurrency: must be at least 1, got {concurrency}")
-    check_call_limits(timeout=timeout, max_retries=max_retries, max_reply_bytes=max_reply_bytes)
-    base_url = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+    base_url = options.endpoint()
     if not images_dir.is_dir():  # the first mistake to name: the folder, before the key it would need
         raise TraceError(f"{images_dir}: not a folder")
-    api_key(api_key_env, base_url)  # a missing key is an error before any image is read
+    api_key(options.api_key_env, base_url)  # a missing key is an error before any image is read
     jobs, unreadable = _find_images(images_dir)
-    name = name or out.resolve().name or "library"
+    name = options.name or out.resolve().name or "library"
 
     # a library this command wrote before is replaced (the same command, run again, asks only for
     # the images that failed: the others are in the cache)
     with staged_output(out, overwrite=(out / INFO_FILE).is_file() and (out / TAGS_FILE).is_file()) as root:
-        provider = OpenAIClients(model, ModelConfig(base_urls=(base_url,), api_key_env=api_key_env,
-                                                    concurrency=concurrency, max_retries=max_retries, timeout=timeout,
-                                                    max_reply_bytes=max_reply_bytes))
-        provider.spec = f"openai:{model}"
-        tagger = _Tagger(provider=provider, access=ModelAccess(max_retries=max_retries),
-                         cache=Cache(cache_dir if cache_dir is not None else out.parent / TAG_CACHE))
+        tagger = _tagger(options, base_url, out.parent / TAG_CACHE)
         outcomes = asyncio.run(tagger.tag_all(jobs))
         if tagger.fatal:
             raise TraceError(tagger.fatal)
@@ -141,18 +156,33 @@ def tag_images(images_dir: Path, out: Path, *, model: str, base_url: str | None 
                                        for o in outcomes if o.reason is not None], key=lambda s: s.path)
         tagged = [o for o in outcomes if o.tags is not None]
         if not tagged:
-            first = skipped[0]
             raise TraceError(f"{images_dir}: no image could be tagged ({len(skipped)} failed; "
-                             f"first: {first.path}: {first.reason})")
-        records = []
-        for outcome in tagged:
-            records.append(outcome.job.record(outcome.tags, source=f"tagged:{model}"))
-            target = root / records[-1].path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(outcome.job.file, target)
+                             f"first: {skipped[0].path}: {skipped[0].reason})")
+        records = _copy_tagged(root, tagged, source=f"tagged:{options.model}")
         info = write_library(root, name, records)
     return TagReport(tagged=len(records), skipped=tuple(skipped), calls=tagger.calls, cache_hits=tagger.cache_hits,
                      library=info)
+
+
+def _tagger(options: TagOptions, base_url: str, default_cache: Path) -> _Tagger:
+    """The requests' sender: the endpoint's client, the shared wrapper, the cache of replies."""
+    provider = OpenAIClients(options.model, ModelConfig(
+        base_urls=(base_url,), api_key_env=options.api_key_env, concurrency=options.concurrency,
+        max_retries=options.max_retries, timeout=options.timeout, max_reply_bytes=options.max_reply_bytes))
+    provider.spec = f"openai:{options.model}"
+    return _Tagger(provider=provider, access=ModelAccess(max_retries=options.max_retries),
+                   cache=Cache(options.cache_dir if options.cache_dir is not None else default_cache))
+
+
+def _copy_tagged(root: Path, tagged: list[_Outcome], *, source: str) -> list[TaggedImage]:
+    """The records of the images tagged, each image copied to its path in the library."""
+    records = []
+    for outcome in tagged:
+        records.append(outcome.job.record(outcome.tags, source=source))
+        target = root / records[-1].path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(outcome.job.file, target)
+    return records
 
 
 # -- the prompt and the schema, from the taxonomy ------------------------------------------

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 import string
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 
 from ..nouns import NOUNS_FILE, agree, describe
@@ -75,6 +75,100 @@ def _agreed(pattern: str, noun: str | None) -> str:
     return pattern.format(**places, **{f: agree(f, noun) for f in fields - set(places)})
 
 
+def _draw_scene(terms: tuple[TermBinding, ...], carriers: list[TermBinding], has_scene: bool,
+                rng: random.Random) -> str:
+    """A scene opening: a setting (a neutral one when a term replaces the background) and how
+    the entities stand in it, ``{members}``/``{member}`` where they go."""
+    frames = _phrases()["frames"]
+    backgrounds = {key for key, s in taxonomy().special.items() if s.record == "background"}
+    takes_background = any(t.op == "g" and t.role == "global" and t.subtype in backgrounds for t in terms)
+    frame = rng.choice(frames["neutral"] if takes_background else frames["settings"])
+    pattern = rng.choice(frames["together"] if has_scene and len(carriers) > 1 else frames["alone"])
+    return f"{frame} {_agreed(pattern, carriers[0].noun if carriers else None)}"
+
+
+@dataclass(frozen=True)
+class _Names:
+    """How a case's terms are named: in the prompt by handle, in the text-only prompt by noun."""
+
+    by_symbol: dict[str, TermBinding]
+    noun_counts: dict[str, int]  # carriers per noun
+
+    @classmethod
+    def of(cls, terms: tuple[TermBinding, ...], carriers: list[TermBinding]) -> "_Names":
+        noun_counts: dict[str, int] = {}
+        for t in carriers:
+            noun_counts[t.noun] = noun_counts.get(t.noun, 0) + 1
+        return cls({t.symbol: t for t in terms}, noun_counts)
+
+    def mention(self, t: TermBinding) -> str:  # in the prompt
+        return _quoted(t.handle) if t.op == "f" else f"{t.value} {_quoted(t.handle)}"
+
+    def text_name(self, t: TermBinding) -> str:  # "the teapot", or "the second child" when nouns repeat
+        if self.noun_counts[t.noun] == 1:
+            return f"the {t.noun}"
+        return f"the {_ORDINALS[ord(t.handle.rsplit('_', 1)[1][0]) - ord('A')]} {t.noun}"
+
+
+def _members(scene: str, names: list[str]) -> str:
+    return scene.format(members=_join(names), member=names[0] if names else "")
+
+
+def _line_role(t: TermBinding, worded: bool) -> str:
+    """The row of templates/prompts/lines.toml a term's line takes."""
+    if t.role == "relation" and t.op == "T" and not worded:
+        return "text_relation"
+    return "anchor" if t.op == "f" else t.role
+
+
+def _context(t: TermBinding, carrier: TermBinding | None, names: _Names) -> dict:
+    """What a term's lines are filled with."""
+    carried_by = _quoted(carrier.handle) if carrier and carrier.handle else ""
+    return {
+        "carrier": _quoted(t.handle) if t.op == "f" else carried_by,
+        "noun": (carrier.noun if carrier and carrier.noun else t.noun) or "",
+        "source": t.entity or "",
+        "image": t.image or "",
+        "described": describe(t.entity) if t.entity else t.value,
+        "name": phrase_name(t.subtype),
+        "value": t.value,
+        "participants": _join([_quoted(names.by_symbol[p].handle) for p in t.participants]),
+        "text_participants": _join([names.text_name(names.by_symbol[p]) for p in t.participants]).capitalize(),
+    }
+
+
+@dataclass
+class _Parts:
+    """The prompts as the terms are added: the two scene paragraphs, the prompt's reference
+    lines and the text-only prompt's sentences."""
+
+    paragraph: str
+    text_paragraph: str
+    lines: list[str] = field(default_factory=list)
+    sentences: list[str] = field(default_factory=list)
+
+    def add(self, t: TermBinding, names: _Names, pooled: frozenset[str]) -> None:
+        carrier = names.by_symbol.get(t.carrier) if t.carrier else None
+        worded = in_words(t)
+        role = _line_role(t, worded)
+        context = _context(t, carrier, names)
+        templates = _lines()
+        part = "prose" if worded else "pool" if t.symbol in pooled and role in templates["pool"] else "reference"
+        line = templates[part][role](context)
+        sentence = templates["text"][role](context)
+        if worded:  # reference content stated in words: part of the scene description
+            self.paragraph += " " + line
+        elif role == "text_relation":  # no reference: it belongs to the scene description
+            self.paragraph += " " + line
+            self.text_paragraph += " " + sentence
+        elif line:
+            self.lines.append(line)
+        if role != "anchor" and carrier is not None and carrier.handle:
+            sentence = sentence.replace(f"The {context['noun']}", names.text_name(carrier).capitalize(), 1)
+        if sentence and role != "text_relation":
+            self.sentences.append(sentence)
+
+
 def realize(terms: tuple[TermBinding, ...], has_scene: bool, rng: random.Random | None = None, *,
             scene: str | None = None, pooled: frozenset[str] = frozenset()) -> Prompts:
     """The prompt and its text-only counterpart for a case's bound terms.
@@ -87,73 +181,18 @@ def realize(terms: tuple[TermBinding, ...], has_scene: bool, rng: random.Random 
     unless ``scene`` gives it: a diagnostic sub-case keeps its root's scene. Terms stated in
     words (:func:`in_words`) join the scene paragraph, since they are no reference operation.
     """
-    by_symbol = {t.symbol: t for t in terms}
     carriers = [t for t in terms if t.handle]
     if scene is None:
         if rng is None:
             raise TypeError("realize needs an rng to draw the scene, or the scene itself")
-        frames = _phrases()["frames"]
-        backgrounds = {key for key, s in taxonomy().special.items() if s.record == "background"}
-        takes_background = any(t.op == "g" and t.role == "global" and t.subtype in backgrounds for t in terms)
-        frame = rng.choice(frames["neutral"] if takes_background else frames["settings"])
-        pattern = rng.choice(frames["together"] if has_scene and len(carriers) > 1 else frames["alone"])
-        scene = f"{frame} {_agreed(pattern, carriers[0].noun if carriers else None)}"
-
-    noun_counts: dict[str, int] = {}
-    for t in carriers:
-        noun_counts[t.noun] = noun_counts.get(t.noun, 0) + 1
-
-    def mention(t: TermBinding) -> str:  # in the prompt
-        return _quoted(t.handle) if t.op == "f" else f"{t.value} {_quoted(t.handle)}"
-
-    def text_name(t: TermBinding) -> str:  # "the teapot", or "the second child" when nouns repeat
-        if noun_counts[t.noun] == 1:
-            return f"the {t.noun}"
-        return f"the {_ORDINALS[ord(t.handle.rsplit('_', 1)[1][0]) - ord('A')]} {t.noun}"
-
-    def members(render_one) -> str:
-        names = [render_one(t) for t in carriers]
-        return scene.format(members=_join(names), member=names[0] if names else "")
-
-    paragraph = members(mention)
-    text_paragraph = members(lambda t: t.value)
-    text_paragraph = text_paragraph[0].upper() + text_paragraph[1:] if text_paragraph else text_paragraph
-
-    lines: list[str] = []
-    sentences: list[str] = []
-    templates = _lines()
+        scene = _draw_scene(terms, carriers, has_scene, rng)
+    names = _Names.of(terms, carriers)
+    text_paragraph = _members(scene, [t.value for t in carriers])
+    parts = _Parts(_members(scene, [names.mention(t) for t in carriers]),
+                   text_paragraph[0].upper() + text_paragraph[1:] if text_paragraph else text_paragraph)
     for t in terms:
-        if t.role == "text":
-            continue
-        carrier = by_symbol.get(t.carrier) if t.carrier else None
-        worded = in_words(t)
-        role = ("text_relation" if (t.role == "relation" and t.op == "T" and not worded)
-                else "anchor" if t.op == "f" else t.role)
-        context = {
-            "carrier": _quoted(t.handle) if t.op == "f" else (_quoted(carrier.handle) if carrier and carrier.handle else ""),
-            "noun": (carrier.noun if carrier and carrier.noun else t.noun) or "",
-            "source": t.entity or "",
-            "image": t.image or "",
-            "described": describe(t.entity) if t.entity else t.value,
-            "name": phrase_name(t.subtype),
-            "value": t.value,
-            "participants": _join([_quoted(by_symbol[p].handle) for p in t.participants]),
-            "text_participants": _join([text_name(by_symbol[p]) for p in t.participants]).capitalize(),
-        }
-        part = "prose" if worded else "pool" if t.symbol in pooled and role in templates["pool"] else "reference"
-        line = templates[part][role](context)
-        if worded:  # reference content stated in words: part of the scene description
-            paragraph += " " + line
-        elif role == "text_relation":  # no reference: it belongs to the scene description
-            paragraph += " " + line
-            text_paragraph += " " + templates["text"][role](context)
-        elif line:
-            lines.append(line)
-        sentence = templates["text"][role](context)
-        if role != "anchor" and carrier is not None and carrier.handle:
-            sentence = sentence.replace(f"The {context['noun']}", text_name(carrier).capitalize(), 1)
-        if sentence and role != "text_relation":
-            sentences.append(sentence)
-    prompt = render("prompts/prompt.j2", paragraph=paragraph, lines=lines)
-    text_only = " ".join(["Generate a new scene.", text_paragraph, *sentences])
+        if t.role != "text":
+            parts.add(t, names, pooled)
+    prompt = render("prompts/prompt.j2", paragraph=parts.paragraph, lines=parts.lines)
+    text_only = " ".join(["Generate a new scene.", parts.text_paragraph, *parts.sentences])
     return Prompts(prompt.strip(), text_only.strip(), scene)

@@ -38,7 +38,7 @@ def exam_benchmark() -> Path:
     """The exam's benchmark folder, sampled into the cache on first use (concurrent first uses are
     safe: each samples privately and the first rename wins)."""
     from ..cache import make_stage
-    from ..sample import ClutterSpec, sample_benchmark
+    from ..sample import ClutterSpec, SampleOptions, sample_benchmark
 
     root = cache_root() / _name()
     bench = root / "benchmark"
@@ -47,7 +47,7 @@ def exam_benchmark() -> Path:
     root.mkdir(parents=True, exist_ok=True)
     work = make_stage(root, ".benchmark.")
     try:
-        sample_benchmark(work / "benchmark", clutter=ClutterSpec(_DISTRACTORS, _DISTRACTORS), **_SAMPLE)
+        sample_benchmark(work / "benchmark", SampleOptions(clutter=ClutterSpec(_DISTRACTORS, _DISTRACTORS), **_SAMPLE))
         try:
             os.rename(work / "benchmark", bench)
         except OSError:

@@ -6,8 +6,10 @@ from ..records import CASES_FILE, MANIFEST_FILE, REFERENCES_DIR, read_cases, rea
 from ._bind import BindingError, BoundCase, bind
 from ._clutter import CLUTTER_FILE, ClutterSpec, add_clutter, parse_distractors, pooled_roles
 from ._index import LibraryIndex
+from ._options import SampleOptions
+from ._parallel import Written, default_jobs
 from ._quotas import QUOTA_FILE, draw_templates, quotas
-from ._sample import Plan, plan_cases, sample_benchmark, write_benchmark
+from ._sample import ManifestInputs, Plan, plan_cases, sample_benchmark, write_benchmark
 
 __all__ = [
     "BindingError",
@@ -17,11 +19,15 @@ __all__ = [
     "ClutterSpec",
     "LibraryIndex",
     "MANIFEST_FILE",
+    "ManifestInputs",
     "Plan",
     "add_clutter",
     "QUOTA_FILE",
     "REFERENCES_DIR",
+    "SampleOptions",
+    "Written",
     "bind",
+    "default_jobs",
     "draw_templates",
     "parse_distractors",
     "plan_cases",

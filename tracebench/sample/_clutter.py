@@ -158,6 +158,61 @@ class _Choice:
     shares: tuple[str, ...]
 
 
+def _entity_shares(t: TermBinding, e: EntityRef, target: EntityRef, identity: frozenset[str]) -> tuple[str, ...]:
+    """What a distractor entity has in common with the entity it is to be mistaken for."""
+    shares = [f"category {e.category}"] if e.category == target.category else []
+    if t.role in (Role.ATTACH, Role.IP):
+        shares.insert(0, f"usable as {t.role}")
+    if e.noun == target.noun:
+        shares.append(f"noun {e.noun}")
+    mine = dict(target.tags)
+    shares += [f"{k}: {v}" for k, v in e.tags if k not in identity and mine.get(k) == v]
+    return tuple(shares)
+
+
+def _choose_entity(t: TermBinding, lib: _Candidates, source: int, used: set[int], rng: random.Random,
+                   identity: frozenset[str]) -> _Choice | None:
+    """An anchored entity's or a whole item's hard negative: another entity of its noun or
+    category (usable the same way), never its identity."""
+    target = lib.entity_at.get((source, t.entity_index if t.entity_index is not None else -1))
+    if target is None:
+        return None
+    own = _identity(target, identity)
+
+    def other(e) -> bool:
+        return e.image not in used and e.description != target.description and _identity(e, identity) != own
+
+    if t.op is Family.ANCHOR:
+        buckets = [lib.by_noun.get((target.category, target.noun), []), lib.by_category.get(target.category, [])]
+    else:
+        use = str(t.role)
+        buckets = [lib.by_use_category.get((use, target.category), []), lib.index.by_use.get(use, [])]
+    e = _pick(rng, buckets, other)
+    return None if e is None else _Choice(e.image, e, e.description, _entity_shares(t, e, target, identity))
+
+
+def _choose_attribute(t: TermBinding, lib: _Candidates, source: int, used: set[int],
+                      rng: random.Random) -> _Choice | None:
+    """An attribute's hard negative: another value of its subtype, on an entity of the source's
+    category first."""
+    key = t.subtype or ""
+    value = t.value
+    target = lib.entity_at.get((source, t.entity_index if t.entity_index is not None else -1))
+    category = target.category if target is not None else t.category or ""
+
+    def differs(e) -> bool:
+        return (e.image not in used and dict(e.tags).get(key) not in (None, value)
+                and (target is None or e.description != target.description))
+
+    e = _pick(rng, [lib.by_subtype_category.get((key, category), []), lib.index.by_subtype.get(key, [])], differs)
+    if e is None:
+        return None
+    shares = [f"subtype {key}"] + ([f"category {e.category}"] if e.category == category else [])
+    if target is not None and e.noun == target.noun:
+        shares.append(f"noun {e.noun}")
+    return _Choice(e.image, e, dict(e.tags)[key], tuple(shares))
+
+
 def _choose(t: TermBinding, lib: _Candidates, used: set[int], rng: random.Random) -> _Choice | None:
     """A hard negative for term ``t`` from an image not in ``used``; None when the library has none."""
     identity, _ = _settings()
@@ -166,47 +221,9 @@ def _choose(t: TermBinding, lib: _Candidates, used: set[int], rng: random.Random
     if source is None:
         return None
     if t.op is Family.ANCHOR or t.role in (Role.ATTACH, Role.IP):
-        target = lib.entity_at.get((source, t.entity_index if t.entity_index is not None else -1))
-        if target is None:
-            return None
-        own = _identity(target, identity)
-
-        def other(e) -> bool:
-            return e.image not in used and e.description != target.description and _identity(e, identity) != own
-
-        if t.op is Family.ANCHOR:
-            buckets = [lib.by_noun.get((target.category, target.noun), []), lib.by_category.get(target.category, [])]
-        else:
-            use = str(t.role)
-            buckets = [lib.by_use_category.get((use, target.category), []), index.by_use.get(use, [])]
-        e = _pick(rng, buckets, other)
-        if e is None:
-            return None
-        shares = [f"category {e.category}"] if e.category == target.category else []
-        if t.role in (Role.ATTACH, Role.IP):
-            shares.insert(0, f"usable as {t.role}")
-        if e.noun == target.noun:
-            shares.append(f"noun {e.noun}")
-        mine = dict(target.tags)
-        shares += [f"{k}: {v}" for k, v in e.tags if k not in identity and mine.get(k) == v]
-        return _Choice(e.image, e, e.description, tuple(shares))
+        return _choose_entity(t, lib, source, used, rng, identity)
     if t.role is Role.LOCAL:
-        key = t.subtype or ""
-        value = t.value
-        target = lib.entity_at.get((source, t.entity_index if t.entity_index is not None else -1))
-        category = target.category if target is not None else t.category or ""
-
-        def differs(e) -> bool:
-            return (e.image not in used and dict(e.tags).get(key) not in (None, value)
-                    and (target is None or e.description != target.description))
-
-        e = _pick(rng, [lib.by_subtype_category.get((key, category), []), index.by_subtype.get(key, [])], differs)
-        if e is None:
-            return None
-        shares = [f"subtype {key}"] + ([f"category {e.category}"] if e.category == category else [])
-        if target is not None and e.noun == target.noun:
-            shares.append(f"noun {e.noun}")
-        return _Choice(e.image, e, dict(e.tags)[key], tuple(shares))
+        return _choose_attribute(t, lib, source, used, rng)
     if t.role is Role.GLOBAL:
         refs: list[GlobalRef] = index.globals_by_subtype.get(t.subtype or "", [])
         g = _pick(rng, [refs], lambda r: r.image not in used and r.value != t.value)
@@ -217,17 +234,10 @@ def _choose(t: TermBinding, lib: _Candidates, used: set[int], rng: random.Random
     return None
 
 
-def add_clutter(terms: tuple[TermBinding, ...], formula, images: tuple[int, ...], index: LibraryIndex,
-                spec: ClutterSpec, rng: random.Random):
-    """The case's terms, formula and references (library image indices, in reference order)
-    with distractors interleaved, and its :class:`~tracebench.records.Clutter` (None when
-    no clutter was asked for). ``images`` are the formula's images, Image 1..k."""
-    if not spec.active:
-        return terms, formula, images, None
-    wanted = rng.randint(spec.low, spec.high)
-    cap = MAX_REFERENCES if spec.max_references is None else min(spec.max_references, MAX_REFERENCES)
-    wanted = max(0, min(wanted, cap - len(images)))
-    lib = _candidates(index)
+def _chosen(terms: tuple[TermBinding, ...], lib: _Candidates, images: tuple[int, ...], wanted: int,
+            rng: random.Random) -> list[tuple[TermBinding, _Choice]]:
+    """Up to ``wanted`` distractors: the eligible terms in a seeded order take one each in turn
+    while the library has more for them."""
     eligible = [t for t in terms if t.source_id is not None and t.op is not Family.TEXT]
     rng.shuffle(eligible)
     used = set(images)
@@ -244,15 +254,41 @@ def add_clutter(terms: tuple[TermBinding, ...], formula, images: tuple[int, ...]
                 chosen.append((t, choice))
                 nxt.append(t)
         turn = nxt
+    return chosen
+
+
+def _interleaved(images: tuple[int, ...], chosen: list[tuple[TermBinding, _Choice]], rng: random.Random) -> list[int]:
+    """The references in order: the formula's images in their order, the distractors at seeded places."""
     total = len(images) + len(chosen)
     slots = sorted(rng.sample(range(total), len(chosen)))
     placed = list(range(len(chosen)))
     rng.shuffle(placed)
     at_slot = dict(zip(slots, placed))
-    order: list[int] = []
     formula_images = iter(images)
-    for k in range(total):
-        order.append(chosen[at_slot[k]][1].image if k in at_slot else next(formula_images))
+    return [chosen[at_slot[k]][1].image if k in at_slot else next(formula_images) for k in range(total)]
+
+
+def _pooled(terms: tuple[TermBinding, ...], distractors: tuple[Distractor, ...]) -> tuple[PoolTarget, ...]:
+    """Pool mode: each term named by description, with its true image and its confusers."""
+    roles = pooled_roles()
+    return tuple(PoolTarget(term=t.symbol, image=t.image or "",
+                            confusers=(found := tuple(d.image for d in distractors if d.confuses == t.symbol)),
+                            confusion=round(len(found) / (len(found) + 1), 4))
+                 for t in terms if t.image and t.role in roles and t.op is not Family.TEXT)
+
+
+def add_clutter(terms: tuple[TermBinding, ...], formula, images: tuple[int, ...], index: LibraryIndex,
+                spec: ClutterSpec, rng: random.Random):
+    """The case's terms, formula and references (library image indices, in reference order)
+    with distractors interleaved, and its :class:`~tracebench.records.Clutter` (None when
+    no clutter was asked for). ``images`` are the formula's images, Image 1..k."""
+    if not spec.active:
+        return terms, formula, images, None
+    wanted = rng.randint(spec.low, spec.high)
+    cap = MAX_REFERENCES if spec.max_references is None else min(spec.max_references, MAX_REFERENCES)
+    wanted = max(0, min(wanted, cap - len(images)))
+    chosen = _chosen(terms, _candidates(index), images, wanted, rng)
+    order = _interleaved(images, chosen, rng)
     number = {lib_image: k + 1 for k, lib_image in enumerate(order)}
     renumber = {old + 1: number[lib_image] for old, lib_image in enumerate(images)}
     label = {f"Image {old}": f"Image {new}" for old, new in renumber.items()}
@@ -264,12 +300,6 @@ def add_clutter(terms: tuple[TermBinding, ...], formula, images: tuple[int, ...]
                    confuses=t.symbol, entity=c.entity.desc if c.entity else None,
                    entity_index=c.entity.entity if c.entity else None, value=c.value, shares=c.shares)
         for k, (t, c) in enumerate(chosen))
-    pooled: tuple[PoolTarget, ...] = ()
-    if spec.pool:
-        roles = pooled_roles()
-        pooled = tuple(PoolTarget(term=t.symbol, image=t.image or "",
-                                  confusers=(found := tuple(d.image for d in distractors if d.confuses == t.symbol)),
-                                  confusion=round(len(found) / (len(found) + 1), 4))
-                       for t in terms if t.image and t.role in roles and t.op is not Family.TEXT)
     return terms, formula, tuple(order), Clutter(mode="pool" if spec.pool else "named", asked=wanted,
-                                                 distractors=distractors, pooled=pooled)
+                                                 distractors=distractors,
+                                                 pooled=_pooled(terms, distractors) if spec.pool else ())

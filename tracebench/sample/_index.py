@@ -97,34 +97,49 @@ class LibraryIndex:
         relation_keys = [s.key for s in tax.global_subtypes() if s.role == "relation"]
         backgrounds = [s.key for s in tax.special.values() if s.record == "background"]
         for i, image in enumerate(images):
-            render_entities = (image.render or {}).get("entities") or []
-            refs = []
-            for j, entity in enumerate(image.ent_list):
-                tags = entity.subtype_tags()
-                noun = noun_of_entity(entity, render_entities[j] if j < len(render_entities) else None)
-                ref = EntityRef(i, j, entity.category, entity.ent_desc, noun, describe(entity.ent_desc),
-                                tuple((key, values[0]) for key, values in tags.items()))
-                refs.append(ref)
-                index.entities.append(ref)
-                for key in tags:
-                    index.by_subtype.setdefault(key, []).append(ref)
-                for use in entity.usable_as:
-                    index.by_use[use].append(ref)
+            refs = index._add_entities(i, image)
             global_tags = image.global_tags()
-            for key, values in global_tags.items():
-                if key not in relation_keys:
-                    index.globals_by_subtype.setdefault(key, []).append(GlobalRef(i, key, values[0]))
-            if image.background:
-                for key in backgrounds:
-                    index.globals_by_subtype.setdefault(key, []).append(GlobalRef(i, key, image.background[0]))
-            known = (image.render or {}).get("relations") or []
-            relation_tags = [(key, value) for key in relation_keys for value in global_tags.get(key, ())]
-            for k, (key, value) in enumerate(relation_tags):
-                participants: tuple[EntityRef, ...] = ()
-                if k < len(known):
-                    subject, obj = known[k].get("subject"), known[k].get("object")
-                    if isinstance(subject, int) and isinstance(obj, int) and max(subject, obj) < len(refs):
-                        participants = (refs[subject], refs[obj])
-                phrase = _relation_phrase(value, *participants) if participants else None
-                index.relations.append(RelationRef(i, key, value, participants, phrase))
+            index._add_globals(i, image, global_tags, relation_keys, backgrounds)
+            index._add_relations(i, image, refs, [(key, value) for key in relation_keys
+                                                  for value in global_tags.get(key, ())])
         return index
+
+    def _add_entities(self, i: int, image: TaggedImage) -> list[EntityRef]:
+        """Image ``i``'s entities, by subtype and by use; returns them in ent_list order."""
+        render_entities = (image.render or {}).get("entities") or []
+        refs = []
+        for j, entity in enumerate(image.ent_list):
+            tags = entity.subtype_tags()
+            noun = noun_of_entity(entity, render_entities[j] if j < len(render_entities) else None)
+            ref = EntityRef(i, j, entity.category, entity.ent_desc, noun, describe(entity.ent_desc),
+                            tuple((key, values[0]) for key, values in tags.items()))
+            refs.append(ref)
+            self.entities.append(ref)
+            for key in tags:
+                self.by_subtype.setdefault(key, []).append(ref)
+            for use in entity.usable_as:
+                self.by_use[use].append(ref)
+        return refs
+
+    def _add_globals(self, i: int, image: TaggedImage, global_tags: dict, relation_keys: list[str],
+                     backgrounds: list[str]) -> None:
+        """Image ``i``'s image-level tags but relations, and its background under each background subtype."""
+        for key, values in global_tags.items():
+            if key not in relation_keys:
+                self.globals_by_subtype.setdefault(key, []).append(GlobalRef(i, key, values[0]))
+        if image.background:
+            for key in backgrounds:
+                self.globals_by_subtype.setdefault(key, []).append(GlobalRef(i, key, image.background[0]))
+
+    def _add_relations(self, i: int, image: TaggedImage, refs: list[EntityRef],
+                       relation_tags: list[tuple[str, str]]) -> None:
+        """Image ``i``'s relation tags, with their participants where its render plan names them."""
+        known = (image.render or {}).get("relations") or []
+        for k, (key, value) in enumerate(relation_tags):
+            participants: tuple[EntityRef, ...] = ()
+            if k < len(known):
+                subject, obj = known[k].get("subject"), known[k].get("object")
+                if isinstance(subject, int) and isinstance(obj, int) and max(subject, obj) < len(refs):
+                    participants = (refs[subject], refs[obj])
+            phrase = _relation_phrase(value, *participants) if participants else None
+            self.relations.append(RelationRef(i, key, value, participants, phrase))

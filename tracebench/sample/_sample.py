@@ -17,10 +17,10 @@ import random
 import shutil
 import sys
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from tqdm import tqdm
 
@@ -28,20 +28,21 @@ from .. import __version__
 from ..checklist import QUESTION_FILE, compile_checklist
 from ..errors import TraceError
 from ..gcpolicy import fewer_collections
-from ..formula import Expr, parse, slot_count, space_bounds, template_of, to_text
-from ..library import read_valid_library, staged_output
+from ..formula import Expr, parse, slot_count, template_of, to_text
+from ..library import LibraryInfo, read_valid_library, staged_output
 from ..realize import PROMPT_FILES, realize
 from ..records import CASES, REFERENCES_DIR, SAMPLE_MANIFEST, Case, LeftOut, Reference, SampleManifest
 from ..resources import data_hash, read_toml
 from ..safepaths import inside
 from ._bind import BindingError, BoundCase, bind
-from ._clutter import CLUTTER_FILE, ClutterSpec, add_clutter, check_spec
+from ._clutter import CLUTTER_FILE, ClutterSpec, add_clutter
 from ._capabilities import Gap, Need, library_gaps, needs_of, space_needs
 from ._index import LibraryIndex
-from ._parallel import Written, made_in_order, written
+from ._options import SampleOptions
+from ._parallel import RefPath, Written, made_in_order, written
 from ._quotas import QUOTA_FILE, draw_templates, left_out_counts, other_templates, quotas
 
-__all__ = ["Plan", "left_out", "left_out_line", "plan_cases", "sample_benchmark", "write_benchmark"]
+__all__ = ["ManifestInputs", "Plan", "left_out", "left_out_line", "plan_cases", "sample_benchmark", "write_benchmark"]
 
 APPLICATIONS_FILE = "applications.toml"
 BIND_ATTEMPTS = 25
@@ -232,103 +233,112 @@ def _suffix(path: str) -> str:
     return name[dot:] if 0 < dot < len(name) - 1 else ""
 
 
-def write_benchmark(out: Path, cases: Iterable[Case | Written], *, source: Callable[[Case, Reference], Path], seed: int,
-                    arguments: dict, library: dict, hashes: dict[str, str], overwrite: bool = False,
-                    extra: Callable[[Path], None] | None = None, left_out: tuple[LeftOut, ...] = (),
-                    clutter: dict | None = None) -> SampleManifest:
+@dataclass(frozen=True)
+class ManifestInputs:
+    """What a benchmark's manifest records besides the counts of its cases: the seed, the
+    arguments it was made with, the library (name, version, content hash), the hashes of the
+    data it was made from, what the library could not supply, and the clutter settings (None:
+    no clutter; given, recorded with what they gave: distractors placed, cases per number of
+    input images)."""
+
+    seed: int
+    arguments: dict
+    library: dict
+    hashes: dict[str, str]
+    left_out: tuple[LeftOut, ...] = ()
+    clutter: dict | None = None
+
+
+@dataclass
+class _Tally:
+    """What the manifest counts of the cases written."""
+
+    per_slot: Counter = field(default_factory=Counter)
+    per_app: Counter = field(default_factory=Counter)
+    per_inputs: Counter = field(default_factory=Counter)
+    placed: Counter = field(default_factory=Counter)  # distractors placed per case
+    whole: Counter = field(default_factory=Counter)
+    short: int = 0  # cases given fewer distractors than asked
+    templates: set[str] = field(default_factory=set)
+
+    def add(self, case: Written) -> None:
+        self.templates.add(case.template)
+        self.per_inputs[len(case.references)] += 1
+        self.placed[case.distractors] += 1
+        self.short += case.short
+        if case.application:
+            self.per_app[case.application] += 1
+        else:
+            self.per_slot[str(case.slot)] += 1
+            self.whole[str(case.slot)] += case.whole
+
+    def manifest(self, inputs: ManifestInputs) -> SampleManifest:
+        slots = sorted(self.per_slot, key=int)
+        return SampleManifest(
+            tool=f"tracebench {__version__}", seed=inputs.seed, arguments=inputs.arguments, library=inputs.library,
+            hashes=inputs.hashes, cases=sum(self.per_slot.values()) + sum(self.per_app.values()),
+            counts_per_slot={s: self.per_slot[s] for s in slots},
+            counts_per_application=dict(sorted(self.per_app.items())), distinct_templates=len(self.templates),
+            whole_share={s: round(self.whole[s] / self.per_slot[s], 4) for s in slots}, left_out=inputs.left_out,
+            clutter=None if inputs.clutter is None else {**inputs.clutter, **self._clutter()},
+            counts_per_inputs=None if inputs.clutter is None else {str(k): self.per_inputs[k]
+                                                                   for k in sorted(self.per_inputs)})
+
+    def _clutter(self) -> dict:
+        return {"distractors_placed": sum(k * n for k, n in self.placed.items()),
+                "cases_per_distractors": {str(k): self.placed[k] for k in sorted(self.placed)},
+                "cases_short": self.short}
+
+
+@dataclass
+class _References:
+    """Copies each reference image into the folder once, from ``source(case, reference)``."""
+
+    root: Path
+    source: Callable[[Written, RefPath], Path]
+    copied: set[str] = field(default_factory=set)
+
+    def copy(self, case: Written) -> None:
+        for ref in case.references:
+            if ref.path not in self.copied:
+                target = inside(self.root, ref.path, f"case {case.id}: reference", "benchmark folder")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(self.source(case, ref), target)
+                self.copied.add(ref.path)
+
+
+def _lines(cases: Iterable[Case | Written], references: _References, tally: _Tally) -> Iterator[str]:
+    for item in cases:
+        case = item if isinstance(item, Written) else written(item)
+        references.copy(case)
+        tally.add(case)
+        yield case.line
+
+
+def write_benchmark(out: Path, cases: Iterable[Case | Written], *, source: Callable[[Case, Reference], Path],
+                    inputs: ManifestInputs, overwrite: bool = False,
+                    extra: Callable[[Path], None] | None = None) -> SampleManifest:
     """Write a benchmark folder: ``cases.jsonl`` (streamed: ``cases`` may be a generator), each
     reference image copied from ``source(case, reference)`` (a path checked with
     :func:`tracebench.safepaths.inside`) to its path in the folder, never outside it, and
-    ``manifest.json`` counting what was written. The folder is assembled beside ``out`` and
-    renamed into place at the end (``overwrite``: replacing what ``out`` held); ``extra(folder)``
-    adds files before that. ``clutter``: the clutter settings, recorded with what they gave
-    (distractors placed, cases per number of input images). The one writer of benchmark folders (``trace sample``, and the
-    sub-cases of ``trace diagnose``). ``cases`` may hold cases already serialized
-    (:class:`~tracebench.sample._parallel.Written`, made by worker processes)."""
-    per_slot: Counter = Counter()
-    per_app: Counter = Counter()
-    per_inputs: Counter = Counter()
-    placed: Counter = Counter()  # distractors placed per case
-    short: Counter = Counter()  # cases given fewer distractors than asked (key True)
-    whole: Counter = Counter()
-    templates: set[str] = set()
+    ``manifest.json``: ``inputs`` and the counts of what was written. The folder is assembled
+    beside ``out`` and renamed into place at the end (``overwrite``: replacing what ``out``
+    held); ``extra(folder)`` adds files before that. The one writer of benchmark folders
+    (``trace sample``, and the sub-cases of ``trace diagnose``). ``cases`` may hold cases
+    already serialized (:class:`~tracebench.sample.Written`, made by worker processes)."""
+    tally = _Tally()
     with staged_output(Path(out), overwrite=overwrite) as root:
         (root / REFERENCES_DIR).mkdir()
-        copied: set[str] = set()
-
-        def lines() -> Iterable[str]:
-            for item in cases:
-                case = item if isinstance(item, Written) else written(item)
-                for ref in case.references:
-                    if ref.path not in copied:
-                        target = inside(root, ref.path, f"case {case.id}: reference", "benchmark folder")
-                        target.parent.mkdir(parents=True, exist_ok=True)
-                        shutil.copyfile(source(case, ref), target)
-                        copied.add(ref.path)
-                templates.add(case.template)
-                per_inputs[len(case.references)] += 1
-                placed[case.distractors] += 1
-                short[True] += case.short
-                if case.application:
-                    per_app[case.application] += 1
-                else:
-                    per_slot[str(case.slot)] += 1
-                    whole[str(case.slot)] += case.whole
-                yield case.line
-
-        CASES.write_lines(root, lines())
-        slots = sorted(per_slot, key=int)
-        manifest = SampleManifest(
-            tool=f"tracebench {__version__}", seed=seed, arguments=arguments, library=library, hashes=hashes,
-            cases=sum(per_slot.values()) + sum(per_app.values()), counts_per_slot={s: per_slot[s] for s in slots},
-            counts_per_application=dict(sorted(per_app.items())), distinct_templates=len(templates),
-            whole_share={s: round(whole[s] / per_slot[s], 4) for s in slots}, left_out=left_out,
-            clutter=None if clutter is None else {**clutter, "distractors_placed": sum(k * n for k, n in placed.items()),
-                                                  "cases_per_distractors": {str(k): placed[k] for k in sorted(placed)},
-                                                  "cases_short": short[True]},
-            counts_per_inputs=None if clutter is None else {str(k): per_inputs[k] for k in sorted(per_inputs)})
+        CASES.write_lines(root, _lines(cases, _References(root, source), tally))
+        manifest = tally.manifest(inputs)
         SAMPLE_MANIFEST.write(root, manifest)
         if extra is not None:
             extra(root)
     return manifest
 
 
-@fewer_collections()  # the cases' objects, in the writer and its forked workers
-def sample_benchmark(out: Path, *, slots: tuple[int, ...], per_slot: int | None = None, seed: int = 0,
-                     library: Path | None = None, applications: bool | int = True,
-                     progress: bool | None = None, strict: bool = False,
-                     report: Callable[[str], None] | None = None, jobs: int = 1,
-                     clutter: ClutterSpec = ClutterSpec()) -> SampleManifest:
-    """Build a benchmark folder at ``out``; returns its manifest.
-
-    ``applications``: True, each application's cases of templates/applications.toml in
-    proportion to ``per_slot`` (:func:`application_cases`: 20 at the default 180); a number,
-    that many cases each; False (or 0), none.
-
-    ``clutter``: distractor references per case and the mode (named or pool); without it the
-    benchmark is that of a tracebench without clutter, byte for byte.
-
-    ``jobs``: processes making cases (forked workers; the output is the same bytes for any
-    number).
-
-    What the library cannot supply is left out (the manifest's ``left_out``; ``report`` gets
-    one line per family) and a case that cannot be bound tries other templates; ``strict``
-    refuses both: a library gap is an error, and so is a case that cannot be bound.
-    """
-    check_spec(clutter)
-    q = quotas()
-    per_slot = q.per_slot if per_slot is None else per_slot
-    if per_slot < 1:
-        raise TraceError(f"--per-slot: {per_slot} must be at least 1")
-    if applications is not True and applications is not False and (not isinstance(applications, int)
-                                                                    or applications < 0):
-        raise TraceError(f"--per-application: {applications!r} must be a whole number, 0 or more")
-    bounds = space_bounds()
-    bad = [s for s in slots if not bounds.min_slot <= s <= bounds.max_slot]
-    if bad:
-        raise TraceError(f"--slots: {bad} outside the slot levels {bounds.min_slot}-{bounds.max_slot}")
-    # absolute: trace run and diagnose find the library (the synthetic zoo's render plans) from anywhere
-    library_argument = None if library is None else str(Path(library).resolve())
+def _library_index(library: Path | None) -> tuple[Path, LibraryIndex]:
+    """The library folder (None: the shipped synthetic one), read and validated, and its index."""
     if library is None:
         from ..library import default_library
 
@@ -337,23 +347,29 @@ def sample_benchmark(out: Path, *, slots: tuple[int, ...], per_slot: int | None 
     info, images = read_valid_library(library, remember=True)
     if not images:
         raise TraceError(f"{library}: library '{info.name}' holds no image; add tagged images (trace library import)")
-    index = LibraryIndex.build(library, info, images)
-    needs = list(space_needs()) if slots else []
-    if applications:
+    return library, LibraryIndex.build(library, info, images)
+
+
+def _left_out_of(options: SampleOptions, index: LibraryIndex,
+                 report: Callable[[str], None] | None) -> tuple[frozenset[Need], tuple[LeftOut, ...]]:
+    """What the library cannot supply of the templates and applications asked for, and what
+    that leaves out (``report`` gets one line per family); ``strict``: an error instead."""
+    needs = list(space_needs()) if options.slots else []
+    if options.applications:
         needs += [need for rows in _application_needs().values() for _, _, row in rows for need in sorted(row, key=str)]
     gaps = library_gaps(index, needs)
-    if gaps and strict:
-        raise TraceError(f"library {info.name!r} cannot supply every template (--strict): " + "; ".join(
+    if gaps and options.strict:
+        raise TraceError(f"library {index.info.name!r} cannot supply every template (--strict): " + "; ".join(
             f"{gap.family} terms: {gap.reason}" for gap in gaps.values()))
-    without = frozenset(gaps)
-    entries = left_out(tuple(slots), applications, gaps)
-    for entry in entries:
-        if report is not None:
+    entries = left_out(options.slots, options.applications, gaps)
+    if report is not None:
+        for entry in entries:
             report(left_out_line(entry))
-    plans = plan_cases(tuple(slots), per_slot, seed, applications, without)
-    by_id = index.by_id
-    if progress is None:
-        progress = sys.stderr.isatty()
+    return frozenset(gaps), entries
+
+
+def _data_hashes(clutter: ClutterSpec) -> dict[str, str]:
+    """The hashes of the data files a benchmark is made from."""
     hashes = {
         "template_space": data_hash(("templates", "space.toml"), ("taxonomy", "kinds.toml"),
                                     ("grammar", "trace.lark"), ("grammar", "language.toml")),
@@ -366,17 +382,47 @@ def sample_benchmark(out: Path, *, slots: tuple[int, ...], per_slot: int | None 
     }
     if clutter.active:
         hashes["clutter"] = data_hash(("templates", CLUTTER_FILE))
-    with made_in_order(lambda i: _make_case(plans[i], index, seed, without, others=not strict, clutter=clutter),
-                       len(plans),
-                       jobs) as made:  # workers fork here, before the progress bar's thread
-        return write_benchmark(
-            out, tqdm(made, total=len(plans), desc="sampling", unit="case", disable=not progress, file=sys.stderr),
-            left_out=entries,
-            source=lambda case, ref: inside(library, by_id[ref.source_id].path,
-                                            f"{library}: image {ref.source_id} (case {case.id})", "library folder"),
-            seed=seed,
-            arguments={"slots": list(slots), "per_slot": per_slot, "applications": applications,
-                       "library": library_argument, **(clutter.arguments() if clutter.active else {})},
-            clutter=clutter.arguments() if clutter.active else None,
-            library={"name": info.name, "version": info.version, "content_hash": info.content_hash},
-            hashes=hashes)
+    return hashes
+
+
+def _manifest_inputs(options: SampleOptions, info: LibraryInfo, entries: tuple[LeftOut, ...]) -> ManifestInputs:
+    clutter = options.clutter.arguments() if options.clutter.active else None
+    # absolute: trace run and diagnose find the library (the synthetic zoo's render plans) from anywhere
+    library_argument = None if options.library is None else str(options.library.resolve())
+    return ManifestInputs(
+        seed=options.seed,
+        arguments={"slots": list(options.slots), "per_slot": options.per_slot, "applications": options.applications,
+                   "library": library_argument, **(clutter or {})},
+        library={"name": info.name, "version": info.version, "content_hash": info.content_hash},
+        hashes=_data_hashes(options.clutter), left_out=entries, clutter=clutter)
+
+
+def _library_source(library: Path, index: LibraryIndex) -> Callable[[Written, RefPath], Path]:
+    """Where a reference's image lies in the library folder (checked to lie inside it)."""
+    by_id = index.by_id
+    return lambda case, ref: inside(library, by_id[ref.source_id].path,
+                                    f"{library}: image {ref.source_id} (case {case.id})", "library folder")
+
+
+@fewer_collections()  # the cases' objects, in the writer and its forked workers
+def sample_benchmark(out: Path, options: SampleOptions, *, progress: bool | None = None,
+                     report: Callable[[str], None] | None = None) -> SampleManifest:
+    """Build a benchmark folder at ``out`` as ``options`` ask (:class:`SampleOptions`);
+    returns its manifest. ``progress``: a progress bar on stderr (default: when stderr is a
+    terminal).
+
+    What the library cannot supply is left out (the manifest's ``left_out``; ``report`` gets
+    one line per family) and a case that cannot be bound tries other templates; ``strict``
+    refuses both: a library gap is an error, and so is a case that cannot be bound.
+    """
+    library, index = _library_index(options.library)
+    without, entries = _left_out_of(options, index, report)
+    plans = plan_cases(options.slots, options.per_slot, options.seed, options.applications, without)
+    if progress is None:
+        progress = sys.stderr.isatty()
+    inputs = _manifest_inputs(options, index.info, entries)
+    make = lambda i: _make_case(plans[i], index, options.seed, without, others=not options.strict,  # noqa: E731
+                                clutter=options.clutter)
+    with made_in_order(make, len(plans), options.jobs) as made:  # workers fork here, before the progress bar's thread
+        cases = tqdm(made, total=len(plans), desc="sampling", unit="case", disable=not progress, file=sys.stderr)
+        return write_benchmark(out, cases, source=_library_source(library, index), inputs=inputs)

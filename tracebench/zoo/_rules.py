@@ -192,38 +192,56 @@ def _leaks(scene: Scene, g: TermBinding, profile: Profile) -> bool:
     return bool(others) and g.subtype not in profile.weak_subtypes()
 
 
+def _breaks_binding(failure: Failure, scene: Scene, g_symbol: str, aspect: str, profile: Profile) -> bool:
+    """Whether the failure breaks a requirement of a binding ``X ⊕ g``."""
+    g = scene.g_term(g_symbol, Role.GLOBAL, Role.RELATION, *LOCAL_ROLES)
+    if g is None:
+        return False
+    if _ignored(failure, g):
+        return (g.role, aspect) in ((Role.GLOBAL, "consistency"), (Role.RELATION, "binding"))
+    return (failure.name == "leaky-binding" and g.role is Role.LOCAL and aspect == "exclusivity"
+            and _leaks(scene, g, profile))
+
+
+def _breaks_composition(failure: Failure, scene: Scene, head: str, aspect: str) -> bool:
+    """Whether the failure breaks a requirement of composition ``head``."""
+    if aspect == "duplication":
+        return failure.name == "duplicate" and bool(scene.compositions[head])
+    return aspect == "relation" and any(t.op is Family.DISENTANGLE and t.role is Role.RELATION and t.carrier == head
+                                        and _ignored(failure, t) for t in scene.case.terms)
+
+
+def _breaks_anchor(failure: Failure, scene: Scene, aspect: str) -> bool:
+    """Whether the failure breaks a requirement of an anchored entity."""
+    if aspect != "identity":
+        return False
+    if failure.name == "global-interference":
+        return scene.has_global
+    return failure.name == "composition-interference" and scene.branches >= int(failure.arg)  # type: ignore[arg-type]
+
+
+def _breaks_g_term(failure: Failure, scene: Scene, t: TermBinding, aspect: str) -> bool:
+    """Whether the failure breaks a requirement of what g term ``t`` carries."""
+    if _ignored(failure, t):
+        return aspect in ("presence", "fidelity")
+    if failure.name == "global-interference":
+        return scene.has_global and t.role in LOCAL_ROLES and aspect == "fidelity"
+    return failure.name == "leaky-binding" and t.role is Role.LOCAL and aspect == "presence"
+
+
 def _breaks(failure: Failure, scene: Scene, target: str, aspect: str, profile: Profile) -> bool:
     """Whether a deterministic failure mode (any but noise) breaks requirement ``target:aspect``."""
     head, g_symbol = split_target(target)
-    name = failure.name
-    if g_symbol is not None:  # a binding X ⊕ g
-        g = scene.g_term(g_symbol, Role.GLOBAL, Role.RELATION, *LOCAL_ROLES)
-        if g is None:
-            return False
-        if _ignored(failure, g):
-            return (g.role, aspect) in ((Role.GLOBAL, "consistency"), (Role.RELATION, "binding"))
-        return name == "leaky-binding" and g.role is Role.LOCAL and aspect == "exclusivity" and _leaks(scene, g, profile)
+    if g_symbol is not None:
+        return _breaks_binding(failure, scene, g_symbol, aspect, profile)
     if head in scene.compositions:
-        if aspect == "duplication":
-            return name == "duplicate" and bool(scene.compositions[head])
-        return aspect == "relation" and any(t.op is Family.DISENTANGLE and t.role is Role.RELATION and t.carrier == head
-                                            and _ignored(failure, t) for t in scene.case.terms)
+        return _breaks_composition(failure, scene, head, aspect)
     t = scene.term(head)
     if t is None:
         return False
     if t.role is Role.ANCHOR:
-        if aspect != "identity":
-            return False
-        if name == "global-interference":
-            return scene.has_global
-        return name == "composition-interference" and scene.branches >= int(failure.arg)  # type: ignore[arg-type]
-    if t.op is not Family.DISENTANGLE:
-        return False
-    if _ignored(failure, t):
-        return aspect in ("presence", "fidelity")
-    if name == "global-interference":
-        return scene.has_global and t.role in LOCAL_ROLES and aspect == "fidelity"
-    return name == "leaky-binding" and t.role is Role.LOCAL and aspect == "presence"
+        return _breaks_anchor(failure, scene, aspect)
+    return t.op is Family.DISENTANGLE and _breaks_g_term(failure, scene, t, aspect)
 
 
 def _broken_by(f: Failure, scene: Scene, profile: Profile, target: str, aspect: str, seed: int,

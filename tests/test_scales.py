@@ -12,7 +12,7 @@ import pytest
 from test_cli import run_trace
 from tracebench.outcomes import Outcome, Status, median_vote
 from tracebench.providers import ModelSettings
-from tracebench.records import Question, read_cases, read_verdicts
+from tracebench.records import RUN_MANIFEST, Question, read_cases, read_verdicts
 from tracebench.run import generated_image, parse_reply, run_benchmark
 from tracebench.sample import sample_benchmark
 from tracebench.scales import Scale, answers, kind_of, normalize, outcome, truth_answer
@@ -119,6 +119,7 @@ def test_partial_failures_lower_each_scale_by_the_amount_set(bench, runs):
         manifest = json.loads((runs[scale] / "run.json").read_text())
         assert manifest["scale"] == scale
     assert "scale" not in json.loads((runs["binary"] / "run.json").read_text())
+    assert all(RUN_MANIFEST.read(run).answer_scale is Scale(scale) for scale, run in runs.items())
 
 
 def test_graded_over_http_equals_in_process(bench, runs, tmp_path, monkeypatch):

@@ -15,7 +15,7 @@ from tracebench.providers import ModelSettings
 from tracebench.records import RUN_MANIFEST, Question, read_cases, read_verdicts
 from tracebench.run import generated_image, parse_reply, run_benchmark
 from tracebench.sample import sample_benchmark
-from tracebench.scales import Scale, answers, kind_of, normalize, outcome, truth_answer
+from tracebench.scales import Scale, answers, kind_of, normalize, outcome, spec_of, truth_answer
 from tracebench.zoo import read_record
 
 SETTINGS = ModelSettings(max_retries=0, timeout=30.0)
@@ -76,6 +76,7 @@ def test_a_reply_is_read_on_its_scale():
     ternary = parse_reply(raw, questions, "ternary")
     assert ternary["f1:existence"][0] == "2" and ternary["f1:identity"][0] is None
     assert ternary["f1:leakage"][1] == "answer 'no' is not one of 2, 1, 0"
+    assert [spec_of(k).other_than for k in ("binary", "ternary")] == ["neither yes nor no", "not one of 2, 1, 0"]
 
 
 # ------------------------------------------------------------------------------ the zoo's partial failures

@@ -70,6 +70,7 @@ def test_every_answer_reads_back_as_itself(name):
         if spec.numeric:
             assert normalize(name, float(answer)) == answer
     assert normalize(name, "none of these") is None and normalize(name, True) is None
+    assert all(answer in spec.other_than for answer in spec.answers)
     assert KINDS[name] == spec.answers and Scale(name).spec is spec and Scale(name) is Scale(str(name))
 
 

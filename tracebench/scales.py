@@ -105,6 +105,14 @@ class ScaleSpec:
         """Whether the answers are numbers (compared as such: 2 and "2.0" are "2")."""
         return all(_number(a) is not None for a in self.answers)
 
+    @property
+    def other_than(self) -> str:
+        """What an answer outside the scale is, as a reply's reason says: "neither yes nor no",
+        "not one of 2, 1, 0"."""
+        if len(self.answers) == 2:
+            return "neither " + " nor ".join(self.answers)
+        return "not one of " + ", ".join(self.answers)
+
     def value(self, answer: str, q: Question) -> float:
         """The share of ``q``'s requirement satisfied when the reply gives ``answer``, after polarity."""
         value = self.values[self.answers.index(answer)]

@@ -61,7 +61,7 @@ class OneOf:
     def _check(self, value: object) -> str:
         names = self.names()
         if isinstance(value, str) and value in names:
-            return value
+            return str(value)  # a Scale or an enum member held as its plain text
         expected = alternatives(repr(str(n)) for n in names)
         raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": expected})
 

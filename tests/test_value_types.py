@@ -22,8 +22,8 @@ from tracebench.errors import TraceError
 from tracebench.operators import Family, Operator, Role
 from tracebench.outcomes import ENSEMBLES, FAILED, PASSED, Ensemble, Status, combine
 from tracebench.providers import ModelSettings, make_judge
-from tracebench.records import Case, DiagnosisManifest, Executor, JudgeBatch, Question, RunManifest, Vote, read_cases, \
-    read_verdicts
+from tracebench.records import Case, DiagnosisManifest, Executor, JudgeBatch, Question, RunManifest, Vote, executor_of, \
+    read_cases, read_verdicts
 from tracebench.resources import data_path
 from tracebench.scales import DEFAULT_SCALE, KINDS, SCALE_HEADER, STATES, Scale, ScaleSpec, answer_scale, answers, \
     kind_of, normalize, outcome, recorded_scale, register_scale, scale_names, scale_of_answers, spec_of, \
@@ -129,6 +129,13 @@ def test_every_ensemble_combines_and_the_scales_default_to_one(member):
     assert ENSEMBLES[member] is ENSEMBLES[member.value]
     assert combine(member, [PASSED, PASSED, FAILED]).passed and combine(member, [FAILED]) is FAILED
     assert set(ENSEMBLES) == set(Ensemble) and all(spec_of(n).ensemble in Ensemble for n in scale_names())
+
+
+@pytest.mark.parametrize("member", list(Executor))
+def test_every_executor_is_taken_and_another_refused_in_one_line(member):
+    assert executor_of(str(member)) is member
+    with pytest.raises(TraceError, match=r"^--executor: 'cloud' is neither local nor ray$"):
+        executor_of("cloud")
 
 
 @pytest.mark.parametrize("flag", sorted(CLI_CHOICES))

@@ -27,7 +27,8 @@ from .safepaths import RelativePath, SafeId
 from .scales import Scale, all_answers, alternatives, answer_scale, recorded_scale_names
 
 __all__ = ["Attribution", "CASES", "CASES_FILE", "Case", "Clutter", "Distractor", "PoolTarget", "DIAGNOSIS_FILE", "DIAGNOSIS_MANIFEST", "DiagnosisManifest",
-           "DiagnosisSummary", "DiagnosticEdge", "DiagnosticNode", "DiagnosticTree", "Endpoint", "Executor", "GENERATION_SUFFIX", "GenerationInfo", "GenerationRecord",
+           "DiagnosisSummary", "DiagnosticEdge", "DiagnosticNode", "DiagnosticTree", "Endpoint", "Executor", "GENERATION_SUFFIX",
+           "executor_of", "GenerationInfo", "GenerationRecord",
            "JudgeBatch", "LeftOut", "OneOf", "MANIFEST_FILE", "NODES", "NODES_FILE", "NodeOccurrence", "Question", "REFERENCES_DIR", "RUN_FILE",
            "RUN_MANIFEST", "Reference", "RunManifest", "SAMPLE_MANIFEST", "SUMMARY", "SUMMARY_FILE",
            "SampleManifest", "TREES", "TREES_FILE", "TermBinding", "VERDICTS", "VERDICTS_FILE", "Verdict", "Vote",
@@ -48,6 +49,13 @@ class Executor(StrEnum):
 
     LOCAL = "local"  # in this process
     RAY = "ray"  # by Ray workers
+
+
+def executor_of(text: str) -> Executor:
+    """``--executor``'s value as an :class:`Executor`; another is a TraceError naming the option."""
+    if text not in tuple(Executor):
+        raise TraceError(f"--executor: {text!r} is neither {' nor '.join(Executor)}")
+    return Executor(text)
 
 
 @dataclass(frozen=True)

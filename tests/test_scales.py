@@ -12,10 +12,10 @@ import pytest
 from test_cli import run_trace
 from tracebench.outcomes import Outcome, Status, median_vote
 from tracebench.providers import ModelSettings
-from tracebench.records import Question, read_cases, read_verdicts
-from tracebench.run import generated_image, parse_reply, RunOptions, run_benchmark
+from tracebench.records import RUN_MANIFEST, Question, read_cases, read_verdicts
+from tracebench.run import RunOptions, generated_image, parse_reply, run_benchmark
 from tracebench.sample import SampleOptions, sample_benchmark
-from tracebench.scales import Scale, answers, kind_of, normalize, outcome, truth_answer
+from tracebench.scales import Scale, answers, kind_of, normalize, outcome, spec_of, truth_answer
 from tracebench.zoo import read_record
 
 SETTINGS = ModelSettings(max_retries=0, timeout=30.0)
@@ -76,6 +76,7 @@ def test_a_reply_is_read_on_its_scale():
     ternary = parse_reply(raw, questions, "ternary")
     assert ternary["f1:existence"][0] == "2" and ternary["f1:identity"][0] is None
     assert ternary["f1:leakage"][1] == "answer 'no' is not one of 2, 1, 0"
+    assert [spec_of(k).other_than for k in ("binary", "ternary")] == ["neither yes nor no", "not one of 2, 1, 0"]
 
 
 # ------------------------------------------------------------------------------ the zoo's partial failures
@@ -119,6 +120,7 @@ def test_partial_failures_lower_each_scale_by_the_amount_set(bench, runs):
         manifest = json.loads((runs[scale] / "run.json").read_text())
         assert manifest["scale"] == scale
     assert "scale" not in json.loads((runs["binary"] / "run.json").read_text())
+    assert all(RUN_MANIFEST.read(run).answer_scale is Scale(scale) for scale, run in runs.items())
 
 
 def test_graded_over_http_equals_in_process(bench, runs, tmp_path, monkeypatch):

@@ -18,7 +18,7 @@ from enum import StrEnum
 from statistics import fmean
 from typing import Iterable, Mapping, Sequence, TypeVar
 
-__all__ = ["ABSTAINED", "ENSEMBLES", "FAILED", "PASSED", "Outcome", "Status", "combine", "majority", "majority_verdicts", "sample_means",
+__all__ = ["ABSTAINED", "ENSEMBLES", "Ensemble", "FAILED", "PASSED", "Outcome", "Status", "combine", "majority", "majority_verdicts", "sample_means",
            "mean_vote", "median_vote", "samples_of"]
 
 K = TypeVar("K")
@@ -114,13 +114,20 @@ def median_vote(outcomes: Iterable[Outcome]) -> Outcome:
     return Outcome.of(Status.PASS if value > 0.5 else Status.FAIL, value)
 
 
-# how the judges of an ensemble combine (trace run --ensemble)
-ENSEMBLES = {"mean": mean_vote, "majority": majority, "median": median_vote}
+class Ensemble(StrEnum):
+    """How the judges of an ensemble combine (trace run --ensemble; ``RunManifest.ensemble``)."""
+
+    MEAN = "mean"
+    MAJORITY = "majority"
+    MEDIAN = "median"
+
+
+ENSEMBLES = {Ensemble.MEAN: mean_vote, Ensemble.MAJORITY: majority, Ensemble.MEDIAN: median_vote}
 
 
 def combine(rule: str | None, outcomes: Iterable[Outcome]) -> Outcome:
     """The ensemble's outcome under ``rule`` (None: majority, what runs recorded before the rule)."""
-    return ENSEMBLES[rule or "majority"](outcomes)
+    return ENSEMBLES[rule or Ensemble.MAJORITY](outcomes)
 
 
 def samples_of(given: Mapping[str, Outcome] | Sequence[Mapping[str, Outcome]]) -> tuple[Mapping[str, Outcome], ...]:

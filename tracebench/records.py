@@ -12,25 +12,76 @@ file once, with its one reader and writer (:mod:`tracebench.jsonfiles`): ``CASES
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Iterator, Literal, Mapping
+from typing import Annotated, Any, Callable, ClassVar, Iterator, Literal, Mapping, Sequence
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError, core_schema
 
 from .errors import TraceError
 from .jsonfiles import JsonFile, JsonLinesFile
 from .operators import Family, Operator, Role
 from .outcomes import Outcome, Status
 from .safepaths import RelativePath, SafeId
+from .scales import Scale, all_answers, alternatives, answer_scale, recorded_scale_names
 
 __all__ = ["Attribution", "CASES", "CASES_FILE", "Case", "Clutter", "Distractor", "PoolTarget", "DIAGNOSIS_FILE", "DIAGNOSIS_MANIFEST", "DiagnosisManifest",
-           "DiagnosisSummary", "DiagnosticEdge", "DiagnosticNode", "DiagnosticTree", "Endpoint", "GENERATION_SUFFIX", "GenerationInfo", "GenerationRecord",
-           "LeftOut", "MANIFEST_FILE", "NODES", "NODES_FILE", "NodeOccurrence", "Question", "REFERENCES_DIR", "RUN_FILE",
+           "DiagnosisSummary", "DiagnosticEdge", "DiagnosticNode", "DiagnosticTree", "Endpoint", "Executor", "GENERATION_SUFFIX",
+           "executor_of", "GenerationInfo", "GenerationRecord",
+           "JudgeBatch", "LeftOut", "OneOf", "MANIFEST_FILE", "NODES", "NODES_FILE", "NodeOccurrence", "Question", "REFERENCES_DIR", "RUN_FILE",
            "RUN_MANIFEST", "Reference", "RunManifest", "SAMPLE_MANIFEST", "SUMMARY", "SUMMARY_FILE",
            "SampleManifest", "TREES", "TREES_FILE", "TermBinding", "VERDICTS", "VERDICTS_FILE", "Verdict", "Vote",
            "MAX_SAMPLES", "case_problem", "checklist_problem", "clutter_problem", "checked_run_verdicts", "read_cases", "read_generation_info", "sample_name", "split_sample_name", "read_run_verdicts", "repeated_question", "read_sample_manifest", "read_verdicts"]
 
 MAX_SAMPLES = 1000  # the most generations of a case: trace run --samples, trace diagnose --repeats
+
+
+class JudgeBatch(StrEnum):
+    """How a run asks its judges (trace run --judge-batch; ``RunManifest.judge_batch``)."""
+
+    CASE = "case"  # one call per case
+    OP = "op"  # one call per operator
+
+
+class Executor(StrEnum):
+    """Where a run's images are made (trace run --executor)."""
+
+    LOCAL = "local"  # in this process
+    RAY = "ray"  # by Ray workers
+
+
+def executor_of(text: str) -> Executor:
+    """``--executor``'s value as an :class:`Executor`; another is a TraceError naming the option."""
+    if text not in tuple(Executor):
+        raise TraceError(f"--executor: {text!r} is neither {' nor '.join(Executor)}")
+    return Executor(text)
+
+
+@dataclass(frozen=True)
+class OneOf:
+    """A text field whose values are ``names()`` when it is validated, for a vocabulary that grows at
+    run time (the answer scales): ``Annotated[str, OneOf(scale_names)]``. Another value is refused
+    as a ``Literal`` refuses it, and the JSON schema lists the names as a ``Literal``'s does."""
+
+    names: Callable[[], Sequence[str]]
+
+    def _check(self, value: object) -> str:
+        names = self.names()
+        if isinstance(value, str) and value in names:
+            return str(value)  # a Scale or an enum member held as its plain text
+        expected = alternatives(repr(str(n)) for n in names)
+        raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": expected})
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> core_schema.CoreSchema:
+        return core_schema.no_info_plain_validator_function(self._check)
+
+    def __get_pydantic_json_schema__(self, schema: Any, handler: Any) -> dict[str, Any]:
+        return {"enum": [str(n) for n in self.names()], "type": "string"}
+
+
+RecordedScale = Annotated[str, OneOf(recorded_scale_names)]  # a scale a record names: any but the default
+Answer = Annotated[str, OneOf(all_answers)]  # a judge's raw answer, on any scale
 
 
 class _Record(BaseModel):
@@ -190,6 +241,15 @@ def _shard_in_range(text: str) -> str:
 Shard = Annotated[str, Field(pattern=r"^[1-9][0-9]{0,8}/[1-9][0-9]{0,8}$"), AfterValidator(_shard_in_range)]
 
 
+class _OnScale:
+    """A record with a ``scale`` field (None: the default scale)."""
+
+    @property
+    def answer_scale(self) -> Scale:
+        """The scale its judges answered on (:func:`tracebench.scales.answer_scale`)."""
+        return answer_scale(self.scale)  # type: ignore[attr-defined]
+
+
 class SampleManifest(_Sparse):
     """``manifest.json`` of a benchmark folder: what produced it."""
 
@@ -262,7 +322,7 @@ class Vote(_Sparse):
     verdict: Status = Field(description="after polarity; abstain when no usable answer")
     value: float | None = Field(default=None, ge=0, le=1, description="the graded value of the outcome: 1 pass, 0 fail, "
                                 "partial credit between; none when abstained")
-    answer: Literal["yes", "no", "2", "1", "0", "1.0", "0.2", "0.0"] | None = Field(
+    answer: Answer | None = Field(
         default=None, description="the raw answer, when there is one: yes/no, a ternary grade 2/1/0 or an identity "
                                   "tier 1.0/0.2/0.0 (trace run --scale; the grade as the question is asked)")
     reason: str = Field(default="", description="the judge's reason, or why it abstained")
@@ -325,7 +385,7 @@ class GenerationInfo(_Sparse):
                                                                "for the first")
 
 
-class RunManifest(_Sparse):
+class RunManifest(_OnScale, _Sparse):
     """``run.json`` of a run folder."""
 
     _omitted_when_none: ClassVar[tuple[str, ...]] = ("max_images", "collage", "not_applicable", "collaged", "scale",
@@ -370,8 +430,8 @@ class RunManifest(_Sparse):
     not_applicable: int | None = Field(default=None, description="with max_images: cases left out (more references "
                                        "than the generator accepts, no --collage): no verdicts, no fail")
     collaged: int | None = Field(default=None, description="with --collage: cases sent as one grid image")
-    scale: Literal["ternary", "tiers"] | None = Field(default=None, description="the judges' answer scale when not "
-                                                      "binary (trace run --scale; tracebench.scales)")
+    scale: RecordedScale | None = Field(default=None, description="the judges' answer scale when not "
+                                        "binary (trace run --scale; tracebench.scales)")
     rejudged_from: str | None = Field(default=None, description="trace rejudge: the run folder whose images these "
                                       "verdicts judge (its generator, seed and sample are this run's); absent when "
                                       "the run generated its images")
@@ -490,7 +550,7 @@ class NodeOccurrence(_Record):
     node: SafeId = Field(description="the node id in that case's tree")
 
 
-class DiagnosisManifest(_Sparse):
+class DiagnosisManifest(_OnScale, _Sparse):
     """``diagnosis.json``: what a diagnosis folder was made from (a folder is resumed only by the same)."""
 
     _omitted_when_none: ClassVar[tuple[str, ...]] = ("scale",)
@@ -509,8 +569,8 @@ class DiagnosisManifest(_Sparse):
     cases: str = Field(description="the selection: failing, all, or a list of ids")
     shard: Shard | None = None
     roots_from_run: bool = Field(description="whether root verdicts are the run's (same generator, judges and scale)")
-    scale: Literal["ternary", "tiers"] | None = Field(default=None, description="the judges' answer scale when not "
-                                                      "binary (trace diagnose --scale; default the run's)")
+    scale: RecordedScale | None = Field(default=None, description="the judges' answer scale when not "
+                                        "binary (trace diagnose --scale; default the run's)")
     repeats: int = Field(default=1, ge=1, le=MAX_SAMPLES, description="generations of each node (the root included) "
                                                                       "whose majority decides its results")
     hashes: dict[str, str] = Field(description="SHA-256 of the diagnosis rules and sources")

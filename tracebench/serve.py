@@ -9,7 +9,10 @@ parsing) is then exercised end to end against it. Endpoints:
   benchmark folders the server was started with; the reply carries ``b64_json``.
 - ``POST /v1/chat/completions``: model ``oracle`` (or ``oracle:flip=P,yes-bias=Q``, a judge that
   errs at those rates); answers the questions listed as
-  ``- <id>: <text>`` from the record inside the generated image it is sent.
+  ``- <id>: <text>`` from the record inside the generated image it is sent, on the scale the
+  request names in its ``X-Tracebench-Scale`` header (``tracebench.scales.SCALE_HEADER``, which
+  tracebench's judge sends); a request without it is answered on the scale its JSON schema's
+  answers suggest.
 - ``GET /v1/models``.
 
 It binds 127.0.0.1 by default; ``latency`` adds a delay per request (for benchmarks).
@@ -39,6 +42,7 @@ from typing import Any, Iterable
 
 from .errors import TraceError
 from .records import CASES, Case
+from .scales import SCALE_HEADER, Scale, alternatives, scale_names, scale_of_answers
 
 __all__ = ["MAX_BODY", "MAX_FORM_PARTS", "MAX_JSON_CONTAINERS", "MAX_JSON_DEPTH", "ZooServer", "serve_forever"]
 
@@ -207,23 +211,27 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(400, f"case {record.case_id!r} is not in the benchmarks this server was started with")
         wanted = set(_QUESTION_LINE.findall("\n".join(texts)))
         questions = [q for q in case.checklist if q.id in wanted]
-        reply = json.dumps(oracle_reply(questions, record, errors, _scale_asked(body)))
+        reply = json.dumps(oracle_reply(questions, record, errors, _scale_asked(self.headers.get(SCALE_HEADER), body)))
         self._send(200, {"id": "chatcmpl-oracle", "object": "chat.completion", "created": int(time.time()),
                          "model": model, "choices": [{"index": 0, "finish_reason": "stop",
                                                           "message": {"role": "assistant", "content": reply}}],
                          "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}})
 
 
-def _scale_asked(body: dict) -> str:
-    """The scale a judge request asks for, read off the answers its JSON schema allows
-    (``tracebench.scales``: "2" only on the ternary scale, "1.0" only on the tiers); binary
-    when it names none."""
+def _scale_asked(named: str | None, body: dict) -> Scale:
+    """The scale a judge request asks for: the one its :data:`~tracebench.scales.SCALE_HEADER`
+    names (another name is refused, 400); without the header, the one suggested by the answers
+    its JSON schema allows (:func:`~tracebench.scales.scale_of_answers`), binary when it lists none."""
+    if named is not None:
+        if named.strip() not in scale_names():
+            raise _Refused(400, f"{SCALE_HEADER}: {named[:40]!r} is not {alternatives(scale_names())}", "unknown_scale")
+        return Scale(named.strip())
     try:
         schema = body["response_format"]["json_schema"]["schema"]
         allowed = set(schema["properties"]["answers"]["items"]["properties"]["answer"]["enum"])
     except (KeyError, TypeError):
-        return "binary"
-    return "ternary" if "2" in allowed else "tiers" if "1.0" in allowed else "binary"
+        return Scale.BINARY
+    return scale_of_answers(allowed)
 
 
 _JSON_STRING = re.compile(rb'"[^"]*(?:"|\Z)')  # escapes removed first; an unterminated string runs to the end

@@ -13,6 +13,7 @@ from typing import Iterable
 
 from ..formula import space_bounds
 from ..replies import DEFAULT_MAX_REPLY_BYTES
+from ..scales import DEFAULT_SCALE, scale_names
 
 __all__ = ["EXIT_STATUSES", "INCOMPLETE", "add_executor_options", "add_model_options", "model_settings", "report_incomplete", "shard", "slot_levels"]
 
@@ -50,7 +51,7 @@ def add_model_options(p: argparse.ArgumentParser, *, cache_default: str, default
                    help="seconds a call may take in all, however slowly the server sends (default 300)")
     p.add_argument("--max-reply-bytes", type=int, default=DEFAULT_MAX_REPLY_BYTES, metavar="N",
                    help=f"a longer reply body is cut off, an abstention (default {DEFAULT_MAX_REPLY_BYTES})")
-    p.add_argument("--scale", choices=("binary", "ternary", "tiers"), default=None if defaults_from else "binary",
+    p.add_argument("--scale", choices=scale_names(), default=None if defaults_from else DEFAULT_SCALE.value,
                    help="what judges answer: binary yes/no, ternary 2/1/0 (LongBanana), or tiers 1.0/0.2/0.0 for "
                         "anchor identity (Savanna), docs/protocols.md" + (inherit or " (default binary)"))
     p.add_argument("--judge-batch", choices=("case", "op"), default=None if defaults_from else "case",

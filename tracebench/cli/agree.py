@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from ..errors import TraceError
+from ..scales import DEFAULT_SCALE, scale_names
 
 
 def register(sub) -> None:
@@ -33,7 +34,7 @@ def register(sub) -> None:
                    help="the judge exam: judge a small fixed benchmark of zoo outputs with known answers with "
                         "--judge SPEC (a judge spec here) on --scale, and examine it; the check to run before "
                         "trusting a new judge (docs/protocols.md)")
-    p.add_argument("--scale", choices=("binary", "ternary", "tiers"), default="binary",
+    p.add_argument("--scale", choices=scale_names(), default=DEFAULT_SCALE.value,
                    help="with --exam: the scale the judge answers on (default binary)")
     p.add_argument("--retry-abstained", action="store_true",
                    help="with --exam: ask the judge again where it gave no usable answer")

@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ..errors import TraceError
 from ..replies import DEFAULT_MAX_REPLY_BYTES
+from ..scales import alternatives, scale_names
 
 __all__ = ["DEFAULT_BASE_URL", "DEFAULT_MAX_REPLY_BYTES", "OFFLINE_SCHEMES", "ModelConfig", "ModelEntry", "ModelSettings",
            "check_call_limits",
@@ -124,8 +125,8 @@ class ModelSettings:
         check_call_limits(timeout=self.timeout, max_retries=self.max_retries, max_reply_bytes=self.max_reply_bytes)
         if self.sample < 0:
             raise TraceError(f"sample: {self.sample} must be 0 or more")
-        if self.scale not in (None, "binary", "ternary", "tiers"):
-            raise TraceError(f"--scale: {self.scale!r} is not binary, ternary or tiers")
+        if self.scale is not None and self.scale not in scale_names():
+            raise TraceError(f"--scale: {self.scale!r} is not {alternatives(scale_names())}")
 
 
 def check_call_limits(*, timeout: float, max_retries: int, max_reply_bytes: int) -> None:

@@ -26,8 +26,7 @@ from typing import Any, Sequence
 from ..apikeys import api_key, public_url
 from ..errors import TraceError
 from ..records import Endpoint, Question
-from ..resources import read_toml
-from ..scales import KINDS, kind_of
+from ..scales import DEFAULT_SCALE, KINDS, SCALE_HEADER, kind_of, spec_of
 from ..scales import answers as scale_answers
 from ..templating import render, template_hash
 from ._base import CallFailed, EndpointRefused, Generator, Judge, Provider, RateLimited, Reply, Transient, \
@@ -330,7 +329,7 @@ class OpenAIJudge(OpenAIClients, Judge):
                "messages": _judge_text(case.prompt, _question_texts(questions, self.scale), self.scale),
                "images": [digest(r) for r in references], "image": digest(image),
                "templates": _templates_hash()}
-        if self.scale != "binary":  # a binary judge keeps the keys it always had
+        if self.scale != DEFAULT_SCALE:  # a binary judge keeps the keys it always had
             key |= {"scale": self.scale, "graded_templates": _templates_hash(GRADED_TEMPLATES)}
         return key
 
@@ -351,7 +350,8 @@ class OpenAIJudge(OpenAIClients, Judge):
                            "reason": {"type": "string"}}}}}}
         reply = await self.chat(
             messages=[{"role": "system", "content": system}, {"role": "user", "content": content}],
-            response_format={"type": "json_schema", "json_schema": {"name": "verdicts", "schema": schema}})
+            response_format={"type": "json_schema", "json_schema": {"name": "verdicts", "schema": schema}},
+            extra_headers={SCALE_HEADER: str(self.scale)})  # the scale named, not left to guess from the answers
         if reply.refusal:
             raise CallFailed(f"refusal: {reply.refusal}")
         return Reply(reply.content or "", reply.tokens, reply.model, reply.fingerprint, reply.usage)
@@ -379,7 +379,7 @@ def _said(value: object) -> str | None:
     return " ".join(value.split())[:200]
 
 
-def _question_texts(questions: Sequence[Question], scale: str = "binary") -> tuple[tuple[str, str, str], ...]:
+def _question_texts(questions: Sequence[Question], scale: str = DEFAULT_SCALE) -> tuple[tuple[str, str, str], ...]:
     """(id, text, kind) per question: the kind of answers it takes on ``scale`` (tracebench.scales)."""
     return tuple((q.id, q.question, kind_of(scale, q)) for q in questions)
 
@@ -394,24 +394,18 @@ def _templates_hash(names: tuple[str, ...] = JUDGE_TEMPLATES) -> str:
     return template_hash(*names)
 
 
-@lru_cache(maxsize=1)
-def _scales() -> dict:
-    return read_toml("templates", "judge/scales.toml")
-
-
 @lru_cache(maxsize=256)
-def _judge_text(prompt: str, questions: tuple[tuple[str, str, str], ...], scale: str = "binary") -> tuple[str, str]:
+def _judge_text(prompt: str, questions: tuple[tuple[str, str, str], ...], scale: str = DEFAULT_SCALE) -> tuple[str, str]:
     """The judge's system and user text (rendered once per call: key() and ask() both need it).
     On a graded scale: templates/judge/graded.j2 with the instructions of the kinds asked, and
-    each question marked with its kind's answers (templates/judge/scales.toml)."""
-    if scale == "binary":
+    each question marked with its kind's answers (:meth:`tracebench.scales.ScaleSpec.text`)."""
+    if scale == DEFAULT_SCALE:
         return render("judge/system.j2"), render("judge/user.j2", prompt=prompt,
                                                  questions=[(qid, text) for qid, text, _ in questions])
-    table = _scales()
-    kinds = list(dict.fromkeys(kind for _, _, kind in questions))
-    answers = " or ".join(dict.fromkeys(f'"{a}"' for kind in kinds for a in KINDS[kind]))
-    system = render("judge/graded.j2", instructions=[table[kind]["instruction"] for kind in kinds], answers=answers)
-    marked = [(qid, f"{text} {table[kind]['suffix']}".strip()) for qid, text, kind in questions]
+    texts = {kind: spec_of(kind).text() for _, _, kind in questions}  # kind -> (instruction, suffix)
+    answers = " or ".join(dict.fromkeys(f'"{a}"' for kind in texts for a in KINDS[kind]))
+    system = render("judge/graded.j2", instructions=[instruction for instruction, _ in texts.values()], answers=answers)
+    marked = [(qid, f"{text} {texts[kind][1]}".strip()) for qid, text, kind in questions]
     return system, render("judge/user.j2", prompt=prompt, questions=marked)
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import TraceError
+from ..scales import answer_scale
 from ._base import Generator, Judge, Provider
 from ._config import ModelConfig, ModelSettings, resolve_spec
 from ._local import CommandGenerator, FolderGenerator, OracleJudge, SyntheticGenerator
@@ -98,7 +99,7 @@ def _make(spec: str, settings: ModelSettings, role: str, builtins: dict[str, Fac
     if provider.concurrency is None:
         provider.concurrency = config.concurrency
     if isinstance(provider, Judge):
-        provider.scale = settings.scale or "binary"
+        provider.scale = answer_scale(settings.scale).value
     if isinstance(provider, Generator):
         provider.sample = settings.sample
         if config.max_images is not None:  # the models file's word over the class's declaration

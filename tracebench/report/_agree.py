@@ -97,7 +97,7 @@ def read_labels(source: Path, cases: dict[str, Case], manifest: RunManifest | No
     if source.is_dir():
         if not RUN_MANIFEST.path(source).is_file():
             raise TraceError(f"{source}: neither a run folder (no {RUN_MANIFEST.name}) nor a label file")
-        graded = (manifest or RUN_MANIFEST.read(source)).scale is not None
+        graded = (manifest or RUN_MANIFEST.read(source)).answer_scale.spec.graded
         rows = [(f"{VERDICTS.path(source)}:{k}", sample_name(v.case_id, v.sample), v.question_id,
                  _label_value(v.outcome, graded)) for k, v in VERDICTS.read_numbered(source) if v.outcome.answered]
     else:
@@ -540,7 +540,7 @@ def truth_labels(run_dir: Path, cases: dict[str, Case]) -> Answers:
     from ..zoo import read_record
 
     run_dir = Path(run_dir)
-    scale = RUN_MANIFEST.read(run_dir).scale or "binary"
+    scale = RUN_MANIFEST.read(run_dir).answer_scale
     truth: Answers = {}
     for case_id, case in cases.items():
         name, sample = split_sample_name(case_id) or (case_id, 0)  # a later sample's item (trace run --samples)
@@ -577,7 +577,7 @@ def examine(cases_dir: Path, run_dir: Path, *, seed: int = 0) -> dict[str, Any]:
     truth = truth_labels(run_dir, cases)
     from ..scales import KINDS, kind_of, truth_answer
 
-    scale = manifest.scale or "binary"
+    scale = manifest.answer_scale
     questions = {(case_id, q.id): q for case_id, c in cases.items() for q in c.checklist}  # samples' items too
     judged: Answers = {}
     abstained = asked = 0
@@ -590,7 +590,7 @@ def examine(cases_dir: Path, run_dir: Path, *, seed: int = 0) -> dict[str, Any]:
         if not v.outcome.answered:
             abstained += 1
             continue
-        judged[item] = _label_value(v.outcome, manifest.scale is not None)
+        judged[item] = _label_value(v.outcome, scale.spec.graded)
         if len(v.votes) == 1 and v.votes[0].answer is not None:
             q = questions[item]
             kind = kind_of(scale, q)
@@ -617,7 +617,7 @@ def examine(cases_dir: Path, run_dir: Path, *, seed: int = 0) -> dict[str, Any]:
             false_pass += value > 0.5
     n = len(judged)
     return _round({
-        "run": str(run_dir), "judge": pair["b"], "scale": manifest.scale or "binary", "questions": asked,
+        "run": str(run_dir), "judge": pair["b"], "scale": scale.value, "questions": asked,
         "answered": n, "abstention_rate": abstained / asked if asked else None,
         "accuracy": pair["agreement"], "cohen_kappa": pair["cohen_kappa"], "quadratic_kappa": pair["quadratic_kappa"],
         "opposite_end": pair["opposite_end"], "ci95": pair["ci95"],

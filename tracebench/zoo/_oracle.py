@@ -24,7 +24,7 @@ from typing import Any
 
 from ..errors import TraceError
 from ..records import GenerationRecord, Question
-from ..scales import KINDS, kind_of, truth_answer
+from ..scales import DEFAULT_SCALE, KINDS, kind_of, truth_answer
 from ._generate import RECORD_KEY, read_record
 
 __all__ = ["ORACLE", "JudgeErrors", "oracle_answers", "oracle_reply", "parse_oracle"]
@@ -115,7 +115,7 @@ _FLIPPED = {"holds": "broken", "broken": "holds", "partial": "partial"}
 
 
 def _answer(q: Question, cause: str | None, errors: JudgeErrors, record: GenerationRecord,
-            digest: str, scale: str = "binary") -> tuple[str, str]:
+            digest: str, scale: str = DEFAULT_SCALE) -> tuple[str, str]:
     """The raw answer to ``q`` on ``scale`` and the reason: the truth, unless the judge errs on it.
     A requirement the record lists as partly broken is answered partly met by a graded scale (and
     not met by a binary one); a flip answers the opposite end (a partial stays partial), a
@@ -148,7 +148,7 @@ def oracle_answers(checklist: Sequence[Question], png: bytes) -> dict[str, bool]
 
 
 def oracle_reply(questions: Sequence[Question], png: bytes | GenerationRecord,
-                 errors: JudgeErrors | None = None, scale: str = "binary") -> dict[str, Any]:
+                 errors: JudgeErrors | None = None, scale: str = DEFAULT_SCALE) -> dict[str, Any]:
     """The JSON a judge model would return: ``{"answers": [{"id", "answer", "reason"}]}``.
 
     ``png`` is the generated image, or the record already read from it (:func:`read_record`).

@@ -24,11 +24,11 @@ ROOT = Path(__file__).resolve().parent.parent
 # the shared leaf modules every stage uses; providers sit below library (tagging calls models).
 LAYERS = (
     ("__init__", "errors", "operators", "outcomes", "resources", "cache", "jsonfiles", "safepaths", "derived",
-     "gcpolicy", "lazy", "images", "apikeys", "replies", "nouns", "templating"),
+     "gcpolicy", "lazy", "images", "apikeys", "replies", "nouns", "templating", "choices"),
     ("formula",),
     ("taxonomy",),
-    ("records",),
     ("scales",),
+    ("records",),
     ("providers",),
     ("library",),
     ("realize",),

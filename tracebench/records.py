@@ -12,7 +12,6 @@ file once, with its one reader and writer (:mod:`tracebench.jsonfiles`): ``CASES
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Callable, ClassVar, Iterator, Literal, Mapping, Sequence
 
@@ -20,6 +19,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from pydantic_core import PydanticCustomError, core_schema
 
 from .errors import TraceError
+from .choices import Executor, JudgeBatch, executor_of  # noqa: F401  (record types' values)
 from .jsonfiles import JsonFile, JsonLinesFile
 from .operators import Family, Operator, Role
 from .outcomes import Outcome, Status
@@ -35,27 +35,6 @@ __all__ = ["Attribution", "CASES", "CASES_FILE", "Case", "Clutter", "Distractor"
            "MAX_SAMPLES", "case_problem", "checklist_problem", "clutter_problem", "checked_run_verdicts", "read_cases", "read_generation_info", "sample_name", "split_sample_name", "read_run_verdicts", "repeated_question", "read_sample_manifest", "read_verdicts"]
 
 MAX_SAMPLES = 1000  # the most generations of a case: trace run --samples, trace diagnose --repeats
-
-
-class JudgeBatch(StrEnum):
-    """How a run asks its judges (trace run --judge-batch; ``RunManifest.judge_batch``)."""
-
-    CASE = "case"  # one call per case
-    OP = "op"  # one call per operator
-
-
-class Executor(StrEnum):
-    """Where a run's images are made (trace run --executor)."""
-
-    LOCAL = "local"  # in this process
-    RAY = "ray"  # by Ray workers
-
-
-def executor_of(text: str) -> Executor:
-    """``--executor``'s value as an :class:`Executor`; another is a TraceError naming the option."""
-    if text not in tuple(Executor):
-        raise TraceError(f"--executor: {text!r} is neither {' nor '.join(Executor)}")
-    return Executor(text)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Iterable
 
+from ..choices import Executor, JudgeBatch
 from ..formula import space_bounds
 from ..replies import DEFAULT_MAX_REPLY_BYTES
 from ..scales import DEFAULT_SCALE, scale_names
@@ -54,7 +55,7 @@ def add_model_options(p: argparse.ArgumentParser, *, cache_default: str, default
     p.add_argument("--scale", choices=scale_names(), default=None if defaults_from else DEFAULT_SCALE.value,
                    help="what judges answer: binary yes/no, ternary 2/1/0 (LongBanana), or tiers 1.0/0.2/0.0 for "
                         "anchor identity (Savanna), docs/protocols.md" + (inherit or " (default binary)"))
-    p.add_argument("--judge-batch", choices=("case", "op"), default=None if defaults_from else "case",
+    p.add_argument("--judge-batch", choices=[b.value for b in JudgeBatch], default=None if defaults_from else JudgeBatch.CASE.value,
                    help="one judge call per case or one per operator" + (inherit or " (default case)"))
     p.add_argument("--shard", type=shard, metavar="i/n", help="only shard i of n (split by case id)")
     p.add_argument("--seed", type=int, default=None if defaults_from else 0,
@@ -65,7 +66,7 @@ def add_model_options(p: argparse.ArgumentParser, *, cache_default: str, default
 
 def add_executor_options(p: argparse.ArgumentParser) -> None:
     """Where images are made (run, diagnose): here, or by Ray workers."""
-    p.add_argument("--executor", choices=("local", "ray"), default="local",
+    p.add_argument("--executor", choices=[e.value for e in Executor], default=Executor.LOCAL.value,
                    help="where images are made: local (here) or ray (Ray workers, each building the generator "
                         "once; cache, resume, judges and verdicts stay here); needs pip install 'tracebench[ray]'")
     p.add_argument("--workers", type=int, default=1, metavar="N", help="--executor ray: Ray workers (default 1)")

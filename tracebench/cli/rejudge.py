@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..outcomes import Ensemble
+
 from ._args import EXIT_STATUSES, add_model_options, model_settings, run_incomplete
 
 
@@ -19,7 +21,7 @@ def register(sub) -> None:
                    "read)")
     p.add_argument("--judge", action="append", required=True, metavar="SPEC",
                    help="as trace run's --judge; repeat for an ensemble")
-    p.add_argument("--ensemble", choices=("mean", "majority", "median"), default=None,
+    p.add_argument("--ensemble", choices=[e.value for e in Ensemble], default=None,
                    help="how several judges combine, as trace run's --ensemble")
     p.add_argument("--max-calls", type=int, default=None, metavar="N",
                    help="a budget of judge calls, as trace run's --max-calls")

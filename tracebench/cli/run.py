@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..outcomes import Ensemble
+
 from ._args import (
     EXIT_STATUSES,
     add_executor_options,
@@ -24,7 +26,7 @@ def register(sub) -> None:
     p.add_argument("--judge", action="append", required=True, metavar="SPEC",
                    help="openai:MODEL[@URL[,URL]], oracle[:flip=P,yes-bias=Q], python:FILE.py[:NAME], a registered provider's name "
                         "or a name of the models file; repeat for an ensemble (--ensemble)")
-    p.add_argument("--ensemble", choices=("mean", "majority", "median"), default=None,
+    p.add_argument("--ensemble", choices=[e.value for e in Ensemble], default=None,
                    help="how several judges combine: mean (default, as the paper averages its judges: the value "
                         "is the judges' mean, passing above one half), majority (the majority status; a tie "
                         "abstains) or median (the default with a graded --scale)")

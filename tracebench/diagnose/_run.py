@@ -18,6 +18,8 @@ from ..errors import TraceError, other_fields
 from ..formula import canonical
 from ..outcomes import Outcome
 from ..providers import Generator, ModelSettings, RayGenerator, resolve_spec, runs_offline, synthetic_profile
+from ..outcomes import Ensemble
+from ..choices import Executor, executor_of
 from ..records import (CALL_CACHE_DIR, DIAGNOSIS_MANIFEST, MAX_SAMPLES, ROUNDS_DIR, RUN_MANIFEST, SUMMARY, TREES, VERDICTS,
                        Case, DiagnosisLayout, DiagnosisManifest, DiagnosisSummary, RunManifest)
 from ..resources import data_hash
@@ -25,6 +27,7 @@ from ..run import (RunOptions, abstention_reason, default_ensemble, generated_im
                    run_benchmark, stream_run)
 from ..safepaths import owned_folder
 from ..sample import read_sample_manifest
+from ..scales import recorded_scale
 from ..score import Gating
 from ._diagnose import (STRATEGIES, WINDOW, Evaluated, RootEvidence, _chosen_items, _choose, _Chosen, _short,
                         _streamed, _streamed_samples, _SummaryTally, _write_node_folder, diagnose, plan_trees)
@@ -71,8 +74,7 @@ class DiagnoseOptions:
         if self.strategy not in STRATEGIES:
             raise TraceError(f"--strategy: {self.strategy!r} is neither full nor adaptive")
         self.check_repeats(self.repeats)
-        if self.executor not in ("local", "ray"):
-            raise TraceError(f"--executor: {self.executor!r} is neither local nor ray")
+        executor_of(self.executor)
         if self.workers < 1:  # as trace run: refused whatever the executor
             raise TraceError(f"--workers: {self.workers} must be at least 1")
 
@@ -196,15 +198,15 @@ def _setup(run, options: DiagnoseOptions) -> _Setup:
     generator, judges, settings = named_providers(run.root, manifest, options.generator, options.judges,
                                                   options.settings or ModelSettings(seed=manifest.seed or 0))
     if settings.scale is None:  # the judges answer on the run's scale unless told otherwise
-        settings = replace(settings, scale=manifest.scale or "binary")
+        settings = replace(settings, scale=manifest.answer_scale.value)
     if settings.library is None:
         settings = replace(settings, library=library_of(run.cases_dir))
     judge_batch = options.judge_batch or manifest.judge_batch
     # the nodes' judges combine as the run's did (a run before the rule was recorded took the majority)
-    ensemble = manifest.ensemble or ("majority" if len(manifest.judges) > 1 else default_ensemble(settings.scale))
+    ensemble = manifest.ensemble or (Ensemble.MAJORITY if len(manifest.judges) > 1 else default_ensemble(settings.scale))
     gen, judge_list = make_providers(generator, judges, settings)
     workers = RayGenerator(generator, settings, gen, workers=options.workers, gpus=options.gpus_per_worker,
-                           address=options.ray_address) if options.executor == "ray" else None
+                           address=options.ray_address) if options.executor == Executor.RAY else None
     seed = settings.seed if gen.spec.startswith("synthetic:") else None
     judge_specs = tuple(j.spec for j in judge_list)
     roots_from_run = _roots_from_run(manifest, gen, judge_specs, judge_batch, seed, settings.scale)
@@ -213,7 +215,7 @@ def _setup(run, options: DiagnoseOptions) -> _Setup:
         cases_hash=manifest.cases_hash, generator=gen.spec, seed=seed, judges=judge_specs, judge_batch=judge_batch,
         strategy=options.strategy, gating=options.gating.value, cases=options.cases,
         shard=f"{options.shard[0]}/{options.shard[1]}" if options.shard else None,
-        roots_from_run=roots_from_run, repeats=repeats, scale=None if settings.scale == "binary" else settings.scale,
+        roots_from_run=roots_from_run, repeats=repeats, scale=recorded_scale(settings.scale),
         hashes={"diagnose": data_hash(("diagnose", RULES_FILE), ("diagnose", SOURCES_FILE))})
     return _Setup(generator, tuple(judges), settings, judge_batch, ensemble, repeats, gen, judge_specs, workers,
                   identity, manifest)
@@ -225,7 +227,7 @@ def _roots_from_run(manifest: RunManifest, gen: Generator, judge_specs: tuple[st
     with its generation options: other options make other images), judged as the diagnosis judges."""
     same_images = gen.spec == manifest.generator and dict(gen.options) == (manifest.generator_options or {})
     return (same_images and judge_specs == tuple(manifest.judges) and judge_batch == manifest.judge_batch
-            and seed == manifest.seed and manifest.sample == 0 and scale == (manifest.scale or "binary"))
+            and seed == manifest.seed and manifest.sample == 0 and scale == manifest.answer_scale)
 
 
 def diagnose_run(run_dir: Path, out: Path, options: DiagnoseOptions = DiagnoseOptions()) -> DiagnosisSummary:

@@ -21,6 +21,7 @@ from .. import __version__
 from ..derived import cache_root
 from ..errors import TraceError
 from ..records import CASES
+from ..scales import answer_scale
 
 __all__ = ["EXAM_PROFILE", "exam_benchmark", "take_exam"]
 
@@ -70,7 +71,7 @@ def take_exam(judge: str, *, settings=None, out: Path | None = None, concurrency
     settings = settings or ModelSettings()
     bench = exam_benchmark()
     if out is None:
-        key = hashlib.sha256(f"{judge}\n{settings.scale or 'binary'}".encode()).hexdigest()[:16]
+        key = hashlib.sha256(f"{judge}\n{answer_scale(settings.scale)}".encode()).hexdigest()[:16]
         out = bench.parent / "runs" / key
     run_benchmark(bench, out, RunOptions(generator=f"synthetic:{EXAM_PROFILE}", judges=[judge], settings=settings,
                   concurrency=concurrency, retry_abstained=retry_abstained))

@@ -477,9 +477,9 @@ def _check_compared(run, others: list, run_dir: Path) -> None:
         if other.manifest.cases_hash != run.manifest.cases_hash:
             raise TraceError(f"--compare {other.root}: a run of another benchmark ({other.cases_dir}, not the "
                              f"cases of {run_dir})")
-        if (other.manifest.scale or "binary") != (run.manifest.scale or "binary"):
-            raise TraceError(f"--compare {other.root}: judged on the {other.manifest.scale or 'binary'} scale, not the "
-                             f"{run.manifest.scale or 'binary'} one of {run_dir}: their values do not compare")
+        if other.manifest.answer_scale != run.manifest.answer_scale:
+            raise TraceError(f"--compare {other.root}: judged on the {other.manifest.answer_scale} scale, not the "
+                             f"{run.manifest.answer_scale} one of {run_dir}: their values do not compare")
 
 
 def _read_diagnosis(diagnosis: Path, run, run_dir: Path) -> tuple[Any, RecordIndex[DiagnosticTree]]:

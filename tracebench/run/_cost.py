@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..cache import Cache, cache_key
 from ..errors import TraceError
+from ..choices import JudgeBatch
 from ..records import Case
 
 __all__ = ["ASSUMED_SIZE", "CostBudget", "CostEstimate", "CostModel", "OUTPUT_TOKENS_PER_QUESTION", "Price",
@@ -213,7 +214,7 @@ class CostModel:
                 count.generation, count.images_to_generator = "call", len(given)
         ref_tokens = self._reference_tokens(case, refs)
         made_tokens = self._made_tokens(image)
-        batches = [list(case.checklist)] if self.judge_batch == "case" else _by_op(case.checklist)
+        batches = [list(case.checklist)] if self.judge_batch == JudgeBatch.CASE else _by_op(case.checklist)
         for judge in self.judges:
             for batch in batches:
                 if image is not None and self.cache is not None and \

@@ -35,10 +35,11 @@ from tqdm import tqdm
 
 from ..errors import TraceError, disk_full
 from ..jsonfiles import loads, write_json
+from ..choices import Executor, JudgeBatch
 from ..records import (CALL_CACHE_DIR, CASES, IMAGES_DIR, RUN_MANIFEST, VERDICTS, Case, GenerationInfo, Question, RunManifest,
                        Verdict, Vote, read_run_verdicts, repeated_question, RunLayout, SampleKey)
 from ..replies import unfence
-from ..scales import KINDS, Scale, kind_of, normalize
+from ..scales import DEFAULT_SCALE, spec_of, Scale, kind_of, normalize
 from ..scales import outcome as scaled_outcome
 from ..outcomes import ABSTAINED, Outcome, Status, combine, majority_verdicts
 from ..providers import (CallFailed, Generator, ImageBytes, Judge, ModelAccess, ModelSettings, RayGenerator, Reply,
@@ -102,7 +103,7 @@ def parse_reply(raw: str, questions: Sequence[Question], scale: Scale | str = Sc
     return result
 
 
-def _judged(given: list[dict], kind: str = "binary") -> tuple[str | None, str, str]:
+def _judged(given: list[dict], kind: str = DEFAULT_SCALE) -> tuple[str | None, str, str]:
     """One question's answer (of the answers of ``kind``) from the items of a reply that name it."""
     item = given[0]
     answers = {_answer(i, kind) or str(i.get("answer", "")).strip().lower() for i in given}
@@ -111,14 +112,12 @@ def _judged(given: list[dict], kind: str = "binary") -> tuple[str | None, str, s
     if len(answers) > 1:
         return None, clip(f"contradictory answers: {', '.join(sorted(map(repr, answers)))}", REASON_CHARS), part
     if answer is None:
-        wanted = " nor ".join(KINDS[kind]) if kind == "binary" else ", ".join(KINDS[kind])
-        what = "neither " + wanted if kind == "binary" else f"not one of {wanted}"
-        return None, clip(f"answer {item.get('answer')!r} is {what}", REASON_CHARS), part
+        return None, clip(f"answer {item.get('answer')!r} is {spec_of(kind).other_than}", REASON_CHARS), part
     reason = item.get("reason", "")
     return answer, clip(reason if isinstance(reason, str) else json.dumps(reason), REASON_CHARS), part
 
 
-def _answer(item: dict, kind: str = "binary") -> str | None:
+def _answer(item: dict, kind: str = DEFAULT_SCALE) -> str | None:
     raw = item.get("answer", "")
     if isinstance(raw, (dict, list)):
         return None
@@ -131,7 +130,7 @@ class _Runner:
     def __init__(self, root: Path, cases_dir: Path, generator: Generator, judges: list[Judge],
                  access: ModelAccess, identity: RunManifest, collaged: frozenset[str] = frozenset()) -> None:
         self.root, self.layout = root, RunLayout(root)
-        self.scale = Scale(identity.scale or "binary")  # what the judges answer on (tracebench.scales)
+        self.scale = identity.answer_scale  # what the judges answer on (tracebench.scales)
         self.collaged = collaged  # the cases sent their references as one grid image
         self.references = ReferenceFiles(cases_dir)
         self.generator, self.judges, self.access = generator, judges, access
@@ -201,7 +200,7 @@ class _Runner:
                 for q in case.checklist:
                     votes[q.id].append(Vote(judge=judge.spec, verdict=Status.ABSTAIN, reason=problem))
                 continue
-            batches = [list(case.checklist)] if self.judge_batch == "case" else _by_op(case.checklist)
+            batches = [list(case.checklist)] if self.judge_batch == JudgeBatch.CASE else _by_op(case.checklist)
             results = await asyncio.gather(*(self.ask(judge, case, batch, image, references) for batch in batches))
             for batch, (parsed, key, reply) in zip(batches, results):
                 for q in batch:
@@ -231,7 +230,7 @@ def _seen_models(pinned: dict[str, tuple[str, ...]], seen: dict[str, set[str]]) 
 def _most_calls(case: Case, generator: Generator, judges: Sequence[Judge], judge_batch: str, samples: int = 1) -> int:
     """The most model calls a case can take: per sample its generation, then each judge's batches
     (cache hits make it fewer; a retried call counts once, as ``run.json`` counts calls)."""
-    batches = 1 if judge_batch == "case" else len({q.op for q in case.checklist})
+    batches = 1 if judge_batch == JudgeBatch.CASE else len({q.op for q in case.checklist})
     return samples * (1 + len(judges) * batches)
 
 
@@ -588,7 +587,7 @@ def _made_providers(options: RunOptions, settings: ModelSettings) -> tuple[Gener
     gen, judges = make_providers(options.generator, options.judges, settings)
     if isinstance(options.executor, RayGenerator):
         gen = options.executor.serving(gen)
-    elif options.executor == "ray":
+    elif options.executor == Executor.RAY:
         gen = RayGenerator(options.generator, settings, gen, workers=options.workers, gpus=options.gpus_per_worker,
                            address=options.ray_address)
     return gen, judges

@@ -43,8 +43,8 @@ def _check_mergeable(run: Path, m: RunManifest, first_run: Path, first: RunManif
                                                                first.judge_batch):
         raise TraceError(f"{run}: a run of other cases, generator or judges than {first_run}; cannot merge")
     if (m.scale, m.ensemble) != (first.scale, first.ensemble):
-        raise TraceError(f"{run}: a run on another scale or ensemble than {first_run} (scale {m.scale or 'binary'} "
-                         f"vs {first.scale or 'binary'}, ensemble {m.ensemble} vs {first.ensemble}); cannot merge")
+        raise TraceError(f"{run}: a run on another scale or ensemble than {first_run} (scale {m.answer_scale} "
+                         f"vs {first.answer_scale}, ensemble {m.ensemble} vs {first.ensemble}); cannot merge")
     if m.samples != first.samples:
         raise TraceError(f"{run}: a run of {m.samples or 1} samples a case, {first_run} of {first.samples or 1}; "
                          f"cannot merge")

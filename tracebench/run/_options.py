@@ -13,15 +13,14 @@ from .. import __version__
 from ..cache import TEMPORARY_PREFIX
 from ..errors import TraceError, other_fields
 from ..outcomes import ENSEMBLES
+from ..choices import Executor, JudgeBatch, executor_of
 from ..providers import JUDGE_TEMPLATES, Generator, asking, Judge, ModelSettings, RayGenerator, RunImages
 from ..records import MAX_SAMPLES, RUN_FILE, RUN_MANIFEST, VERDICTS, RunManifest
-from ..scales import GRADED_ENSEMBLE, Scale
+from ..scales import Scale, answer_scale, recorded_scale
 from ..templating import template_hash
 
 __all__ = ["RESUME_FIELDS", "RunIdentity", "RunOptions", "default_ensemble"]
 
-JUDGE_BATCHES = ("case", "op")
-EXECUTORS = ("local", "ray")
 
 
 @dataclass(frozen=True)
@@ -63,7 +62,7 @@ class RunOptions:
     def _check_calls(self) -> None:
         if self.concurrency < 1:
             raise TraceError(f"--concurrency: {self.concurrency} must be at least 1")
-        if self.judge_batch not in JUDGE_BATCHES:
+        if self.judge_batch not in tuple(JudgeBatch):
             raise TraceError(f"--judge-batch: {self.judge_batch!r} is neither case nor op")
         if self.ensemble is not None and self.ensemble not in ENSEMBLES:
             raise TraceError(f"--ensemble: {self.ensemble!r} is neither {' nor '.join(ENSEMBLES)}")
@@ -85,9 +84,9 @@ class RunOptions:
             raise TraceError("--max-cost: give --price-file FILE, the prices the budget is counted in")
 
     def _check_executor(self) -> None:
-        if not isinstance(self.executor, RayGenerator) and self.executor not in EXECUTORS:
-            raise TraceError(f"--executor: {self.executor!r} is neither local nor ray")
-        if self.executor == "ray" and not isinstance(self.generator, str):
+        if not isinstance(self.executor, RayGenerator):
+            executor_of(self.executor)
+        if self.executor == Executor.RAY and not isinstance(self.generator, str):
             raise TraceError("--executor ray: the images are an earlier run's; there is nothing to generate")
         if self.workers < 1:
             raise TraceError(f"--workers: {self.workers} must be at least 1")
@@ -99,8 +98,9 @@ class RunOptions:
 
 
 def default_ensemble(scale: Scale | str) -> str:
-    """How several judges combine unless told: the mean (the paper's), the median on a graded scale."""
-    return "mean" if Scale(scale) is Scale.BINARY else GRADED_ENSEMBLE
+    """How several judges combine unless told: the scale's rule (the mean, the paper's; the median
+    on a graded scale)."""
+    return Scale(scale).spec.ensemble
 
 
 # what a resumed run must share with the run in its folder (anything else in run.json is counted)
@@ -121,7 +121,7 @@ class RunIdentity:
     def of(cls, options: RunOptions, settings: ModelSettings, cases: tuple[Path, str], generator: Generator,
            judges: Sequence[Judge]) -> RunIdentity:
         """The identity of a run of ``cases`` (its folder and the hash of its ``cases.jsonl``)."""
-        scale = Scale(settings.scale or "binary")
+        scale = answer_scale(settings.scale)
         source = generator.manifest if isinstance(generator, RunImages) else None  # trace rejudge's run
         ensemble = (options.ensemble or default_ensemble(scale)) if len(judges) > 1 else None
         limit = options.max_images if options.max_images is not None else generator.max_images
@@ -138,7 +138,7 @@ class RunIdentity:
             hashes={"judge_templates": template_hash(*JUDGE_TEMPLATES)},
             shard=f"{shard[0]}/{shard[1]}" if shard else None, cases=0, verdicts=0, calls={}, cache_hits=0,
             abstentions=0, tokens=0, max_images=limit, collage=None if limit is None else options.collage,
-            scale=None if scale is Scale.BINARY else scale.value,
+            scale=recorded_scale(scale),
             rejudged_from=str(generator.run_dir.resolve()) if source else None,
             generator_options=dict(generator.options) or None, samples=samples if samples > 1 else None,
             sample_seeds=_sample_seeds(generator, samples))

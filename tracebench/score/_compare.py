@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import TraceError
 from ..operators import OPERATORS
 from ..outcomes import sample_means
+from ..scales import answer_scale
 from ._protocols import _case_scores, check_protocols
 from ._score import Gating, case_scores, instance_scores
 
@@ -150,7 +151,7 @@ def _check_comparable(identities: list[tuple[str, str | None]]) -> None:
     """Refuse runs (their cases hash and scale) of different benchmarks or scales."""
     if len({h for h, _ in identities}) != 1:
         raise TraceError("the runs are of different benchmarks (their cases.jsonl differ)")
-    scales = {scale or "binary" for _, scale in identities}
+    scales = {answer_scale(scale) for _, scale in identities}
     if len(scales) != 1:
         raise TraceError(f"the runs' judges answered on different scales ({', '.join(sorted(scales))}): their "
                          "values do not compare (score each, or rejudge on one scale)")

@@ -29,6 +29,7 @@ from .. import __version__
 from ..errors import TraceError
 from ..operators import Operator
 from ..records import RunManifest
+from ..scales import DEFAULT_SCALE
 from ._protocols import ProtocolScore
 from ._score import OPERATORS, Scores
 
@@ -88,7 +89,7 @@ def _setup(manifest: RunManifest) -> dict[str, object]:
     generator's limit on images and the collage rule) and the judging."""
     return {"benchmark": manifest.cases_hash, "shard": manifest.shard,
             "max_images": (manifest.max_images, manifest.collage), "judges": manifest.judges,
-            "scale": manifest.scale or "binary", "ensemble": manifest.ensemble, "judge_batch": manifest.judge_batch,
+            "scale": manifest.answer_scale.value, "ensemble": manifest.ensemble, "judge_batch": manifest.judge_batch,
             "judge_templates": manifest.hashes.get("judge_templates")}
 
 
@@ -274,7 +275,7 @@ def format_leaderboard(board: Leaderboard, kind: str) -> str:
     for row in board.rows:
         mark = f" (other {', '.join(row.differs)})" if row.differs else ""
         judges = ", ".join(j + (f" as {' / '.join(row.judge_models[j])}" if row.judge_models.get(j) else "")
-                           for j in row.judges) + (f" ({row.scale})" if row.scale != "binary" else "")
+                           for j in row.judges) + (f" ({row.scale})" if row.scale != DEFAULT_SCALE else "")
         lines.append(line([row.rank, row.name + mark, row.run, *(score(key, row) for _, key in columns), row.cases,
                            row.abstentions, judges]))
     notes = ["", "Operator columns and avg as the paper's Table 2 (`trace score`), with 95% bootstrap intervals; "

@@ -105,14 +105,15 @@ def _type_checking(node: ast.AST) -> bool:
 
 
 def import_nodes(tree: ast.AST, *, module_level: bool) -> list[ast.Import | ast.ImportFrom]:
-    """Every import statement; with ``module_level``, those run when the module is imported."""
+    """Every import statement that runs (none under ``if TYPE_CHECKING``); with ``module_level``,
+    those run when the module is imported (none inside a function)."""
     found, todo = [], [tree]
     while todo:
         node = todo.pop()
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             found.append(node)
         skip = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
-        if module_level and (isinstance(node, skip) or _type_checking(node)):
+        if _type_checking(node) or (module_level and isinstance(node, skip)):
             continue
         todo.extend(ast.iter_child_nodes(node))
     return found

@@ -67,7 +67,7 @@ def test_every_registered_scheme_builds_a_complete_provider(role, name, tmp_path
 def test_the_built_in_schemes_are_the_documented_ones():
     assert scheme_usage("generator") == "openai:MODEL, folder:PATH, command:'...', synthetic:PROFILE or python:FILE.py[:NAME]"
     assert scheme_usage("judge") == "openai:MODEL, oracle[:flip=P,yes-bias=Q] or python:FILE.py[:NAME]"
-    docs = (ROOT / "docs" / "evaluate.md").read_text(encoding="utf-8")
+    docs = (ROOT / "docs/evaluate.md").read_text(encoding="utf-8")
     for role in ROLES:
         for scheme in schemes(role):
             assert f"`{scheme.usage.partition('[')[0]}" in docs, scheme.usage

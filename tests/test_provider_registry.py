@@ -55,7 +55,7 @@ def test_every_registered_scheme_builds_a_complete_provider(role, name, tmp_path
     provider = make(role, spec, SETTINGS)
     assert isinstance(provider, BASES[role]) and not isinstance(provider, BASES["judge" if role == "generator" else "generator"])
     assert provider.spec.partition(":")[0] == name  # it names itself as its scheme
-    assert provider.configured is not None and provider.configured.spec in ("", spec.partition("@")[0])
+    assert provider.provider_settings is not None and provider.provider_settings.spec in ("", spec.partition("@")[0])
     if role == "judge":  # the command's settings, in place as it was built
         assert provider.scale == "ternary"
     else:
@@ -151,9 +151,9 @@ def test_settings_are_in_place_before_init():
     given = ProviderSettings(spec="python:reads", sample=4, options={"steps": 8}, max_images=2)
     built = building(given, Reads)
     assert seen == {"sample": 4, "options": {"steps": 8}, "max_images": 2, "spec": "python:reads"}
-    assert built.configured is given
+    assert built.provider_settings is given
     direct = Reads()  # built directly: its class's declarations, nothing configured
-    assert direct.configured is None and direct.sample == 0 and direct.max_images is None and direct.spec == ""
+    assert direct.provider_settings is None and direct.sample == 0 and direct.max_images is None and direct.spec == ""
 
 
 FORBIDDEN = ("tracebench.zoo", "tracebench.library", "tracebench.sample")

@@ -150,17 +150,17 @@ class Provider(ABC):
     spec: str = ""
     concurrency: int | None = None  # calls in flight per replica; None: the run's --concurrency
     call_timeout: float | None = None  # seconds one attempt may take in all (the wrapper cancels it); None: no bound
-    configured: ProviderSettings | None = None  # the command's settings it was built with (None: built directly)
+    provider_settings: ProviderSettings | None = None  # the command's settings it was built with (None: built directly)
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Provider:
         provider = super().__new__(cls)
         settings = _configuring.get()
         if settings is not None:
-            provider.configured = settings
-            provider._configure(settings)
+            provider.provider_settings = settings
+            provider._take_settings(settings)
         return provider
 
-    def _configure(self, settings: ProviderSettings) -> None:
+    def _take_settings(self, settings: ProviderSettings) -> None:
         """Take the command's settings, before ``__init__`` (a subclass extends it)."""
         if settings.spec and not type(self).spec:
             self.spec = settings.spec
@@ -215,8 +215,8 @@ class Generator(Provider):
     def sample(self, value: int) -> None:
         self._sample = value
 
-    def _configure(self, settings: ProviderSettings) -> None:
-        super()._configure(settings)
+    def _take_settings(self, settings: ProviderSettings) -> None:
+        super()._take_settings(settings)
         self._sample = settings.sample
         if settings.max_images is not None:  # the models file's word over the class's declaration
             self.max_images = settings.max_images
@@ -289,8 +289,8 @@ class Judge(Provider):
 
     scale: str = "binary"
 
-    def _configure(self, settings: ProviderSettings) -> None:
-        super()._configure(settings)
+    def _take_settings(self, settings: ProviderSettings) -> None:
+        super()._take_settings(settings)
         if settings.scale is not None:
             self.scale = settings.scale
 

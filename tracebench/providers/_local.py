@@ -15,7 +15,7 @@ from pathlib import Path
 from ..errors import TraceError
 from ..records import sample_name
 from ..safepaths import path_problem
-from ._base import CallFailed, Generation, Generator, Judge
+from ._base import CallFailed, Generation, Generator
 from ._images import digest, image_suffix
 
 __all__ = ["CommandGenerator", "FolderGenerator", "RunImages", "folder_generator", "sample_seed"]

@@ -93,10 +93,10 @@ class ChatReply:
 
 class OpenAIClients(Provider):
     """One ``AsyncOpenAI`` client per replica URL, made on first use. ``config``: where the model
-    is served (default: the endpoint the command configured it with, :class:`~tracebench.providers.ProviderSettings`)."""
+    is served (default: the endpoint of the command's settings it was built with)."""
 
     def __init__(self, model: str, config: ModelConfig | None = None) -> None:
-        config = config or (self.configured.endpoint if self.configured else None)
+        config = config or (self.provider_settings.endpoint if self.provider_settings else None)
         if config is None:
             raise TypeError(f"{type(self).__name__}({model!r}) needs the config of its endpoint")
         self.model = model

@@ -20,7 +20,7 @@ from ._config import ModelConfig, ModelSettings, resolve_spec
 from ._plugins import ENTRY_POINT_GROUPS, entry_point, entry_point_names, error_line
 from ._schemes import PYTHON, closest_scheme, find_scheme, scheme_usage
 
-__all__ = ["ENTRY_POINT_GROUPS", "make_generator", "make_judge", "provider_settings"]
+__all__ = ["ENTRY_POINT_GROUPS", "make_generator", "make_judge", "settings_for"]
 
 _BASES: dict[str, type[Provider]] = {"generator": Generator, "judge": Judge}
 
@@ -35,7 +35,7 @@ def make_judge(spec: str, settings: ModelSettings | None = None) -> Judge:
     return _make(spec, settings or ModelSettings(), "judge")  # type: ignore[return-value]
 
 
-def provider_settings(config: ModelConfig, settings: ModelSettings, spec: str = "") -> ProviderSettings:
+def settings_for(config: ModelConfig, settings: ModelSettings, spec: str = "") -> ProviderSettings:
     """What a command configures one provider with: its endpoint, the models file's word and the
     command's (``spec``: the name of a plugin that declares none)."""
     return ProviderSettings(spec=spec, concurrency=config.concurrency, scale=settings.scale or "binary",
@@ -48,7 +48,7 @@ def _make(spec: str, settings: ModelSettings, role: str) -> Provider:
     provider_spec, config = resolve_spec(spec, settings, judge=role == "judge")
     option = f"--{role} {spec}"
     target, argument, fallback = _target(provider_spec, spec, role, option)
-    given = provider_settings(config, settings, fallback)
+    given = settings_for(config, settings, fallback)
     provider = _build(target, argument, option, _BASES[role], given)
     if given.options and isinstance(provider, Generator):
         provider.check_options()
@@ -89,7 +89,7 @@ def _build(target: Any, argument: str | None, option: str, base: type[Provider],
     if not isinstance(provider, base):
         raise TraceError(f"{option}: {type(provider).__name__} is not a tracebench {base.__name__} "
                          f"(subclass tracebench.providers.{base.__name__})")
-    if provider.configured is not given:
+    if provider.provider_settings is not given:
         raise TraceError(f"{option}: {type(provider).__name__} is an instance made before the command's settings "
                          f"were given (name its class, or a factory that builds it)")
     if not provider.spec:

@@ -26,7 +26,7 @@ class SyntheticGenerator(Generator):
     sees_truth = True
 
     def __init__(self, profile_spec: str, library: Path | None = None, seed: int | None = None) -> None:
-        configured = self.configured  # the command's library and seed, unless given here
+        configured = self.provider_settings  # the command's library and seed, unless given here
         self.profile = parse_profile(profile_spec)
         self.library = library if library is not None or configured is None else configured.library
         # the run's seed; each generation of a case draws with its own (sample_seed)

@@ -38,7 +38,7 @@ def provider_help(role: str) -> str:
     from ..providers._schemes import scheme_help
 
     return (f"{scheme_help(role)}; or a provider's name registered under the entry-point group "
-            f"{ENTRY_POINT_GROUPS[role]}; any spec may end in @URL[,URL] (its endpoint)")
+            f"{ENTRY_POINT_GROUPS[role]}, or a name of the models file; any spec may end in @URL[,URL] (its endpoint)")
 
 
 def add_model_options(p: argparse.ArgumentParser, *, cache_default: str, defaults_from: str | None = None) -> None:

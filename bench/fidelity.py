@@ -155,7 +155,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="tracebench-fidelity-") as tmp:
         work = Path(tmp)
         bench = work / "bench"
-        sample_benchmark(bench, slots=tuple(range(1, 9)), per_slot=args.per_slot, seed=7, applications=True)
+        sample_benchmark(bench, SampleOptions(slots=tuple(range(1, 9)), per_slot=args.per_slot, seed=7, applications=True))
         run_benchmark(bench, work / "run", RunOptions(generator=f"synthetic:{args.profile}", judges=["oracle"],
                       settings=ModelSettings(seed=0), progress=False))
         result = {

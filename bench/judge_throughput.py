@@ -2,8 +2,8 @@
 
 Three numbers, measured in one run against the same server:
 
-- ``tracebench``: ``run_benchmark(bench, out, generator="folder:<images>", judges=["openai:oracle"],
-  concurrency=C)`` with a fresh cache folder each round, so every judge call goes to the
+- ``tracebench``: ``run_benchmark(bench, out, RunOptions(generator="folder:<images>", judges=["openai:oracle"],
+  concurrency=C))`` with a fresh cache folder each round, so every judge call goes to the
   server; calls/s = ``RunManifest.calls["openai:oracle"]`` / wall time of ``run_benchmark``
   (everything a user's ``trace run`` does: reading cases and images, building the requests,
   the cache, parsing the replies, writing images and verdicts);

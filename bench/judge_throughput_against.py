@@ -38,10 +38,17 @@ try:
 except ImportError:
     from tracebench.run import ClientSettings as Settings
 from tracebench.run import run_benchmark
-start = time.perf_counter()
-manifest = run_benchmark(Path(bench), Path(out), generator=f"folder:{images}", judges=["openai:oracle"],
-                         settings=Settings(base_url=url, api_key_env="TRACEBENCH_BENCH_NO_KEY"),
-                         concurrency=int(concurrency), cache_dir=Path(cache), progress=False)
+asked = dict(generator=f"folder:{images}", judges=["openai:oracle"],
+             settings=Settings(base_url=url, api_key_env="TRACEBENCH_BENCH_NO_KEY"),
+             concurrency=int(concurrency), cache_dir=Path(cache), progress=False)
+try:
+    from tracebench.run import RunOptions
+except ImportError:  # a tree from before the options records: keyword arguments
+    start = time.perf_counter()
+    manifest = run_benchmark(Path(bench), Path(out), **asked)
+else:
+    start = time.perf_counter()
+    manifest = run_benchmark(Path(bench), Path(out), RunOptions(**asked))
 print(json.dumps({"wall": time.perf_counter() - start, "calls": manifest.calls.get("openai:oracle", 0),
                   "abstentions": manifest.abstentions}))
 '''

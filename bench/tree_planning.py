@@ -102,7 +102,7 @@ def build_input(work: Path, per_slot: int) -> tuple[Path, int, int]:
     from tracebench.run import load_run, RunOptions, run_benchmark
     from tracebench.sample import SampleOptions, sample_benchmark
 
-    sample_benchmark(work / "bench", slots=tuple(range(1, 9)), per_slot=per_slot, seed=5, applications=True)
+    sample_benchmark(work / "bench", SampleOptions(slots=tuple(range(1, 9)), per_slot=per_slot, seed=5, applications=True))
     run_benchmark(work / "bench", work / "run", RunOptions(generator=GENERATOR, judges=["oracle"],
                   settings=ModelSettings(seed=0), concurrency=4, progress=False))
     run = load_run(work / "run")

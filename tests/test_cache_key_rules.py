@@ -260,7 +260,7 @@ def test_the_zoo_seed_of_a_later_generation():
         assert sample_seed(seed, sample) == int.from_bytes(digest[:4], "big") >> 1 < 2**31
     assert make_generator("synthetic:perfect", ModelSettings(seed=5, sample=2)).key(CASE, [REF])["seed"] == \
         sample_seed(5, 2)
-    from tracebench.providers._local import OracleJudge
+    from tracebench.zoo import OracleJudge
 
     assert make_judge("oracle").spec == "oracle" and OracleJudge().spec == "oracle" and not OracleJudge().errors
     assert make_judge("oracle:yes-bias=0.2,flip=0.1").spec == "oracle:flip=0.1,yes-bias=0.2"

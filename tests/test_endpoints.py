@@ -30,7 +30,7 @@ def served(tmp_path_factory):
     prompts: the diagnosis's sub-cases exported from an in-process run of the same profile)."""
     root = tmp_path_factory.mktemp("endpoints")
     bench = root / "bench"
-    sample_benchmark(bench, slots=(1, 2, 3, 4, 5), per_slot=3, seed=5, applications=False)
+    sample_benchmark(bench, SampleOptions(slots=(1, 2, 3, 4, 5), per_slot=3, seed=5, applications=False))
     run_benchmark(bench, root / "local", RunOptions(generator=f"synthetic:{PROFILE}", judges=["oracle"],
                   settings=ModelSettings(max_retries=0)))
     export_nodes(root / "local", root / "nodes")

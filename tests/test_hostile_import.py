@@ -40,7 +40,7 @@ def made(shared_folder) -> Path:
         from tracebench.run import RunOptions, run_benchmark
         from tracebench.sample import SampleOptions, sample_benchmark
 
-        sample_benchmark(root / "bench", slots=(3,), per_slot=2, seed=3, applications=False)
+        sample_benchmark(root / "bench", SampleOptions(slots=(3,), per_slot=2, seed=3, applications=False))
         run_benchmark(root / "bench", root / "run", RunOptions(generator=GENERATOR, judges=["oracle"], progress=False))
         diagnose_run(root / "run", root / "diag", DiagnoseOptions(strategy="adaptive", progress=False,
                      settings=ModelSettings(max_retries=0, timeout=30.0)))

@@ -48,13 +48,7 @@ LAYERS = (
 )
 
 # Known exceptions, (importing file, imported module). Each names what removes it.
-KNOWN_BACKWARD = {
-    # The zoo's generator and the oracle reach up into zoo, library and sample; being moved out of
-    # providers on another branch: the lead removes these lines after merging it.
-    ("tracebench/providers/_local.py", "tracebench.zoo"),
-    ("tracebench/providers/_local.py", "tracebench.library"),
-    ("tracebench/providers/_local.py", "tracebench.sample"),
-}
+KNOWN_BACKWARD: set[tuple[str, str]] = set()  # (file, module of a later stage) allowed for a while, each with its reason
 KNOWN_PRIVATE: set[tuple[str, str]] = set()  # (file, private module) allowed for a while, each with its reason
 
 

@@ -158,6 +158,48 @@ def test_a_plugin_by_module_and_factory_name(tmp_path, monkeypatch):
     assert judge.spec == "python:my_judges:make_no" and judge.answer == "no"
 
 
+def test_a_plugin_reads_the_command_settings_in_its_init(tmp_path):
+    (tmp_path / "reading.py").write_text(
+        "from tracebench.providers import Generator, Judge\n"
+        "class Gen(Generator):\n"
+        "    max_images = 9\n"
+        "    def __init__(self):\n"
+        "        self.seen = (dict(self.options), self.sample, self.max_images, self.spec)\n"
+        "    def generate(self, case, references):\n"
+        "        return b'png'\n"
+        "class Ask(Judge):\n"
+        "    def __init__(self):\n"
+        "        self.seen = self.scale\n"
+        "    def ask(self, case, questions, image, references):\n"
+        "        return {}\n"
+        "generator, judge = Gen, Ask\n")
+    spec = f"python:{tmp_path / 'reading.py'}"
+    models = {spec: ModelEntry(max_images=3, options={"steps": 4, "seed": 1})}
+    generator = make_generator(spec, ModelSettings(models=models, sample=2, generator_options={"seed": 7}))
+    assert generator.seen == ({"seed": 7, "steps": 4}, 2, 3, spec)  # the command line's option over the models file's
+    assert make_judge(spec, ModelSettings(scale="tiers")).seen == "tiers"
+    assert make_generator(spec).seen == ({}, 0, 9, spec)  # nothing said: the class's own
+
+
+def test_a_plugin_naming_a_ready_made_instance_is_refused(bench, tmp_path):
+    (tmp_path / "ready.py").write_text(
+        "from tracebench.providers import Judge\n"
+        "class Yes(Judge):\n"
+        "    spec = 'python:ready'\n"
+        "    def ask(self, case, questions, image, references):\n"
+        "        return {q.id: 'yes' for q in questions}\n"
+        "judge = Yes()\n"
+        "def again():\n"
+        "    return judge\n")
+    for name in ("", ":again"):
+        out = tmp_path / "run"
+        result = trace("run", str(bench), "--generator", "synthetic:perfect", "--judge",
+                       f"python:{tmp_path / 'ready.py'}{name}", "--out", str(out))
+        assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert "Yes is an instance made before the command's settings were given (name its class, or a factory " \
+               "that builds it)" in result.stderr and not out.exists()
+
+
 @pytest.mark.parametrize("spec,fragment", [
     ("python:no_such_file.py", "no_such_file.py is not a file"),
     (f"python:{PLUGINS / 'always_yes.py'}:nope", "defines no 'nope'"),

@@ -35,7 +35,7 @@ GENERATOR = "synthetic:global-interference"
 def world(shared_folder) -> dict[str, Path]:
     """Read only (made once for all workers): the tests break copies of it."""
     def make(root: Path) -> None:
-        sample_benchmark(root / "bench", slots=(1, 2, 3), per_slot=2, seed=4, applications=False)
+        sample_benchmark(root / "bench", SampleOptions(slots=(1, 2, 3), per_slot=2, seed=4, applications=False))
         run_benchmark(root / "bench", root / "run", RunOptions(generator=GENERATOR, judges=["oracle"], settings=SETTINGS))
         diagnose_run(root / "run", root / "diag", DiagnoseOptions(cases="all", settings=SETTINGS))
         (root / "sources.jsonl").write_text('{"case_id": "s1-00000", "target": "f1", "source": "stable_success"}\n')

@@ -51,7 +51,7 @@ def report(default_world, shared_folder) -> dict:
         assert result.returncode == 0, result.stderr
         # one text entity with an attribute, every question failed: disentangle, apply and compose
         # (its scene) 0.0, beside anchor, which no case has
-        sample_benchmark(root / "tiny", slots=(1,), per_slot=1, seed=0, applications=False)
+        sample_benchmark(root / "tiny", SampleOptions(slots=(1,), per_slot=1, seed=0, applications=False))
         run_benchmark(root / "tiny", root / "tiny-run", RunOptions(generator="synthetic:noise:1.0", judges=["oracle"],
                       settings=SETTINGS))
         build_report(root / "tiny-run", root / "tiny.html")

@@ -259,7 +259,7 @@ def test_a_run_folder_scores_as_its_cases_do(tmp_path):
     from tracebench.sample import SampleOptions, read_cases, sample_benchmark
     from tracebench.score import score_folder, score_run
 
-    sample_benchmark(tmp_path / "b", slots=(1, 2), per_slot=3, seed=4, applications=False)
+    sample_benchmark(tmp_path / "b", SampleOptions(slots=(1, 2), per_slot=3, seed=4, applications=False))
     run_benchmark(tmp_path / "b", tmp_path / "r", RunOptions(generator="synthetic:noise:0.3", judges=["oracle"],
                   settings=ModelSettings(seed=0), progress=False))
     from tracebench.run import stream_run

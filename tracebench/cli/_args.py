@@ -16,7 +16,8 @@ from ..formula import space_bounds
 from ..replies import DEFAULT_MAX_REPLY_BYTES
 from ..scales import DEFAULT_SCALE, scale_names
 
-__all__ = ["EXIT_STATUSES", "INCOMPLETE", "add_executor_options", "add_model_options", "model_settings", "report_incomplete", "shard", "slot_levels"]
+__all__ = ["EXIT_STATUSES", "INCOMPLETE", "add_executor_options", "add_model_options", "model_settings", "provider_help", "report_incomplete",
+           "shard", "slot_levels"]
 
 EXIT_STATUSES = ("exit status: 0 done; 2 bad input (one line on stderr naming the place, nothing written); "
                  "3 done, but some model calls gave no usable answer (run, diagnose, tag: one line on stderr with the "
@@ -30,6 +31,15 @@ def shard(text: str) -> tuple[int, int]:
     if not match or not 1 <= int(match.group(1)) <= int(match.group(2)):
         raise argparse.ArgumentTypeError(f"{text!r} is not a shard i/n with 1 <= i <= n, e.g. 2/4")
     return int(match.group(1)), int(match.group(2))
+
+
+def provider_help(role: str) -> str:
+    """The help of ``--generator`` / ``--judge`` (``role``): every scheme registered for it, with
+    its line of help (tracebench.providers._schemes), and what else a spec may be."""
+    from ..providers import ENTRY_POINT_GROUPS, scheme_help
+
+    return (f"{scheme_help(role)}; or a provider's name registered under the entry-point group "
+            f"{ENTRY_POINT_GROUPS[role]}, or a name of the models file; any spec may end in @URL[,URL] (its endpoint)")
 
 
 def add_model_options(p: argparse.ArgumentParser, *, cache_default: str, defaults_from: str | None = None) -> None:

@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..outcomes import Ensemble
-
 from ._args import (
     EXIT_STATUSES,
     add_executor_options,
     add_generator_options,
     add_model_options,
     model_settings,
+    provider_help,
     run_incomplete,
 )
 
@@ -20,12 +20,9 @@ def register(sub) -> None:
     p = sub.add_parser("run", help="generate an image per case and judge it",
                        description="Send every case to a generator and its image to one or more judges.", epilog=EXIT_STATUSES)
     p.add_argument("cases_dir", type=Path, help="a benchmark folder (trace sample's output)")
-    p.add_argument("--generator", required=True, metavar="SPEC",
-                   help="openai:MODEL[@URL], folder:PATH, command:'...' (reads the case on stdin, writes {output}), "
-                        "synthetic:PROFILE, python:FILE.py[:NAME] or a registered provider's name")
+    p.add_argument("--generator", required=True, metavar="SPEC", help=provider_help("generator"))
     p.add_argument("--judge", action="append", required=True, metavar="SPEC",
-                   help="openai:MODEL[@URL[,URL]], oracle[:flip=P,yes-bias=Q], python:FILE.py[:NAME], a registered provider's name "
-                        "or a name of the models file; repeat for an ensemble (--ensemble)")
+                   help=provider_help("judge") + "; repeat for an ensemble (--ensemble)")
     p.add_argument("--ensemble", choices=[e.value for e in Ensemble], default=None,
                    help="how several judges combine: mean (default, as the paper averages its judges: the value "
                         "is the judges' mean, passing above one half), majority (the majority status; a tie "

@@ -4,7 +4,8 @@ A provider makes one call and says what its output depends on; it owns nothing e
 wrapper (:class:`~tracebench.providers.ModelAccess`) owns what every call needs: the cache,
 retries with backoff, a concurrency limit per endpoint replica, counters and key scrubbing.
 
-Lifecycle, as the harness drives it: the provider is built from its spec (registry), its
+Lifecycle, as the harness drives it: the provider is built from its spec (registry), with the
+command's :class:`ProviderSettings` in place before its ``__init__`` runs (:func:`building`), its
 configuration is checked with :meth:`Provider.check` before anything is written (a missing
 API key is an error then, not an abstention per case), calls are made, and
 :meth:`Provider.aclose` runs once before the event loop ends.
@@ -21,23 +22,55 @@ import inspect
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
-from pathlib import PurePosixPath
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
 from types import MappingProxyType
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from ..cache import sha256
 from ..records import Case, Endpoint, Question
+from ._config import ModelConfig
 
 COLLAGE_ID = "collage"  # the source id of the one reference a collaged case is sent (providers/_collage.py)
 
-__all__ = ["CallFailed", "EndpointRefused", "NotSent", "Generation", "Generator", "generator_view", "used_references", "Judge", "Provider", "RateLimited", "Reply", "Transient",
-           "asking", "current_replica", "current_sample"]
+__all__ = ["CallFailed", "EndpointRefused", "NotSent", "Generation", "Generator", "generator_view", "used_references", "Judge", "Provider",
+           "ProviderSettings", "RateLimited", "Reply", "Transient", "asking", "building", "current_replica", "current_sample"]
 
 # which replica (index into Provider.replicas) the wrapper chose for the call being made
 current_replica: ContextVar[int] = ContextVar("current_replica", default=0)
 # which generation of each case the call being made asks (trace run --samples); None: the generator's own
 current_sample: ContextVar[int | None] = ContextVar("current_sample", default=None)
+
+
+@dataclass(frozen=True)
+class ProviderSettings:
+    """What a command configures one provider with, in place before its ``__init__`` runs
+    (:func:`building`): ``__init__`` may read them, and what it sets itself stands. A field left
+    at its default leaves the class's own declaration."""
+
+    spec: str = ""  # the spec it was named by: the spec of a plugin that declares none
+    concurrency: int | None = None  # the models file's, for a provider that declares none
+    scale: str | None = None  # a judge: what it answers on (binary, ternary, tiers); None: the class's
+    sample: int = 0  # a generator: which generation of each case it is asked (trace diagnose --repeats)
+    max_images: int | None = None  # a generator: the models file's limit, over the class's declaration
+    options: Mapping[str, Any] = field(default_factory=dict)  # a generator: the generation options
+    endpoint: ModelConfig | None = None  # where a served model is and how it is called
+    library: Path | None = None  # the synthetic generator's library (None: the benchmark's)
+    seed: int = 0  # the synthetic generator's seed
+
+
+# the settings of the provider being built (building); None: a provider built directly keeps its class's
+_configuring: ContextVar[ProviderSettings | None] = ContextVar("_configuring", default=None)
+
+
+def building(settings: ProviderSettings, factory: Callable[..., Any], *args: Any) -> Any:
+    """``factory(*args)``, every provider it builds configured with ``settings`` as it is made
+    (before its ``__init__``: :meth:`Provider.__new__`)."""
+    token = _configuring.set(settings)
+    try:
+        return factory(*args)
+    finally:
+        _configuring.reset(token)
 
 
 @contextmanager
@@ -117,6 +150,22 @@ class Provider(ABC):
     spec: str = ""
     concurrency: int | None = None  # calls in flight per replica; None: the run's --concurrency
     call_timeout: float | None = None  # seconds one attempt may take in all (the wrapper cancels it); None: no bound
+    provider_settings: ProviderSettings | None = None  # the command's settings it was built with (None: built directly)
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Provider:
+        provider = super().__new__(cls)
+        settings = _configuring.get()
+        if settings is not None:
+            provider.provider_settings = settings
+            provider._take_settings(settings)
+        return provider
+
+    def _take_settings(self, settings: ProviderSettings) -> None:
+        """Take the command's settings, before ``__init__`` (a subclass extends it)."""
+        if settings.spec and not type(self).spec:
+            self.spec = settings.spec
+        if settings.concurrency is not None and type(self).concurrency is None:
+            self.concurrency = settings.concurrency
 
     @property
     def replicas(self) -> tuple[str, ...]:
@@ -165,6 +214,14 @@ class Generator(Provider):
     @sample.setter
     def sample(self, value: int) -> None:
         self._sample = value
+
+    def _take_settings(self, settings: ProviderSettings) -> None:
+        super()._take_settings(settings)
+        self._sample = settings.sample
+        if settings.max_images is not None:  # the models file's word over the class's declaration
+            self.max_images = settings.max_images
+        if settings.options:  # the command line's over the models file's (the registry merges them)
+            self.options = dict(sorted(settings.options.items()))
 
     def key(self, case: Case, references: Sequence[bytes]) -> dict[str, Any] | None:
         """What the output depends on (the cache key's parts); None: not worth caching (reading a
@@ -231,6 +288,11 @@ class Judge(Provider):
     1.0/0.2/0.0 (tiers); ``tracebench.scales.answers(scale, question)`` lists them."""
 
     scale: str = "binary"
+
+    def _take_settings(self, settings: ProviderSettings) -> None:
+        super()._take_settings(settings)
+        if settings.scale is not None:
+            self.scale = settings.scale
 
     def key(self, case: Case, questions: Sequence[Question], image: bytes,
             references: Sequence[bytes]) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""Providers that run here: a folder of images made elsewhere, a shell command, the synthetic
-zoo and its oracle judge."""
+"""Providers that run here: a folder of images made elsewhere, a shell command. (The synthetic
+zoo and its oracle judge are the zoo's: ``tracebench/zoo/_providers.py``.)"""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from pathlib import Path
 from ..errors import TraceError
 from ..records import sample_name
 from ..safepaths import path_problem
-from ._base import CallFailed, Generation, Generator, Judge
+from ._base import CallFailed, Generation, Generator
 from ._images import digest, image_suffix
 
-__all__ = ["CommandGenerator", "FolderGenerator", "OracleJudge", "SyntheticGenerator", "sample_seed"]
+__all__ = ["CommandGenerator", "FolderGenerator", "RunImages", "folder_generator", "sample_seed"]
 
 
 def sample_seed(seed: int, sample: int) -> int:
@@ -84,6 +84,13 @@ class FolderGenerator(Generator):
                 return Generation(path.read_bytes(), used)  # type: ignore[arg-type]
         raise CallFailed(f"no image for {case.id}{f' (sample {self.sample}: {stem}.png)' if self.sample else ''} "
                          f"in {self.folder}")
+
+
+def folder_generator(path: str) -> FolderGenerator:
+    """``folder:PATH``, the folder checked first."""
+    if not Path(path).is_dir():
+        raise TraceError(f"--generator folder:{path}: {path} is not a folder")
+    return FolderGenerator(Path(path))
 
 
 class RunImages(FolderGenerator):
@@ -159,95 +166,3 @@ class CommandGenerator(Generator):
                 raise CallFailed("the command wrote no image to {output}")
             used = _sidecar(output.with_name(output.name + SIDECAR), "the command's {output}.json")
             return Generation(output.read_bytes(), used)  # type: ignore[arg-type]
-
-
-class SyntheticGenerator(Generator):
-    """``synthetic:PROFILE``: the zoo, in process, drawing from the benchmark's library. It reads
-    the whole case (it draws what its profile breaks, distractors included) and reports the
-    references it drew from."""
-
-    sees_truth = True
-
-    def __init__(self, profile_spec: str, library: Path | None = None, seed: int = 0) -> None:
-        from ..zoo import parse_profile
-
-        self.profile = parse_profile(profile_spec)
-        self.library = library
-        self.base_seed = seed  # the run's seed; each generation of a case draws with its own (sample_seed)
-        self.spec = f"synthetic:{self.profile}"
-        self._index = None
-
-    def key(self, case, references):
-        return {"adapter": "synthetic", "profile": str(self.profile), "case": case.model_dump(mode="json"),
-                "seed": self.sample_seed()}
-
-    def sample_seed(self) -> int:
-        """The seed this generation is drawn with, read when generating (a Ray worker is told the
-        generation per call): the run's for the first, one derived from it for a later one
-        (:func:`sample_seed`; what ``run.json`` records as ``sample_seeds``)."""
-        return sample_seed(self.base_seed, self.sample)
-
-    def check(self) -> None:
-        index = self._library_index()
-        if index is not None and not any(image.render for image in index.images):
-            raise TraceError(f"--generator {self.spec}: the benchmark's library ({self.library}) has no render plans: "
-                             "the synthetic zoo draws only from a synthetic library (trace library synth, or the "
-                             "shipped one); for real photos use openai:MODEL, folder:, command: or python:")
-
-    async def generate(self, case, references):
-        from ..zoo import generate
-
-        png, record = generate(case, self.profile, library=self._library_index(), seed=self.sample_seed())
-        return Generation(png, drawn_from(case, record))
-
-    def _library_index(self):
-        if self._index is None and self.library is not None:
-            from ..library import load_library
-            from ..sample import LibraryIndex
-
-            info, images = load_library(self.library)
-            self._index = LibraryIndex.build(self.library, info, images)
-        return self._index
-
-
-def drawn_from(case, record) -> tuple[str, ...] | None:
-    """The references a zoo image took content from: each term's own image, except where
-    ``distractor-confusion`` took a distractor's instead (then that distractor's); None for a case
-    without clutter (nothing to select: its run folder stays as it was) and when the case given
-    holds other references than its terms name (a collage)."""
-    if case.clutter is None:
-        return None
-    taken = (record.drawn.get("zoo") or {}).get("confused") or {}
-    by_id = {d.id: d.image for d in case.distractors}
-    used = [by_id[taken[t.symbol]] if t.symbol in taken else t.image for t in case.terms if t.image]
-    names = {r.image for r in case.references}
-    return tuple(sorted(dict.fromkeys(used), key=lambda i: int(i.split()[-1]))) if set(used) <= names else None
-
-
-class OracleJudge(Judge):
-    """``oracle``: answers from the record a synthetic image carries; ``oracle:flip=P,yes-bias=Q``
-    errs at those rates (:func:`tracebench.zoo.parse_oracle`)."""
-
-    spec = "oracle"
-
-    def __init__(self, spec: str = "oracle") -> None:
-        from ..zoo import parse_oracle
-
-        self.errors = parse_oracle(spec)
-        self.spec = str(self.errors)
-
-    def key(self, case, questions, image, references):
-        key = {"adapter": "oracle", "questions": [q.model_dump(mode="json") for q in questions], "image": digest(image)}
-        if self.errors:  # the error-free oracle keeps the keys it always had
-            key["errors"] = str(self.errors)
-        if self.scale != "binary":  # and so does the binary one
-            key["scale"] = self.scale
-        return key
-
-    async def ask(self, case, questions, image, references):
-        from ..zoo import oracle_reply
-
-        try:
-            return json.dumps(oracle_reply(questions, image, self.errors, self.scale))
-        except TraceError as err:
-            raise CallFailed(str(err)) from None

@@ -91,9 +91,13 @@ class ChatReply:
 
 
 class OpenAIClients(Provider):
-    """One ``AsyncOpenAI`` client per replica URL, made on first use."""
+    """One ``AsyncOpenAI`` client per replica URL, made on first use. ``config``: where the model
+    is served (default: the endpoint of the command's settings it was built with)."""
 
-    def __init__(self, model: str, config: ModelConfig) -> None:
+    def __init__(self, model: str, config: ModelConfig | None = None) -> None:
+        config = config or (self.provider_settings.endpoint if self.provider_settings else None)
+        if config is None:
+            raise TypeError(f"{type(self).__name__}({model!r}) needs the config of its endpoint")
         self.model = model
         self.config = config
         self.concurrency = config.concurrency

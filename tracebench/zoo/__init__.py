@@ -9,11 +9,14 @@ drawing.
 
 Modules: ``_profiles`` (specs), ``_rules`` (which questions a profile breaks), ``_load`` (the
 probabilistic load modes, ``taxonomy/zoo.toml``), ``_scene`` (the render plan), ``_generate``
-(drawing, the PNG record), ``_oracle`` (the judge, and the errors it can be told to make).
+(drawing, the PNG record), ``_oracle`` (the judge, and the errors it can be told to make),
+``_providers`` (the zoo and the oracle as providers: ``synthetic:PROFILE``, ``oracle[:...]``;
+imported on first use).
 """
 
 from __future__ import annotations
 
+from ..lazy import lazy_exports
 from ._generate import RECORD_KEY, default_index, generate, read_record
 from ._load import load_modes, subtype_difficulty
 from ._oracle import JudgeErrors, oracle_answers, oracle_reply, parse_oracle
@@ -26,9 +29,12 @@ __all__ = [
     "RECORD_KEY",
     "Failure",
     "JudgeErrors",
+    "OracleJudge",
     "Profile",
+    "SyntheticGenerator",
     "breakdown",
     "default_index",
+    "drawn_from",
     "failed_questions",
     "generate",
     "load_modes",
@@ -41,3 +47,6 @@ __all__ = [
     "read_record",
     "subtype_difficulty",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, globals(), dict.fromkeys(("OracleJudge", "SyntheticGenerator", "drawn_from"),
+                                                                       "._providers"))

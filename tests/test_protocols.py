@@ -13,8 +13,9 @@ from test_cli import run_trace
 from tracebench.checklist import compile_checklist
 from tracebench.outcomes import Outcome
 from tracebench.records import Case, Reference
+from tracebench.resources import data_path
 from tracebench.run import stream_run
-from tracebench.score import DifficultyWeights, PassAtTau, difficulty_weights, score_cases, score_run, write_weights
+from tracebench.score import DIMENSIONS, PROTOCOLS, DifficultyWeights, PassAtTau, difficulty_weights, score_cases, score_run, write_weights
 
 @pytest.fixture(scope="module")
 def run(run_bench, shared_runs) -> Path:
@@ -165,3 +166,14 @@ def test_a_plain_scoring_has_no_protocols_key(run):
 def test_weights_refuse_runs_of_two_benchmarks():
     with pytest.raises(Exception, match="different benchmarks"):
         difficulty_weights([("a", "h1", []), ("b", "h2", [])], tool="t")
+
+
+@pytest.mark.parametrize("name", [p for p in PROTOCOLS if p != "trace"])
+def test_every_protocol_scores_the_hand_case_on_its_dimensions_and_has_a_report_column(run, name):
+    """A new protocol is its formula, its name in PROTOCOLS and DIMENSIONS and a report column:
+    a name missing from any of them fails here."""
+    p = _hand_scores(run, protocols=(name,))
+    assert set(p) == {name} and set(p[name].dimensions) == set(DIMENSIONS[name])
+    assert all(v is not None for v in p[name].dimensions.values())
+    template = data_path("templates", "report/report.html.j2").read_text(encoding="utf-8")
+    assert f'("{name}", "overall"' in template

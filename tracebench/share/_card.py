@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import TraceError
-from ..records import SampleManifest
+from ..records import CASES_FILE, VERDICTS_FILE, SampleManifest
 from ..templating import render
 from ._limits import MAX_CARD_BYTES, check_card_header, parse_error, read_card_text
 
@@ -152,9 +152,9 @@ def _hashes(section: dict[str, Any], sample: SampleManifest | None) -> list[tupl
     hashes = sorted((sample.hashes if sample else {}).items())
     run = section.get("run")
     if run is not None or section.get("cases_hash"):
-        hashes.append(("cases.jsonl", run["cases_hash"] if run is not None else section["cases_hash"]))
+        hashes.append((CASES_FILE, run["cases_hash"] if run is not None else section["cases_hash"]))
     if section.get("verdicts_hash"):
-        hashes.append(("verdicts.jsonl", section["verdicts_hash"]))
+        hashes.append((VERDICTS_FILE, section["verdicts_hash"]))
     for part, digest in section["content"].items():
         hashes.append((f"every file of the {part} folder trace import rebuilds (the SHA-256 of its `sha256sum` "
                        f"list, sorted by path)", digest))

@@ -9,7 +9,13 @@ import pytest
 from tracebench.errors import TraceError
 from tracebench.jsonfiles import record_line
 from tracebench.records import Verdict, Vote
-from tracebench.run._harness import _existing, _keep_only, _Lines, _question_digest
+from tracebench.run._harness import _existing, _id_hash, _keep_only, _question_digest
+from tracebench.run._schedule import Lines
+
+
+def digest(question_ids) -> tuple[int, int]:
+    """What a case's verdicts of one sample must match: its questions' count and digest."""
+    return _question_digest((q, 0) for q in question_ids)
 
 ANSWERED = {"verdict": "pass", "value": 1.0}
 
@@ -32,24 +38,25 @@ def write(folder, chunks: list[bytes], tail: bytes = b"") -> bytes:
     return data
 
 
-CHECKLISTS = {"a": _question_digest(["a1", "a2"]), "b": _question_digest(["b1", "b2", "b3"]),
-              "c": _question_digest(["c1", "c2"])}
+CHECKLISTS = {"a": digest(["a1", "a2"]), "b": digest(["b1", "b2", "b3"]),
+              "c": digest(["c1", "c2"])}
 
 
 def test_the_question_digest_counts_and_ignores_order():
-    assert _question_digest(["x", "y", "z"]) == _question_digest(["z", "x", "y"])
-    assert _question_digest(["x", "y"])[0] == 2 and _question_digest([]) == (0, 0)
-    assert _question_digest(["x", "y"]) != _question_digest(["x", "z"])
-    assert _question_digest(["x", "y"])[1] != _question_digest(["x"])[1]
+    assert _question_digest([("x", 1), ("x", 0)]) != _question_digest([("x", 0), ("x", 0)])  # samples told apart
+    assert digest(["x", "y", "z"]) == digest(["z", "x", "y"])
+    assert digest(["x", "y"])[0] == 2 and digest([]) == (0, 0)
+    assert digest(["x", "y"]) != digest(["x", "z"])
+    assert digest(["x", "y"])[1] != digest(["x"])[1]
 
 
 def test_lines_merge_touching_spans_and_count():
-    kept = _Lines()
-    kept.add(0, 10, "q1", True)
-    kept.add(10, 25, "q2", False)
-    kept.add(30, 40, "q3", True)
+    kept = Lines()
+    kept.add(0, 10, _id_hash(("q1", 0)), True)
+    kept.add(10, 25, _id_hash(("q2", 0)), False)
+    kept.add(30, 40, _id_hash(("q3", 0)), True)
     assert kept.spans == [(0, 25), (30, 40)] and kept.verdicts == 3 and kept.abstained == 1
-    assert (kept.verdicts, kept.digest) == _question_digest(["q3", "q1", "q2"])
+    assert (kept.verdicts, kept.digest) == digest(["q3", "q1", "q2"])
 
 
 def test_complete_cases_are_kept_where_they_lie_and_a_half_written_one_is_not(tmp_path):
@@ -107,7 +114,7 @@ def test_keep_only_rewrites_the_kept_lines_in_order_and_points_at_them(tmp_path)
 def test_cases_share_question_ids_and_a_case_split_in_two_is_redone(tmp_path):
     """Question ids repeat across cases ("f1:existence" in each); a case whose lines are not together
     and repeat a question (a file edited by hand) is not complete: it is run again, no error."""
-    checklists = {c: _question_digest(["f1:existence", "f1:identity"]) for c in ("a", "b", "c")}
+    checklists = {c: digest(["f1:existence", "f1:identity"]) for c in ("a", "b", "c")}
     chunks = lines(verdict("a", "f1:existence"), verdict("a", "f1:identity"), verdict("b", "f1:existence"),
                    verdict("c", "f1:existence"), verdict("c", "f1:identity"), verdict("b", "f1:existence"))
     write(tmp_path, chunks)

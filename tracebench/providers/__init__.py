@@ -34,7 +34,8 @@ _MODULE_OF = {
     **dict.fromkeys(("ImageBytes", "ReferenceFiles", "data_url", "digest", "image_suffix", "mime_type"), "._images"),
     **dict.fromkeys(("JUDGE_TEMPLATES", "ChatReply", "OpenAIClients", "OpenAIImages", "OpenAIJudge",
                      "translate_openai_error"), "._openai"),
-    **dict.fromkeys(("ENTRY_POINT_GROUPS", "make_generator", "make_judge", "settings_for"), "._registry"),
+    "ENTRY_POINT_GROUPS": "._plugins",  # a leaf: the command line's help reads it without the providers
+    **dict.fromkeys(("make_generator", "make_judge", "settings_for"), "._registry"),
     **dict.fromkeys(("Scheme", "find_scheme", "register_scheme", "scheme_help", "scheme_usage", "schemes"),
                     "._schemes"),
 }

@@ -86,7 +86,7 @@ class CardInputs:
 
 
 def write_card(folder: Path, card: CardInputs) -> None:
-    """The export's dataset card, ``folder/README.md`` (refused past :data:`~._limits.MAX_CARD_BYTES`)."""
+    """The export's dataset card, the folder's ``README.md`` (refused past :data:`~._limits.MAX_CARD_BYTES`)."""
     from ._export import SPLIT
 
     licenses = _licenses(card.bench, card.sample, card.sources)

@@ -342,3 +342,31 @@ def test_the_cycle_check_agrees_with_networkx(edges):
     from tracebench.records import _acyclic
 
     assert _acyclic(edges) == nx.is_directed_acyclic_graph(nx.DiGraph(edges))
+
+
+@given(st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,30}", fullmatch=True), st.integers(0, 999))
+def test_a_sample_key_names_its_files_and_reads_back_from_the_name(case_id, sample):
+    from tracebench.records import RunLayout, SampleKey
+
+    key = SampleKey(case_id, sample)
+    assert SampleKey.parse(key.name) == key
+    assert key.name == (case_id if sample == 0 else f"{case_id}~{sample}")
+    layout = RunLayout(Path("/r"))
+    assert layout.image(key, ".png") == Path(f"/r/images/{key.name}.png")
+    assert layout.info(key) == Path(f"/r/images/{key.name}.json") and layout.cache == Path("/r/cache")
+
+
+@pytest.mark.parametrize("name", ["a~0", "a~01", "a~", "a~1x", "a~\u0661"])
+def test_a_name_no_generation_has_reads_as_none(name):
+    from tracebench.records import SampleKey
+
+    assert SampleKey.parse(name) is None
+
+
+def test_a_diagnosis_layout_names_its_rounds():
+    from tracebench.records import DiagnosisLayout
+
+    layout = DiagnosisLayout(Path("/d"))
+    folder = layout.root / DiagnosisLayout.round_name(3)
+    assert folder == Path("/d/rounds/03") and DiagnosisLayout.cases(folder) == Path("/d/rounds/03/cases")
+    assert [DiagnosisLayout.run(folder, s).name for s in range(3)] == ["run", "run-2", "run-3"]

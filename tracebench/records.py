@@ -738,20 +738,26 @@ def split_sample_name(name: str) -> tuple[str, int] | None:
 
 
 @dataclass(frozen=True)
-class RunLayout:
-    """Where a run folder keeps its files: ``run.json``, ``verdicts.jsonl``, ``images/`` (each
-    generation's image ``<name><suffix>`` and its :class:`GenerationInfo` ``<name>.json``, by
-    :class:`SampleKey`) and ``cache/``. Every reader and writer of a run folder's paths asks it."""
+class _Folder:
+    """A folder of tracebench's making, whose files a layout names."""
 
     root: Path
 
     @property
-    def images(self) -> Path:
-        return Path(self.root) / IMAGES_DIR
+    def cache(self) -> Path:
+        """The model-call cache (unless ``--cache`` names another)."""
+        return Path(self.root) / CALL_CACHE_DIR
+
+
+@dataclass(frozen=True)
+class RunLayout(_Folder):
+    """Where a run folder keeps its files: ``run.json``, ``verdicts.jsonl``, ``images/`` (each
+    generation's image ``<name><suffix>`` and its :class:`GenerationInfo` ``<name>.json``, by
+    :class:`SampleKey`) and ``cache/``. Every reader and writer of a run folder's paths asks it."""
 
     @property
-    def cache(self) -> Path:
-        return Path(self.root) / CALL_CACHE_DIR
+    def images(self) -> Path:
+        return Path(self.root) / IMAGES_DIR
 
     @staticmethod
     def image_name(key: SampleKey, suffix: str) -> str:
@@ -791,20 +797,14 @@ class RunLayout:
 
 
 @dataclass(frozen=True)
-class DiagnosisLayout:
+class DiagnosisLayout(_Folder):
     """Where a diagnosis folder keeps its files: ``diagnosis.json``, ``trees.jsonl``,
     ``summary.json``, ``cache/`` and its rounds, ``rounds/NN/cases`` (a benchmark folder) and
     ``rounds/NN/run`` (``run-2``, ``run-3`` ... for later generations)."""
 
-    root: Path
-
     @property
     def rounds(self) -> Path:
         return Path(self.root) / ROUNDS_DIR
-
-    @property
-    def cache(self) -> Path:
-        return Path(self.root) / CALL_CACHE_DIR
 
     @staticmethod
     def round_name(number: int) -> str:

@@ -760,14 +760,19 @@ class RunLayout(_Folder):
         return Path(self.root) / IMAGES_DIR
 
     @staticmethod
+    def in_images(file: str) -> str:
+        """The path of a file of ``images/``, relative to the run folder."""
+        return f"{IMAGES_DIR}/{file}"
+
+    @staticmethod
     def image_name(key: SampleKey, suffix: str) -> str:
         """An image's path relative to the run folder."""
-        return f"{IMAGES_DIR}/{key.name}{suffix}"
+        return RunLayout.in_images(f"{key.name}{suffix}")
 
     @staticmethod
     def info_name(key: SampleKey) -> str:
         """The path of a generation's :class:`GenerationInfo`, relative to the run folder."""
-        return f"{IMAGES_DIR}/{key.name}{GENERATION_SUFFIX}"
+        return RunLayout.in_images(f"{key.name}{GENERATION_SUFFIX}")
 
     def image(self, key: SampleKey, suffix: str) -> Path:
         return Path(self.root) / self.image_name(key, suffix)

@@ -9,7 +9,7 @@ from pathlib import Path
 from ..errors import TraceError
 from ..library import staged_output
 from ..records import RUN_MANIFEST, VERDICTS, Case, RunManifest, Verdict, read_cases, read_run_verdicts
-from ..records import IMAGES_DIR
+from ..records import RunLayout
 from ._schedule import abstained_votes
 
 __all__ = ["merge_runs"]
@@ -75,11 +75,11 @@ def _merged_verdicts(runs: list[Path], cases: dict[str, Case], cases_dir: Path, 
 
 def _copy_images(runs: list[Path], root: Path) -> None:
     """Every shard's generated images into the merged folder ``root``."""
-    (root / IMAGES_DIR).mkdir()
+    RunLayout(root).images.mkdir()
     for run in runs:
-        images = Path(run) / IMAGES_DIR
+        images = RunLayout(Path(run)).images
         for image in sorted(images.iterdir()) if images.is_dir() else ():
-            shutil.copyfile(image, root / IMAGES_DIR / image.name)
+            shutil.copyfile(image, RunLayout(root).images / image.name)
 
 
 def _merged_manifest(first: RunManifest, manifests: list[RunManifest], ordered: list[Verdict], *,

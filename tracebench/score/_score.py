@@ -47,8 +47,8 @@ from ..checklist import REJECTION
 from ..errors import TraceError
 from ..operators import OPERATORS, Instance, Operator
 from ..outcomes import ABSTAINED, FAILED, Outcome, sample_means, samples_of
-from ..records import Case, RunManifest, read_generation_info
-from ..run import IMAGES_DIR, RunFolder
+from ..records import Case, RunLayout, RunManifest, read_generation_info
+from ..run import RunFolder
 from ._protocols import (DifficultyWeights, PassAtTau, ProtocolScore, ProtocolTally, difficulty_weights,
                          read_weights)
 
@@ -484,7 +484,7 @@ def score_cases(manifest: RunManifest,
     run --samples K``): the case then scores the mean over its samples, and the intervals resample
     the samples within each resampled case."""
     protocol_tally = ProtocolTally(protocols, pass_at)
-    tally = _CaseTally(Path(root) / IMAGES_DIR, gating)
+    tally = _CaseTally(RunLayout(Path(root)).images, gating)
     for case, given in cases:
         samples = samples_of(given)
         protocol_tally.add(case, samples[0] if len(samples) == 1 else samples)

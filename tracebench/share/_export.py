@@ -282,12 +282,12 @@ def _row_files(content: Content, row: dict) -> None:
         return
     case_id, image = row["id"], row[GENERATED_IMAGE]
     if image is not None:
-        content.add("run", f"{IMAGES_DIR}/{generated_name(case_id, image['path'])}", image["bytes"])
+        content.add("run", RunLayout.in_images(generated_name(case_id, image['path'])), image["bytes"])
     infos = [row[GENERATION]] if row[GENERATION] is not None else []
     for info in map(GenerationInfo.model_validate, infos + (row.get(SAMPLE_GENERATIONS) or [])):
         content.add("run", RunLayout.info_name(SampleKey(case_id, info.sample or 0)), json_bytes(info))
     for image in row.get(SAMPLE_IMAGES) or []:
-        content.add("run", f"{IMAGES_DIR}/{Path(image['path']).name}", image["bytes"])
+        content.add("run", RunLayout.in_images(Path(image['path']).name), image["bytes"])
     for image in row.get(NODE_IMAGES) or []:
         content.add("run", f"{DIAGNOSIS_DIR}/{image['path']}", image["bytes"])
     if row.get(TREE) is not None:
@@ -334,7 +334,7 @@ def _run_row(bench: Path, run_dir: Path, case: Case, sources: Counter, manifest,
 
     row = _case_row(bench, case, sources)
     image = generated_image(run_dir, case.id)
-    row[GENERATED_IMAGE] = None if image is None else _image(run_dir, f"{IMAGES_DIR}/{image.name}",
+    row[GENERATED_IMAGE] = None if image is None else _image(run_dir, RunLayout.in_images(image.name),
                                                              f"{run_dir}: case {case.id}: generated image")
     layout = RunLayout(run_dir)
     info = layout.read_info(SampleKey(case.id))
@@ -342,7 +342,7 @@ def _run_row(bench: Path, run_dir: Path, case: Case, sources: Counter, manifest,
     row[VERDICTS_COLUMN] = [row_of(v) for v in verdicts]
     if manifest.samples:
         found = [(k, generated_image(run_dir, case.id, k)) for k in range(1, manifest.samples)]
-        row[SAMPLE_IMAGES] = [_image(run_dir, f"{IMAGES_DIR}/{path.name}",
+        row[SAMPLE_IMAGES] = [_image(run_dir, RunLayout.in_images(path.name),
                                      f"{run_dir}: case {case.id}: sample {k}'s image") for k, path in found if path]
         row[SAMPLE_GENERATIONS] = [row_of(info) for k in range(1, manifest.samples)
                                    if (info := layout.read_info(SampleKey(case.id, k)))]
@@ -394,7 +394,7 @@ class _NodeImages:
         if not (path.is_file() and path.parent.name == IMAGES_DIR and RUN_MANIFEST.path(folder).is_file()):
             return image, None  # gone, or no run's image: the tree keeps its word, nothing is embedded
         if folder == self.run:
-            return f"../{IMAGES_DIR}/{path.name}", None
+            return f"../{RunLayout.in_images(path.name)}", None
         name = self.folders.get(folder)
         if name is None:
             try:
@@ -405,7 +405,7 @@ class _NodeImages:
                 name = f"external/{sum(1 for n in self.folders.values() if n.startswith('external/')) + 1}"
             self.folders[folder] = name
             self.manifests[name] = RUN_MANIFEST.read(folder).model_dump(mode="json")
-        return f"{name}/{IMAGES_DIR}/{path.name}", path
+        return f"{name}/{RunLayout.in_images(path.name)}", path
 
     def tree(self, tree) -> tuple[str, list[dict]]:
         """The tree's line with its node images renamed, and the images to embed (each once)."""

@@ -313,7 +313,7 @@ class _Run:
     by line, each row's images and generation records as it is read."""
 
     def __init__(self, root: Path, manifest: RunManifest, diagnosis: bool, stack: ExitStack) -> None:
-        self.root, self.manifest, self.images = root, manifest, root / IMAGES_DIR
+        self.root, self.manifest, self.images = root, manifest, RunLayout(root).images
         self.images.mkdir()
         self.verdicts = stack.enter_context(open(VERDICTS.path(root), "w", encoding="utf-8", newline="\n"))
         self.diag, self.trees = root / DIAGNOSIS_DIR, None

@@ -169,7 +169,6 @@ def _tagger(options: TagOptions, base_url: str, default_cache: Path) -> _Tagger:
     provider = OpenAIClients(options.model, ModelConfig(
         base_urls=(base_url,), api_key_env=options.api_key_env, concurrency=options.concurrency,
         max_retries=options.max_retries, timeout=options.timeout, max_reply_bytes=options.max_reply_bytes))
-    provider.spec = f"openai:{options.model}"
     return _Tagger(provider=provider, access=ModelAccess(max_retries=options.max_retries),
                    cache=Cache(options.cache_dir if options.cache_dir is not None else default_cache))
 

@@ -106,6 +106,11 @@ class OpenAIClients(Provider):
         self._clients: dict[int, Any] = {}
 
     @property
+    def spec(self) -> str:  # type: ignore[override]
+        """``openai:MODEL``: the model names the provider, built in or as a tagger."""
+        return f"openai:{self.model}"
+
+    @property
     def replicas(self) -> tuple[str, ...]:
         return self.config.base_urls
 
@@ -259,10 +264,6 @@ def _kind_of(value: Any) -> str:
 class OpenAIImages(OpenAIClients, Generator):
     """``openai:MODEL`` generator: images.edit with the references, images.generate without."""
 
-    @property
-    def spec(self) -> str:  # type: ignore[override]
-        return f"openai:{self.model}"
-
     def key(self, case, references):
         return {"adapter": "openai-images", "model": self.model, "base_url": self.base_url, "prompt": case.prompt,
                 "images": [digest(r) for r in references]}
@@ -323,10 +324,6 @@ def _image_fields(edit: bool) -> frozenset[str]:
 
 class OpenAIJudge(OpenAIClients, Judge):
     """``openai:MODEL`` judge: one chat completion with the images and the questions, JSON output."""
-
-    @property
-    def spec(self) -> str:  # type: ignore[override]
-        return f"openai:{self.model}"
 
     def key(self, case, questions, image, references):
         key = {"adapter": "openai-judge", "model": self.model, "base_url": self.base_url,

@@ -5,12 +5,14 @@ drawing code (``tracebench/library/synth/``): its lines (``def`` to last line), 
 complexity (radon's McCabe count, nested functions counted on their own) and its parameters
 (``self``/``cls`` not counted; an ``__init__`` of a frozen record, a frozen dataclass or pydantic
 model, is exempt: such a constructor takes one argument per field). Prints the functions past a
-limit as a table and exits 1 if there is one; ``--all`` prints every function.
+limit as a table and exits 1 if there is one; ``--all`` prints every function; ``--against
+TREE`` measures another source tree too (a checkout of an earlier commit) and prints the two
+side by side (functions past a limit, the largest measures) instead.
 ``tests/test_code_shape.py`` runs the same check.
 
 Run from the repository root::
 
-    python bench/code_shape.py [--all]
+    python bench/code_shape.py [--all] [--against TREE]
 """
 
 from __future__ import annotations
@@ -116,10 +118,30 @@ def table(shapes: list[Shape]) -> str:
     return "\n".join(rows)
 
 
+def summary(shapes: list[Shape]) -> dict[str, int]:
+    """Functions, those past a limit, and the largest of each measure."""
+    return {"functions": len(shapes), "past a limit": sum(bool(s.problems()) for s in shapes),
+            "most lines": max(s.lines for s in shapes), "most complexity": max(s.complexity for s in shapes),
+            "most parameters": max(s.parameters or 0 for s in shapes)}
+
+
+def compared(trees: dict[str, Path]) -> str:
+    """The summaries of several source trees, side by side (a Markdown table)."""
+    found = {name: summary(function_shapes(root)) for name, root in trees.items()}
+    rows = [f"| measure | {' | '.join(found)} |", f"|---|{'---|' * len(found)}"]
+    for measure in next(iter(found.values())):
+        rows.append(f"| {measure} | {' | '.join(str(found[name][measure]) for name in found)} |")
+    return "\n".join(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="functions of tracebench past the house limits")
     parser.add_argument("--all", action="store_true", help="print every function, not only those past a limit")
+    parser.add_argument("--against", type=Path, metavar="TREE", help="another source tree, measured side by side")
     args = parser.parse_args(argv)
+    if args.against is not None:
+        print(compared({f"{args.against}": args.against.resolve(), "this tree": ROOT}))
+        return 0
     shapes = function_shapes()
     past = [s for s in shapes if s.problems()]
     print(f"limits: {MAX_LINES} lines, complexity {MAX_COMPLEXITY}, {MAX_PARAMETERS} parameters; "

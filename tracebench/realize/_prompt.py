@@ -16,7 +16,7 @@ from functools import cache
 
 from ..nouns import NOUNS_FILE, agree, describe
 from ..records import TermBinding
-from ..resources import read_toml
+from ..resources import DataFile, table_name
 from ..taxonomy import taxonomy
 from ..templating import compile_string, render
 
@@ -41,20 +41,52 @@ def in_words(t: TermBinding) -> bool:
     return t.op == "T" and t.replaces is not None and t.role != "text"
 
 
-@cache
-def _phrases() -> dict:
-    return read_toml("templates", "prompts/phrases.toml")
+_PHRASES = DataFile("templates", "prompts/phrases.toml")
+_LINES = DataFile("templates", "prompts/lines.toml")
+_POOL = DataFile("templates", CLUTTER_FILE)
+_FRAMES = ("settings", "neutral", "together", "alone")
+
+
+@dataclass(frozen=True)
+class _Phrases:
+    names: dict[str, str]  # subtype -> what a g term of it carries over ("pattern")
+    frames: dict[str, tuple[str, ...]]  # settings, neutral, together, alone
 
 
 @cache
-def _lines() -> dict:
-    raw = {**read_toml("templates", "prompts/lines.toml"), "pool": read_toml("templates", CLUTTER_FILE)["pool"]}
-    return {part: {role: compile_string(text) for role, text in table.items()} for part, table in raw.items()}
+def _phrases() -> _Phrases:
+    raw = _PHRASES.read()
+    subtypes = _PHRASES.tables("", raw, "subtypes", {})
+    names = {key: _PHRASES.value(table_name("subtypes", key), entry, "name", str, "attribute")
+             for key, entry in subtypes.items()}
+    frames = _PHRASES.value("", raw, "frames", dict)
+    return _Phrases(names, {part: _PHRASES.strings("frames", frames, part) for part in _FRAMES})
+
+
+@cache
+def _lines() -> dict[str, tuple[DataFile, dict]]:
+    """Per part (``reference``, ``text``, ``prose``, ``pool``): the file it comes from and its compiled rows."""
+    raw = _LINES.read()
+    parts = {part: (_LINES, _LINES.value("", raw, part, dict)) for part in raw}
+    parts["pool"] = (_POOL, _POOL.value("", _POOL.read(), "pool", dict))
+    return {part: (file, {role: compile_string(file.value(part, table, role, str)) for role in table})
+            for part, (file, table) in parts.items()}
+
+
+def _line(part: str, role: str):
+    """The compiled row ``role`` of ``part``; a DataError when the file has none."""
+    lines = _lines()
+    if part not in lines:
+        raise _LINES.error("missing", "", part)
+    file, rows = lines[part]
+    if role not in rows:
+        raise file.error("missing", part, role)
+    return rows[role]
 
 
 def phrase_name(subtype: str | None) -> str:
     """What a g term carries over, as a noun phrase: "pattern", "style", "item"."""
-    return _phrases()["subtypes"].get(subtype or "", {}).get("name", "attribute")
+    return _phrases().names.get(subtype or "", "attribute")
 
 
 def _join(items: list[str]) -> str:
@@ -79,7 +111,7 @@ def _draw_scene(terms: tuple[TermBinding, ...], carriers: list[TermBinding], has
                 rng: random.Random) -> str:
     """A scene opening: a setting (a neutral one when a term replaces the background) and how
     the entities stand in it, ``{members}``/``{member}`` where they go."""
-    frames = _phrases()["frames"]
+    frames = _phrases().frames
     backgrounds = {key for key, s in taxonomy().special.items() if s.record == "background"}
     takes_background = any(t.op == "g" and t.role == "global" and t.subtype in backgrounds for t in terms)
     frame = rng.choice(frames["neutral"] if takes_background else frames["settings"])
@@ -152,10 +184,9 @@ class _Parts:
         worded = in_words(t)
         role = _line_role(t, worded)
         context = _context(t, carrier, names)
-        templates = _lines()
-        part = "prose" if worded else "pool" if t.symbol in pooled and role in templates["pool"] else "reference"
-        line = templates[part][role](context)
-        sentence = templates["text"][role](context)
+        part = "prose" if worded else "pool" if t.symbol in pooled and role in _lines()["pool"][1] else "reference"
+        line = _line(part, role)(context)
+        sentence = _line("text", role)(context)
         if worded:  # reference content stated in words: part of the scene description
             self.paragraph += " " + line
         elif role == "text_relation":  # no reference: it belongs to the scene description

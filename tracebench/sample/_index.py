@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..library import Entity, LibraryInfo, TaggedImage
 from ..nouns import describe, noun_phrase
-from ..resources import read_toml
+from ..resources import DataFile
 from ..taxonomy import taxonomy
 
 __all__ = ["EntityRef", "GlobalRef", "LibraryIndex", "RelationRef", "TextCarrier", "text_carriers"]
@@ -49,14 +49,21 @@ class TextCarrier:
     category: str
 
 
+_TEXT_CARRIERS = DataFile("templates", "text_carriers.toml")
+
+
 @cache
 def text_carriers() -> tuple[TextCarrier, ...]:
-    raw = read_toml("templates", "text_carriers.toml")["carriers"]
-    carriers = tuple(TextCarrier(c["phrase"], c["noun"], c["category"]) for c in raw)
-    unknown = {c.category for c in carriers} - set(taxonomy().categories)
-    if unknown:
-        raise ValueError(f"templates/text_carriers.toml: unknown categories {sorted(unknown)}")
-    return carriers
+    entries = _TEXT_CARRIERS.value("", _TEXT_CARRIERS.read(), "carriers", list)
+    known, carriers = set(taxonomy().categories), []
+    for k, entry in enumerate(entries, 1):
+        table = f"carriers {k}"
+        carrier = TextCarrier(*(_TEXT_CARRIERS.value(table, entry, key, str) for key in ("phrase", "noun", "category")))
+        if carrier.category not in known:
+            raise _TEXT_CARRIERS.error(f"unknown category {carrier.category!r} (known: {', '.join(sorted(known))})",
+                                       table, "category")
+        carriers.append(carrier)
+    return tuple(carriers)
 
 
 def _relation_phrase(value: str, subject: EntityRef, obj: EntityRef) -> str | None:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cache
 from typing import TYPE_CHECKING, Callable, ClassVar, Iterable, Iterator
 
 from .operators import Operator

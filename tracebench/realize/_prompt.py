@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from functools import cache
 
 from ..nouns import NOUNS_FILE, agree, describe
+from ..operators import Family, Role
 from ..records import TermBinding
 from ..resources import DataFile, table_name
 from ..taxonomy import taxonomy
@@ -38,7 +39,7 @@ class Prompts:
 def in_words(t: TermBinding) -> bool:
     """Whether a term is reference content a diagnostic sub-case states only in words: a g term
     downgraded to prose (its carrier, or the whole image, still takes it) or a g_rel turned T_rel."""
-    return t.op == "T" and t.replaces is not None and t.role != "text"
+    return t.op == Family.TEXT and t.replaces is not None and t.role != Role.TEXT
 
 
 _PHRASES = DataFile("templates", "prompts/phrases.toml")
@@ -113,7 +114,7 @@ def _draw_scene(terms: tuple[TermBinding, ...], carriers: list[TermBinding], has
     the entities stand in it, ``{members}``/``{member}`` where they go."""
     frames = _phrases().frames
     backgrounds = {key for key, s in taxonomy().special.items() if s.record == "background"}
-    takes_background = any(t.op == "g" and t.role == "global" and t.subtype in backgrounds for t in terms)
+    takes_background = any(t.op == Family.DISENTANGLE and t.role == Role.GLOBAL and t.subtype in backgrounds for t in terms)
     frame = rng.choice(frames["neutral"] if takes_background else frames["settings"])
     pattern = rng.choice(frames["together"] if has_scene and len(carriers) > 1 else frames["alone"])
     return f"{frame} {_agreed(pattern, carriers[0].noun if carriers else None)}"
@@ -134,7 +135,7 @@ class _Names:
         return cls({t.symbol: t for t in terms}, noun_counts)
 
     def mention(self, t: TermBinding) -> str:  # in the prompt
-        return _quoted(t.handle) if t.op == "f" else f"{t.value} {_quoted(t.handle)}"
+        return _quoted(t.handle) if t.op == Family.ANCHOR else f"{t.value} {_quoted(t.handle)}"
 
     def text_name(self, t: TermBinding) -> str:  # "the teapot", or "the second child" when nouns repeat
         if self.noun_counts[t.noun] == 1:
@@ -148,16 +149,16 @@ def _members(scene: str, names: list[str]) -> str:
 
 def _line_role(t: TermBinding, worded: bool) -> str:
     """The row of templates/prompts/lines.toml a term's line takes."""
-    if t.role == "relation" and t.op == "T" and not worded:
+    if t.role == Role.RELATION and t.op == Family.TEXT and not worded:
         return "text_relation"
-    return "anchor" if t.op == "f" else t.role
+    return Role.ANCHOR if t.op == Family.ANCHOR else t.role
 
 
 def _context(t: TermBinding, carrier: TermBinding | None, names: _Names) -> dict:
     """What a term's lines are filled with."""
     carried_by = _quoted(carrier.handle) if carrier and carrier.handle else ""
     return {
-        "carrier": _quoted(t.handle) if t.op == "f" else carried_by,
+        "carrier": _quoted(t.handle) if t.op == Family.ANCHOR else carried_by,
         "noun": (carrier.noun if carrier and carrier.noun else t.noun) or "",
         "source": t.entity or "",
         "image": t.image or "",
@@ -194,7 +195,7 @@ class _Parts:
             self.text_paragraph += " " + sentence
         elif line:
             self.lines.append(line)
-        if role != "anchor" and carrier is not None and carrier.handle:
+        if role != Role.ANCHOR and carrier is not None and carrier.handle:
             sentence = sentence.replace(f"The {context['noun']}", names.text_name(carrier).capitalize(), 1)
         if sentence and role != "text_relation":
             self.sentences.append(sentence)
@@ -222,7 +223,7 @@ def realize(terms: tuple[TermBinding, ...], has_scene: bool, rng: random.Random 
     parts = _Parts(_members(scene, [names.mention(t) for t in carriers]),
                    text_paragraph[0].upper() + text_paragraph[1:] if text_paragraph else text_paragraph)
     for t in terms:
-        if t.role != "text":
+        if t.role != Role.TEXT:
             parts.add(t, names, pooled)
     prompt = render("prompts/prompt.j2", paragraph=parts.paragraph, lines=parts.lines)
     text_only = " ".join(["Generate a new scene.", parts.text_paragraph, *parts.sentences])

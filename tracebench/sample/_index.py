@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..library import Entity, LibraryInfo, TaggedImage
 from ..nouns import describe, noun_phrase
+from ..operators import Role
 from ..resources import DataFile
 from ..taxonomy import taxonomy
 
@@ -101,7 +102,7 @@ class LibraryIndex:
         index = cls(Path(root), info, list(images))
         index.by_id = {image.id: image for image in index.images}
         index.by_use = {key: [] for key, s in tax.special.items() if s.record == "usable_as"}
-        relation_keys = [s.key for s in tax.global_subtypes() if s.role == "relation"]
+        relation_keys = [s.key for s in tax.global_subtypes() if s.role == Role.RELATION]
         backgrounds = [s.key for s in tax.special.values() if s.record == "background"]
         for i, image in enumerate(images):
             refs = index._add_entities(i, image)

@@ -224,7 +224,7 @@ MEMBER_TEXTS = frozenset(member.value for enum in (Role, Family, Operator) for m
 _COMPARISONS = (ast.Eq, ast.NotEq, ast.In, ast.NotIn, ast.Is, ast.IsNot)
 
 
-def _literals(node: ast.expr) -> set[str]:
+def _spelled(node: ast.expr) -> set[str]:
     """The strings a literal operand spells: ``"g"``, ``("attach", "ip")``, ``{"global"}``."""
     items = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
     return {i.value for i in items if isinstance(i, ast.Constant) and isinstance(i.value, str)}
@@ -259,7 +259,7 @@ def _bare_member_comparisons(source: str, name: str = "<source>") -> list[str]:
         operands = [node.left, *node.comparators]
         for op, left, right in zip(node.ops, operands, operands[1:]):
             for literal, other in ((left, right), (right, left)):
-                if isinstance(op, _COMPARISONS) and _literals(literal) & MEMBER_TEXTS \
+                if isinstance(op, _COMPARISONS) and _spelled(literal) & MEMBER_TEXTS \
                         and _subject(other) not in NOT_THE_VOCABULARY:
                     out.append(f"{name}:{node.lineno}: {ast.unparse(node)}")
     return out

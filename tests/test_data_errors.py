@@ -9,6 +9,7 @@ the package) and runs ``python -m tracebench`` there.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -88,6 +89,80 @@ MISTAKES = [
     ("diagnose/sources.toml", 'title = "Global Reference"\n', "", ("diagnose", "--formula", "C(f1, f2)", "--dry-run"),
      "trace diagnose: diagnose/sources.toml: [sources.global_reference] title: missing"),
 ]
+
+
+# The loaders of the other data files, each read by the command that uses it. A command names the folders
+# it needs as {out} (a fresh output), {bench} (a small benchmark), {photos} and {tags} (images to import).
+SAMPLE = ("sample", "--slots", "1", "--per-slot", "1", "--no-applications", "--out", "{out}")
+WITH_APPLICATIONS = ("sample", "--slots", "1", "--per-slot", "1", "--out", "{out}")
+RUN = ("run", "{bench}", "--generator", "synthetic:perfect", "--judge", "oracle", "--out", "{out}")
+LOADERS = [
+    ("templates/quotas.toml", "per_slot = 180", 'per_slot = "many"', WITH_APPLICATIONS,
+     "trace sample: templates/quotas.toml: per_slot: should be an integer, not a string"),
+    ("templates/applications.toml", "cases = 20", 'cases = "20"', WITH_APPLICATIONS,
+     "trace sample: templates/applications.toml: [try_on] cases: should be an integer, not a string"),
+    ("templates/clutter.toml", 'identity_groups = ["1_Appearance", "2_Form"]', 'identity_groups = "1_Appearance"',
+     (*SAMPLE, "--distractors", "1"),
+     "trace sample: templates/clutter.toml: identity_groups: should be an array, not a string"),
+    ("templates/text_carriers.toml", 'category = "Human" }', 'categori = "Human" }',
+     ("sample", "--slots", "1-2", "--per-slot", "2", "--no-applications", "--out", "{out}"),
+     "trace sample: templates/text_carriers.toml: [carriers 1] category: missing"),
+    ("templates/prompts/lines.toml", "[reference]\nanchor = ", "[reference]\nanchor = 1\nunused = ", SAMPLE,
+     "trace sample: templates/prompts/lines.toml: [reference] anchor: should be a string, not an integer"),
+    ("templates/prompts/phrases.toml", "neutral = [", 'neutral = "In front"\nunused = [', SAMPLE,
+     "trace sample: templates/prompts/phrases.toml: [frames] neutral: should be an array, not a string"),
+    ("templates/checklist/questions.toml", 'aspect = "existence"', 'aspekt = "existence"', SAMPLE,
+     "trace sample: templates/checklist/questions.toml: [anchor 1] aspect: missing"),
+    ("templates/nouns.toml", "relatives = [", 'relatives = "that"\nunused = [', SAMPLE,
+     "trace sample: templates/nouns.toml: [post_modifiers] relatives: should be an array, not a string"),
+    ("templates/space.toml", 'attribute_kinds = ["g", "g_attach"', 'attribute_kinds = ["g", "g_atach"',
+     ("templates", "--slots", "2", "--count"),
+     "trace templates: templates/space.toml: attribute_kinds: unknown attribute kind 'g_atach'"),
+    ("taxonomy/zoo.toml", 'breaks = ["anchor.identity"', 'breaks = "anchor.identity"\nunused = ["anchor.identity"',
+     ("run", "{bench}", "--generator", "synthetic:strain", "--judge", "oracle", "--out", "{out}"),
+     "trace run: taxonomy/zoo.toml: [modes.load-global] breaks: should be an array, not a string"),
+    ("templates/clutter.toml", "cell = 256", 'cell = "256"', (*RUN, "--collage", "--max-images", "1"),
+     "trace run: templates/clutter.toml: [collage] cell: should be an integer, not a string"),
+    ("templates/judge/scales.toml", 'suffix = "(answer 2, 1 or 0)"', "suffix = 2",
+     ("run", "{bench}", "--generator", "synthetic:perfect", "--judge", "openai:judge", "--api-key-env",
+      "DATA_ERRORS_TEST_KEY", "--scale", "ternary", "--dry-run", "--out", "{out}"),
+     "trace run: templates/judge/scales.toml: [ternary] suffix: should be a string, not an integer"),
+    ("taxonomy/categories.toml", "description = ", "descriptio = ",
+     ("tag", "{photos}", "--model", "m", "--base-url", "http://127.0.0.1:9/v1", "--out", "{out}"),
+     "trace tag: taxonomy/categories.toml: [categories.Human] description: missing"),
+    ("taxonomy/backgrounds.toml", 'prefixes = ["solid"]', 'prefixes = "solid"',
+     ("library", "import", "{photos}", "--tags", "{tags}", "--out", "{out}"),
+     "trace library import: taxonomy/backgrounds.toml: [placeholders] prefixes: should be an array, not a string"),
+    ("taxonomy/synth.toml", "size = 256", 'size = "256"', ("library", "synth", "--out", "{out}", "--n", "2"),
+     "trace library synth: taxonomy/synth.toml: [canvas] size: should be an integer, not a string"),
+]
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> dict[str, str]:
+    """The folders the commands of LOADERS read: a benchmark sampled from the pristine data, one photo to import."""
+    from PIL import Image
+
+    from tracebench.sample import SampleOptions, sample_benchmark
+
+    root = tmp_path_factory.mktemp("inputs")
+    sample_benchmark(root / "bench", SampleOptions(slots=(2,), per_slot=1, seed=3, applications=False))
+    (root / "photos").mkdir()
+    Image.new("RGB", (32, 24), "red").save(root / "photos" / "a.png")
+    record = {"path": "a.png", "source": "test", "license": "CC0-1.0", "background": "plain white",
+              "ent_list": [{"category": "Object", "ent_desc": "a red box", "tag_dict": {}}]}
+    (root / "tags.jsonl").write_text(json.dumps(record) + "\n", encoding="utf-8")
+    return {"bench": str(root / "bench"), "photos": str(root / "photos"), "tags": str(root / "tags.jsonl")}
+
+
+@pytest.mark.parametrize("name,old,new,command,line", LOADERS, ids=[f"{m[0]}:{m[4][-30:]}" for m in LOADERS])
+def test_a_mistake_read_by_a_loader_is_one_line_and_exit_2(tree, inputs, monkeypatch, name, old, new, command, line):
+    monkeypatch.setenv("DATA_ERRORS_TEST_KEY", "unused")  # the judge is built, never called (--dry-run)
+    places = {**inputs, "out": str(tree.root / "out")}
+    tree.edit(name, old, new)
+    result = tree.trace(*(arg.format(**places) for arg in command))
+    assert (result.returncode, result.stderr, result.stdout) == (2, line + "\n", "")
+    assert not (tree.root / "out").exists()
 
 
 @pytest.mark.parametrize("name,old,new,command,line", MISTAKES, ids=[f"{m[0]}:{m[4][-30:]}" for m in MISTAKES])

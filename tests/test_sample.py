@@ -476,7 +476,7 @@ def test_a_bound_term_is_named_after_a_kind_that_keeps_its_role_where_it_stands(
 
 
 def test_prompts_name_every_subtype_of_the_taxonomy():
-    named = set(_phrases()["subtypes"])
+    named = set(_phrases().names)
     tax = taxonomy()
     assert {*tax.subtypes, *tax.special} <= named, {*tax.subtypes, *tax.special} - named
 

@@ -5,6 +5,7 @@ them. Parametrised over the registry and the enums, so a new member is covered w
 
 from __future__ import annotations
 
+import ast
 import base64
 import json
 import typing
@@ -209,6 +210,75 @@ def test_no_record_literal_differs_from_its_vocabulary():
         batch: typing.Literal["case"] = "case"
 
     assert len(_literal_mismatches([Stale])) == 2
+
+
+# ------------------------------------------------------------------------------ roles and families by their enums
+
+# A member's text a name holds without holding the member: a g kind (``node.kind == "global"``), a formula's
+# spelling of a symbol (``token == "f"``), a checklist aspect (``aspect == "relation"``), a zoo load
+# (``mode.load == "global"``), a MIME type or a template part (``"text"``). Any other name compared with a
+# member's text is a Role, Family or Operator spelled as a bare string.
+NOT_THE_VOCABULARY = frozenset({"kind", "stem", "spelled", "token", "aspect", "load", "get_content_maintype", "type",
+                                "part"})
+MEMBER_TEXTS = frozenset(member.value for enum in (Role, Family, Operator) for member in enum)
+_COMPARISONS = (ast.Eq, ast.NotEq, ast.In, ast.NotIn, ast.Is, ast.IsNot)
+
+
+def _spelled(node: ast.expr) -> set[str]:
+    """The strings a literal operand spells: ``"g"``, ``("attach", "ip")``, ``{"global"}``."""
+    items = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+    return {i.value for i in items if isinstance(i, ast.Constant) and isinstance(i.value, str)}
+
+
+def _subject(node: ast.expr) -> str:
+    """The name a compared operand reads: ``t.role`` -> role, ``next(roles)`` -> roles, ``part.get("type")`` -> type."""
+    while True:
+        if isinstance(node, ast.Name):
+            return node.id
+        if isinstance(node, ast.Attribute):
+            return node.attr
+        if isinstance(node, ast.Subscript):
+            node = node.value
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.func, ast.Name) and node.func.id == "next":
+            node = node.args[0]
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+            return str(node.args[0].value)
+        elif isinstance(node, ast.Call):
+            node = node.func
+        else:
+            return ""
+
+
+def _bare_member_comparisons(source: str, name: str = "<source>") -> list[str]:
+    """``file:line: comparison`` for each comparison of a name with a Role/Family/Operator text."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Compare):
+            continue
+        operands = [node.left, *node.comparators]
+        for op, left, right in zip(node.ops, operands, operands[1:]):
+            for literal, other in ((left, right), (right, left)):
+                if isinstance(op, _COMPARISONS) and _spelled(literal) & MEMBER_TEXTS \
+                        and _subject(other) not in NOT_THE_VOCABULARY:
+                    out.append(f"{name}:{node.lineno}: {ast.unparse(node)}")
+    return out
+
+
+def test_no_module_compares_a_role_family_or_operator_to_a_bare_string():
+    package = Path(tracebench.__file__).parent
+    found = [hit for path in sorted(package.rglob("*.py")) if path.name != "operators.py"
+             for hit in _bare_member_comparisons(path.read_text(encoding="utf-8"), str(path.relative_to(package)))]
+    assert found == [], "compare with the enum members of tracebench.operators"
+
+
+@pytest.mark.parametrize("code,bare", [
+    ('t.role == "global"', True), ('t.op in ("f", "g")', True), ('next(roles) == "relation"', True),
+    ('roles == {"global"}', True), ('"anchor" != role', True), ('op == "compose"', True),
+    ("t.role == Role.GLOBAL", False), ('node.kind in ("attach", "ip")', False), ('token == "f"', False),
+    ('aspect == "relation"', False), ('t.role == "scene"', False)])
+def test_the_bare_string_check_sees_a_bare_member(code, bare):
+    assert bool(_bare_member_comparisons(code)) is bare
 
 
 # ------------------------------------------------------------------------------ a scale added at run time

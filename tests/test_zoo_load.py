@@ -395,11 +395,13 @@ def test_localization_under_load_is_what_its_probabilities_predict(shared_folder
 def test_a_broken_zoo_file_is_one_line_naming_the_field(monkeypatch, edit, message):
     import copy
 
+    from tracebench.resources import DataFile
     from tracebench.zoo import _load
 
     data = copy.deepcopy(RATES)
     edit(data)
-    monkeypatch.setattr(_load, "read_toml", lambda folder, name: data)
+    edited = type("Edited", (DataFile,), {"read": lambda self: data})  # the file as edited, read as ever
+    monkeypatch.setattr(_load, "_ZOO", edited("taxonomy", _load.ZOO_FILE))
     _load.load_modes.cache_clear()
     _load.subtype_difficulty.cache_clear()
     try:

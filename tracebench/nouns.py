@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import TYPE_CHECKING
 
-from .resources import read_toml
+from .resources import DataFile
 
 if TYPE_CHECKING:
     import inflect
@@ -38,6 +38,7 @@ __all__ = ["NOUNS_FILE", "NounPhrase", "agree", "besides", "describe", "indefini
 
 NOUNS_FILE = "nouns.toml"  # in templates/
 FALLBACK = "thing"
+_NOUNS = DataFile("templates", NOUNS_FILE)
 
 _TOKEN = re.compile(r"[^\W_][\w'’\-]*|[,;:()\[\]&/]")
 _POSSESSIVE = re.compile(r"^(.+?)(?:'s|’s|s'|s’)$", re.IGNORECASE)
@@ -80,8 +81,10 @@ class _Lexicon:
 
 @cache
 def _lexicon() -> _Lexicon:
-    raw = read_toml("templates", NOUNS_FILE)
-    words = lambda part, key: frozenset(w.lower() for w in raw[part][key])  # noqa: E731
+    raw = _NOUNS.read()
+    table = lambda part: _NOUNS.value("", raw, part, dict)  # noqa: E731
+    words = lambda part, key: frozenset(w.lower() for w in _NOUNS.strings(part, table(part), key))  # noqa: E731
+    pronouns = table("pronouns")
     return _Lexicon(
         singular_det=words("determiners", "singular"), plural_det=words("determiners", "plural"),
         other_det=words("determiners", "other"), prepositions=words("post_modifiers", "prepositions"),
@@ -89,10 +92,11 @@ def _lexicon() -> _Lexicon:
         with_object=words("post_modifiers", "with_object"),
         locatives=words("post_modifiers", "locatives"), ing_nouns=words("not_participles", "ing"),
         ed_words=words("not_participles", "ed"), adjectives=words("adjectives", "words"),
-        adjective_suffixes=tuple(raw["adjectives"]["suffixes"]),
+        adjective_suffixes=_NOUNS.strings("adjectives", table("adjectives"), "suffixes"),
         not_adjectives=words("adjectives", "not_adjectives"), collectives=words("collectives", "words"),
         singular_words=words("number", "singular"), u_stems=words("number", "u_stems"),
-        plural_words=words("number", "plural"), pronouns=dict(raw["pronouns"]),
+        plural_words=words("number", "plural"),
+        pronouns={word: _NOUNS.value("pronouns", pronouns, word, str) for word in pronouns},
     )
 
 

@@ -111,10 +111,21 @@ class DataFile:
         return value
 
     def strings(self, table: str, entries: Any, key: str, default: Any = _REQUIRED) -> tuple[str, ...]:
-        """``entries[key]`` of ``[table]``, an array of strings."""
+        """``entries[key]`` of ``[table]``, an array of strings (``default`` as it is when missing)."""
         values = self.value(table, entries, key, list, default)
+        if not isinstance(values, list):
+            return values
         if not all(isinstance(v, str) for v in values):
             raise self.error("should be an array of strings", table, key)
+        return tuple(values)
+
+    def numbers(self, table: str, entries: Any, key: str, default: Any = _REQUIRED) -> tuple[float, ...]:
+        """``entries[key]`` of ``[table]``, an array of numbers (no booleans; ``default`` as it is when missing)."""
+        values = self.value(table, entries, key, list, default)
+        if not isinstance(values, list):
+            return values
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            raise self.error("should be an array of numbers", table, key)
         return tuple(values)
 
     def tables(self, table: str, entries: Any, key: str, default: Any = _REQUIRED) -> dict[str, Any]:

@@ -28,11 +28,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cache
 from typing import TYPE_CHECKING, Callable, ClassVar, Iterable, Iterator
 
 from .operators import Operator
 from .outcomes import Ensemble, Outcome, Status
+from .resources import DataFile
 
 if TYPE_CHECKING:
     from .records import Question
@@ -139,9 +139,11 @@ class ScaleSpec:
 
     def text(self) -> tuple[str, str]:
         """(instruction, question suffix) of the judge's text on this scale."""
-        table = _scale_texts().get(self.name, {})
-        instruction = self.instruction if self.instruction is not None else table.get("instruction")
-        suffix = self.suffix if self.suffix is not None else table.get("suffix", "")
+        texts = _SCALE_TEXTS.read()
+        table = _SCALE_TEXTS.value("", texts, self.name, dict, {})
+        instruction = self.instruction if self.instruction is not None else _SCALE_TEXTS.value(
+            self.name, table, "instruction", str, None)
+        suffix = self.suffix if self.suffix is not None else _SCALE_TEXTS.value(self.name, table, "suffix", str, "")
         if instruction is None:
             raise ValueError(f"scale {self.name!r} has no instruction (templates/judge/scales.toml [{self.name}])")
         return instruction, suffix
@@ -169,13 +171,7 @@ def _spec_problem(spec: ScaleSpec) -> str | None:
     return None
 
 
-@cache
-def _scale_texts() -> dict:
-    from .resources import read_toml
-
-    return read_toml("templates", "judge/scales.toml")
-
-
+_SCALE_TEXTS = DataFile("templates", "judge/scales.toml")
 _REGISTRY: dict[str, ScaleSpec] = {}
 _NAMES: dict[str, Scale] = {}
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
+from typing import Callable
 
 from ..operators import ENTITY_ROLES, SCENE, Family, Operator, Role, apply_target, question_id
 from ..records import Distractor, Question, TermBinding
-from ..resources import read_toml
+from ..resources import DataFile
 from ..realize import phrase_name
 from ..templating import compile_string
 
@@ -24,14 +25,48 @@ QUESTION_FILE = "checklist/questions.toml"
 CLUTTER_FILE = "clutter.toml"  # reference clutter's rejection questions ([[reject_<role>]])
 
 
+_QUESTIONS = DataFile("templates", QUESTION_FILE)
+_CLUTTER = DataFile("templates", CLUTTER_FILE)
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """One question of a section, as the file writes it."""
+
+    aspect: str
+    compiled: Callable[[dict], str]
+    expected: str
+    depends: tuple[tuple[str, str], ...]  # (scope, aspect); scope "" for the instance's own
+    wanted: str | None  # the images the judge needs: "term", "all" or none
+    members: int
+
+
+def _entries(file: DataFile, raw: dict, group: str) -> list[_Entry]:
+    out = []
+    for k, q in enumerate(file.value("", raw, group, list), 1):
+        table = f"{group} {k}"
+        out.append(_Entry(file.value(table, q, "aspect", str), compile_string(file.value(table, q, "question", str)),
+                          file.value(table, q, "expected", str, "yes"),
+                          tuple(dep.rpartition(".")[::2] for dep in file.strings(table, q, "depends_on", ())),
+                          file.value(table, q, "images", str, None), file.value(table, q, "members", int, 1)))
+    return out
+
+
 @cache
-def _templates() -> dict[str, list[dict]]:
-    clutter = read_toml("templates", CLUTTER_FILE)
-    raw = {**read_toml("templates", QUESTION_FILE), **{k: v for k, v in clutter.items() if k.startswith("reject_")}}
-    return {group: [{**q, "compiled": compile_string(q["question"]), "expected": q.get("expected", "yes"),
-                     "depends": tuple(dep.rpartition(".")[::2] for dep in q.get("depends_on", ())),
-                     "wanted": q.get("images"), "members": q.get("members", 1)} for q in entries]
-            for group, entries in raw.items()}
+def _templates() -> dict[str, list[_Entry]]:
+    """Section -> its questions (``reject_<role>`` from the clutter file)."""
+    questions, clutter = _QUESTIONS.read(), _CLUTTER.read()
+    sections = {group: _entries(_QUESTIONS, questions, group) for group in questions}
+    sections.update({group: _entries(_CLUTTER, clutter, group) for group in clutter if group.startswith("reject_")})
+    return sections
+
+
+def _section(group: str) -> list[_Entry]:
+    """The questions of section ``group``; a DataError when the file has none."""
+    found = _templates().get(group)
+    if found is None:
+        raise (_CLUTTER if group.startswith("reject_") else _QUESTIONS).error("missing", "", group)
+    return found
 
 
 def apply_section(role: Role) -> str:
@@ -41,7 +76,7 @@ def apply_section(role: Role) -> str:
 
 def aspects() -> dict[str, frozenset[str]]:
     """Checklist section (``anchor``, ``local`` ..., ``compose_relation``) -> the aspects it asks."""
-    return {group: frozenset(q["aspect"] for q in entries) for group, entries in _templates().items()}
+    return {group: frozenset(q.aspect for q in entries) for group, entries in _templates().items()}
 
 
 def _join(items: list[str]) -> str:
@@ -84,25 +119,25 @@ class _Checklist:
     def emit(self, group: str, at: _Instance, context: dict, links: dict[str, list[str]]) -> None:
         """The questions of section ``group`` on ``at``; ``links``: the targets a dependency's
         scope names (a scope not listed: the instance's own target)."""
-        for entry in _templates()[group]:
-            if at.members < entry["members"]:
+        for entry in _section(group):
+            if at.members < entry.members:
                 continue
-            depends = tuple(question_id(t, aspect) for scope, aspect in entry["depends"]
+            depends = tuple(question_id(t, aspect) for scope, aspect in entry.depends
                             for t in links.get(scope, (at.target,)))
-            wanted = entry["wanted"]
+            wanted = entry.wanted
             images = (at.image,) if wanted == "term" and at.image else at.images if wanted == "all" else ()
             self.questions.append(Question(
-                id=question_id(at.target, entry["aspect"]), op=at.op, target=at.target, aspect=entry["aspect"],
-                question=entry["compiled"](context), expected=entry["expected"], depends_on=depends, images=images))
+                id=question_id(at.target, entry.aspect), op=at.op, target=at.target, aspect=entry.aspect,
+                question=entry.compiled(context), expected=entry.expected, depends_on=depends, images=images))
 
     def reject(self, t: TermBinding, op: Operator, context: dict) -> None:
         """The rejection questions of the distractors confusing ``t``."""
         for d in self.confusing.get(t.symbol, ()):
-            for entry in _templates()[f"reject_{t.role}"]:
+            for entry in _section(f"reject_{t.role}"):
                 self.questions.append(Question(
-                    id=f"{question_id(t.symbol, entry['aspect'])}.{d.id}", op=op, target=t.symbol,
-                    aspect=entry["aspect"], expected=entry["expected"],
-                    question=entry["compiled"]({**context, "d_source": d.entity or d.value, "d_image": d.image,
+                    id=f"{question_id(t.symbol, entry.aspect)}.{d.id}", op=op, target=t.symbol,
+                    aspect=entry.aspect, expected=entry.expected,
+                    question=entry.compiled({**context, "d_source": d.entity or d.value, "d_image": d.image,
                                                 "d_value": d.value}),
                     images=tuple(i for i in (t.image, d.image) if i)))
 

@@ -65,7 +65,7 @@ def _words_symbol(g_symbol: str) -> str:
 
 def _node_terms(root: Case, kept: frozenset[str], dg: Downgrades) -> list[tuple[TermBinding, dict]]:
     """Each root term and the update that makes it the node's term (kept, or stated in words)."""
-    renamed = {t.symbol: symbol(dg.anchors[t.symbol]) for t in root.terms if t.op == "f" and t.symbol not in kept}
+    renamed = {t.symbol: symbol(dg.anchors[t.symbol]) for t in root.terms if t.op == Family.ANCHOR and t.symbol not in kept}
     renamed |= {t.symbol: symbol(dg.relations[t.symbol]) for t in root.terms
                 if t.op is Family.DISENTANGLE and t.role is Role.RELATION and t.symbol not in kept}
 
@@ -75,12 +75,12 @@ def _node_terms(root: Case, kept: frozenset[str], dg: Downgrades) -> list[tuple[
 
     terms = []
     for t in root.terms:
-        if t.op == "T" or t.symbol in kept:
+        if t.op == Family.TEXT or t.symbol in kept:
             terms.append((t, moved(t)))
             continue
         words = {"op": Family.TEXT, "image": None, "source_id": None, "entity": None, "entity_index": None,
                  "source_entities": None, "replaces": t.symbol, **moved(t)}
-        if t.op == "f":
+        if t.op == Family.ANCHOR:
             words |= {"symbol": renamed[t.symbol], "role": Role.TEXT, "kind": "e"}
         elif t.role is Role.RELATION:
             words |= {"symbol": renamed[t.symbol]}
@@ -104,7 +104,7 @@ class NodeShape:
 def node_shape(formula: Expr) -> NodeShape:
     """:class:`NodeShape` of a node's formula (bound or not: bindings play no part)."""
     formula = unbound(formula)
-    return NodeShape(frozenset(t.symbol for t in analyze(formula) if t.op in ("f", "g")), compositions_of(formula),
+    return NodeShape(frozenset(t.symbol for t in analyze(formula) if t.op in (Family.ANCHOR, Family.DISENTANGLE)), compositions_of(formula),
                      to_text(template_of(formula)))
 
 

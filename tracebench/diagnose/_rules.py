@@ -177,7 +177,7 @@ class Downgrades:
         relations: dict[str, Text] = {}
         for t in terms:
             text = describe(t.symbol) if describe else None
-            if t.op == "f":
+            if t.op == Family.ANCHOR:
                 used["e"] += 1
                 anchors[t.symbol] = Text("e", used["e"], text)
             elif t.op is Family.DISENTANGLE and t.role is Role.RELATION:

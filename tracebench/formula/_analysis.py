@@ -105,7 +105,7 @@ class _Walker:
             self.terms.append(Term(node, Family.ANCHOR, Role.ANCHOR, None))
         elif isinstance(node, Text):
             role = self.lang.texts[node.name].role
-            if role == "relation":
+            if role == Role.RELATION:
                 raise _fail(node, f"{symbol(node)} is a relation: apply it to a composition, C(f1, f2) ⊕ {symbol(node)}")
             self.terms.append(Term(node, Family.TEXT, Role(role), None))
         elif isinstance(node, Compose):
@@ -132,18 +132,18 @@ class _Walker:
             name = symbol(modifier)
             raise _fail(modifier, f"{name} names no attribute: write the attribute it extracts, e.g. {name}(I1, pattern)")
         if isinstance(modifier, Text):
-            if self.lang.texts[modifier.name].role != "relation":
+            if self.lang.texts[modifier.name].role != Role.RELATION:
                 raise _fail(modifier, f"{symbol(modifier)} cannot be applied with ⊕: only g terms and T_rel modify a carrier")
             self._check_relation_carrier(modifier, carrier)
             return Term(modifier, Family.TEXT, Role.RELATION, carrier)
         roles = self.lang.kind_roles(modifier.kind)
-        if "relation" in roles:
+        if Role.RELATION in roles:
             self._check_relation_carrier(modifier, carrier)
             return Term(modifier, Family.DISENTANGLE, Role.RELATION, carrier)
         scene_level = at_top and isinstance(carrier, Compose)
-        if "global" in roles and (scene_level or (at_top and roles == {"global"})):
+        if Role.GLOBAL in roles and (scene_level or (at_top and roles == {Role.GLOBAL})):
             return Term(modifier, Family.DISENTANGLE, Role.GLOBAL, carrier)
-        if roles == {"global"}:
+        if roles == {Role.GLOBAL}:
             raise _fail(modifier, f"{symbol(modifier)} is a global condition: apply it to the whole formula, not inside C(...)")
         if isinstance(carrier, Compose):
             raise _fail(modifier, f"{symbol(modifier)} binds to one entity, not to a composition: apply it to an entity inside C(...)")

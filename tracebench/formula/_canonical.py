@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from ..operators import Role
 from ._analysis import analyze
 from ._ast import Anchor, Apply, Compose, Disentangle, Expr, Modifier, Text
 from ._language import language
@@ -75,7 +76,7 @@ def _strip(expr, roles):
     if isinstance(expr, Disentangle):
         return Disentangle(_TEMPLATE_KIND[next(roles)])
     if isinstance(expr, Text):
-        return Text("rel" if next(roles) == "relation" else "e")
+        return Text("rel" if next(roles) == Role.RELATION else "e")
     if isinstance(expr, Compose):
         return Compose(tuple(_strip(a, roles) for a in expr.args))
     carrier = _strip(expr.carrier, roles)

@@ -20,13 +20,16 @@ from itertools import combinations_with_replacement
 from typing import Iterable, Iterator, Sequence
 
 
-from ..resources import read_toml
+from ..resources import DataFile
 from ._ast import Anchor, Apply, Compose, Disentangle, Expr, Text
 from ._canonical import arg_sort_key, modifier_sort_key
 from ._language import language
 
 __all__ = ["SpaceBounds", "space_bounds", "enumerate_templates", "count_by_generating_function", "template_counts",
            "space_by_slot", "templates", "encode_template", "decode_template"]
+
+
+_SPACE = DataFile("templates", "space.toml")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,25 +48,27 @@ class SpaceBounds:
 
 @cache
 def space_bounds() -> SpaceBounds:
-    raw = read_toml("templates", "space.toml")
+    raw = _SPACE.read()
+    bound = lambda key: _SPACE.value("", raw, key, int)  # noqa: E731
     return SpaceBounds(
-        min_slot=int(raw["min_slot"]),
-        max_slot=int(raw["max_slot"]),
-        max_args_per_composition=int(raw["max_args_per_composition"]),
-        max_attributes_per_carrier=int(raw["max_attributes_per_carrier"]),
-        max_global_terms=int(raw["max_global_terms"]),
-        max_relation_terms=int(raw["max_relation_terms"]),
-        attribute_kinds=tuple(raw["attribute_kinds"]),
-        once_per_carrier=tuple(raw.get("once_per_carrier", ())),
+        min_slot=bound("min_slot"),
+        max_slot=bound("max_slot"),
+        max_args_per_composition=bound("max_args_per_composition"),
+        max_attributes_per_carrier=bound("max_attributes_per_carrier"),
+        max_global_terms=bound("max_global_terms"),
+        max_relation_terms=bound("max_relation_terms"),
+        attribute_kinds=_SPACE.strings("", raw, "attribute_kinds"),
+        once_per_carrier=_SPACE.strings("", raw, "once_per_carrier", ()),
     )
 
 
 def _attribute_term(spelled: str) -> Disentangle:
+    """A kind of ``attribute_kinds`` as its term (``g``, ``g_attach``)."""
     if spelled == "g":
         return Disentangle()
     kind = language().resolve_kind(spelled.removeprefix("g_"))
     if kind is None:
-        raise ValueError(f"templates/space.toml: unknown attribute kind {spelled!r}")
+        raise _SPACE.error(f"unknown attribute kind {spelled!r}", "", "attribute_kinds")
     return Disentangle(kind)
 
 

@@ -24,7 +24,7 @@ from PIL import Image
 
 from ..errors import TraceError, ValidationFailed
 from ..jsonfiles import decode, json_members
-from ..resources import read_toml
+from ..resources import DataFile
 from ..safepaths import id_from_name
 from ..taxonomy import taxonomy
 from ._io import staged_output, write_library
@@ -221,8 +221,10 @@ def is_placeholder_background(value: str) -> bool:
 
 @cache
 def _placeholders() -> tuple[frozenset[str], tuple[str, ...]]:
-    table = read_toml("taxonomy", "backgrounds.toml")["placeholders"]
-    return frozenset(table["values"]), tuple(table["prefixes"])
+    backgrounds = DataFile("taxonomy", "backgrounds.toml")
+    table = backgrounds.value("", backgrounds.read(), "placeholders", dict)
+    return (frozenset(backgrounds.strings("placeholders", table, "values")),
+            backgrounds.strings("placeholders", table, "prefixes"))
 
 
 def _drop_refused(place: Place, image: TaggedImage, dropped: list[str]) -> TaggedImage:

@@ -44,7 +44,7 @@ from ..replies import unfence
 from ..cache import Cache, cache_key, sha256
 from ..providers import (DEFAULT_BASE_URL, DEFAULT_MAX_REPLY_BYTES, CallFailed, ChatReply, ModelAccess, ModelConfig,
                          NotSent, OpenAIClients, check_call_limits, one_line, scrub)
-from ..resources import read_toml
+from ..resources import DataFile, table_name
 from ..safepaths import MAX_ID, id_from_name, path_problem
 from ..templating import render
 from ._io import INFO_FILE, TAGS_FILE, staged_output, write_library
@@ -187,9 +187,13 @@ def _copy_tagged(root: Path, tagged: list[_Outcome], *, source: str) -> list[Tag
 # -- the prompt and the schema, from the taxonomy ------------------------------------------
 
 
+_CATEGORIES = DataFile("taxonomy", "categories.toml")
+_SUBTYPES = DataFile("taxonomy", "subtypes.toml")
+
+
 @cache
 def _categories() -> dict[str, dict[str, Any]]:
-    return read_toml("taxonomy", "categories.toml")["categories"]
+    return _CATEGORIES.tables("", _CATEGORIES.read(), "categories")
 
 
 def tag_schema() -> dict[str, Any]:
@@ -212,19 +216,27 @@ SYSTEM_TEMPLATE = "tagging/system.j2"
 @cache
 def _system_prompt() -> str:
     """The tagging instructions (templates/tagging/system.j2), filled from the taxonomy."""
-    subtypes = read_toml("taxonomy", "subtypes.toml")
+    subtypes = _SUBTYPES.read()
     groups: dict[str, list[tuple[str, str, str]]] = {}
-    for key, spec in subtypes["subtypes"].items():
-        applies = spec.get("categories") or []
-        scope = "" if not applies else "all categories" if applies == ["*"] else ", ".join(applies)
-        groups.setdefault(spec["group"], []).append((key, spec["definition"], scope))
+    for key, spec in _SUBTYPES.tables("", subtypes, "subtypes").items():
+        table = table_name("subtypes", key)
+        applies = _SUBTYPES.strings(table, spec, "categories", None) or ()
+        scope = "" if not applies else "all categories" if applies == ("*",) else ", ".join(applies)
+        groups.setdefault(_SUBTYPES.value(table, spec, "group", str), []).append(
+            (key, _SUBTYPES.value(table, spec, "definition", str), scope))
     targets = [('"global_tag"' if group == "4_Global" else f'"tag_dict" group "{group}"', entries)
                for group, entries in groups.items()]
-    uses = [(use, spec["definition"], ", ".join(spec["categories"]))
-            for use, spec in subtypes["special"].items() if use != "background"]
-    categories = [(name, spec["description"], bool(spec.get("humanoid"))) for name, spec in _categories().items()]
+    special = _SUBTYPES.tables("", subtypes, "special")
+    definition = lambda use: _SUBTYPES.value(table_name("special", use), special[use], "definition", str)  # noqa: E731
+    uses = [(use, definition(use), ", ".join(_SUBTYPES.strings(table_name("special", use), spec, "categories")))
+            for use, spec in special.items() if use != "background"]
+    categories = [(name, _CATEGORIES.value(table_name("categories", name), spec, "description", str),
+                   bool(_CATEGORIES.value(table_name("categories", name), spec, "humanoid", bool, False)))
+                  for name, spec in _categories().items()]
+    if "background" not in special:
+        raise _SUBTYPES.error("missing", "special", "background")
     return render(SYSTEM_TEMPLATE, categories=categories, subtype_groups=targets,
-                  background=subtypes["special"]["background"]["definition"], uses=uses)
+                  background=definition("background"), uses=uses)
 
 
 # -- one request per image, one corrective retry ---------------------------------------------

@@ -22,7 +22,7 @@ from ..errors import TraceError
 from ..images import ImageRefused, decode_reduced
 from ..records import Case, Reference
 from ._base import COLLAGE_ID
-from ..resources import read_toml
+from ..resources import DataFile
 from ..templating import compile_string
 
 __all__ = ["COLLAGE_ID", "check_references", "collage_case"]
@@ -31,8 +31,9 @@ __all__ = ["COLLAGE_ID", "check_references", "collage_case"]
 
 @cache
 def _settings() -> tuple[object, int]:
-    table = read_toml("templates", "clutter.toml")["collage"]
-    return compile_string(table["line"]), int(table["cell"])
+    clutter = DataFile("templates", "clutter.toml")
+    table = clutter.value("", clutter.read(), "collage", dict)
+    return compile_string(clutter.value("collage", table, "line", str)), clutter.value("collage", table, "cell", int)
 
 
 def _tile(data: bytes, cell: int):

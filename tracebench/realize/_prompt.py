@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from functools import cache
 
 from ..nouns import NOUNS_FILE, agree, describe
+from ..operators import Family, Role
 from ..records import TermBinding
-from ..resources import read_toml
+from ..resources import DataFile, table_name
 from ..taxonomy import taxonomy
 from ..templating import compile_string, render
 
@@ -38,23 +39,55 @@ class Prompts:
 def in_words(t: TermBinding) -> bool:
     """Whether a term is reference content a diagnostic sub-case states only in words: a g term
     downgraded to prose (its carrier, or the whole image, still takes it) or a g_rel turned T_rel."""
-    return t.op == "T" and t.replaces is not None and t.role != "text"
+    return t.op == Family.TEXT and t.replaces is not None and t.role != Role.TEXT
+
+
+_PHRASES = DataFile("templates", "prompts/phrases.toml")
+_LINES = DataFile("templates", "prompts/lines.toml")
+_POOL = DataFile("templates", CLUTTER_FILE)
+_FRAMES = ("settings", "neutral", "together", "alone")
+
+
+@dataclass(frozen=True)
+class _Phrases:
+    names: dict[str, str]  # subtype -> what a g term of it carries over ("pattern")
+    frames: dict[str, tuple[str, ...]]  # settings, neutral, together, alone
 
 
 @cache
-def _phrases() -> dict:
-    return read_toml("templates", "prompts/phrases.toml")
+def _phrases() -> _Phrases:
+    raw = _PHRASES.read()
+    subtypes = _PHRASES.tables("", raw, "subtypes", {})
+    names = {key: _PHRASES.value(table_name("subtypes", key), entry, "name", str, "attribute")
+             for key, entry in subtypes.items()}
+    frames = _PHRASES.value("", raw, "frames", dict)
+    return _Phrases(names, {part: _PHRASES.strings("frames", frames, part) for part in _FRAMES})
 
 
 @cache
-def _lines() -> dict:
-    raw = {**read_toml("templates", "prompts/lines.toml"), "pool": read_toml("templates", CLUTTER_FILE)["pool"]}
-    return {part: {role: compile_string(text) for role, text in table.items()} for part, table in raw.items()}
+def _lines() -> dict[str, tuple[DataFile, dict]]:
+    """Per part (``reference``, ``text``, ``prose``, ``pool``): the file it comes from and its compiled rows."""
+    raw = _LINES.read()
+    parts = {part: (_LINES, _LINES.value("", raw, part, dict)) for part in raw}
+    parts["pool"] = (_POOL, _POOL.value("", _POOL.read(), "pool", dict))
+    return {part: (file, {role: compile_string(file.value(part, table, role, str)) for role in table})
+            for part, (file, table) in parts.items()}
+
+
+def _line(part: str, role: str):
+    """The compiled row ``role`` of ``part``; a DataError when the file has none."""
+    lines = _lines()
+    if part not in lines:
+        raise _LINES.error("missing", "", part)
+    file, rows = lines[part]
+    if role not in rows:
+        raise file.error("missing", part, role)
+    return rows[role]
 
 
 def phrase_name(subtype: str | None) -> str:
     """What a g term carries over, as a noun phrase: "pattern", "style", "item"."""
-    return _phrases()["subtypes"].get(subtype or "", {}).get("name", "attribute")
+    return _phrases().names.get(subtype or "", "attribute")
 
 
 def _join(items: list[str]) -> str:
@@ -79,9 +112,9 @@ def _draw_scene(terms: tuple[TermBinding, ...], carriers: list[TermBinding], has
                 rng: random.Random) -> str:
     """A scene opening: a setting (a neutral one when a term replaces the background) and how
     the entities stand in it, ``{members}``/``{member}`` where they go."""
-    frames = _phrases()["frames"]
+    frames = _phrases().frames
     backgrounds = {key for key, s in taxonomy().special.items() if s.record == "background"}
-    takes_background = any(t.op == "g" and t.role == "global" and t.subtype in backgrounds for t in terms)
+    takes_background = any(t.op == Family.DISENTANGLE and t.role == Role.GLOBAL and t.subtype in backgrounds for t in terms)
     frame = rng.choice(frames["neutral"] if takes_background else frames["settings"])
     pattern = rng.choice(frames["together"] if has_scene and len(carriers) > 1 else frames["alone"])
     return f"{frame} {_agreed(pattern, carriers[0].noun if carriers else None)}"
@@ -102,7 +135,7 @@ class _Names:
         return cls({t.symbol: t for t in terms}, noun_counts)
 
     def mention(self, t: TermBinding) -> str:  # in the prompt
-        return _quoted(t.handle) if t.op == "f" else f"{t.value} {_quoted(t.handle)}"
+        return _quoted(t.handle) if t.op == Family.ANCHOR else f"{t.value} {_quoted(t.handle)}"
 
     def text_name(self, t: TermBinding) -> str:  # "the teapot", or "the second child" when nouns repeat
         if self.noun_counts[t.noun] == 1:
@@ -116,16 +149,16 @@ def _members(scene: str, names: list[str]) -> str:
 
 def _line_role(t: TermBinding, worded: bool) -> str:
     """The row of templates/prompts/lines.toml a term's line takes."""
-    if t.role == "relation" and t.op == "T" and not worded:
+    if t.role == Role.RELATION and t.op == Family.TEXT and not worded:
         return "text_relation"
-    return "anchor" if t.op == "f" else t.role
+    return Role.ANCHOR if t.op == Family.ANCHOR else t.role
 
 
 def _context(t: TermBinding, carrier: TermBinding | None, names: _Names) -> dict:
     """What a term's lines are filled with."""
     carried_by = _quoted(carrier.handle) if carrier and carrier.handle else ""
     return {
-        "carrier": _quoted(t.handle) if t.op == "f" else carried_by,
+        "carrier": _quoted(t.handle) if t.op == Family.ANCHOR else carried_by,
         "noun": (carrier.noun if carrier and carrier.noun else t.noun) or "",
         "source": t.entity or "",
         "image": t.image or "",
@@ -152,10 +185,9 @@ class _Parts:
         worded = in_words(t)
         role = _line_role(t, worded)
         context = _context(t, carrier, names)
-        templates = _lines()
-        part = "prose" if worded else "pool" if t.symbol in pooled and role in templates["pool"] else "reference"
-        line = templates[part][role](context)
-        sentence = templates["text"][role](context)
+        part = "prose" if worded else "pool" if t.symbol in pooled and role in _lines()["pool"][1] else "reference"
+        line = _line(part, role)(context)
+        sentence = _line("text", role)(context)
         if worded:  # reference content stated in words: part of the scene description
             self.paragraph += " " + line
         elif role == "text_relation":  # no reference: it belongs to the scene description
@@ -163,7 +195,7 @@ class _Parts:
             self.text_paragraph += " " + sentence
         elif line:
             self.lines.append(line)
-        if role != "anchor" and carrier is not None and carrier.handle:
+        if role != Role.ANCHOR and carrier is not None and carrier.handle:
             sentence = sentence.replace(f"The {context['noun']}", names.text_name(carrier).capitalize(), 1)
         if sentence and role != "text_relation":
             self.sentences.append(sentence)
@@ -191,7 +223,7 @@ def realize(terms: tuple[TermBinding, ...], has_scene: bool, rng: random.Random 
     parts = _Parts(_members(scene, [names.mention(t) for t in carriers]),
                    text_paragraph[0].upper() + text_paragraph[1:] if text_paragraph else text_paragraph)
     for t in terms:
-        if t.role != "text":
+        if t.role != Role.TEXT:
             parts.add(t, names, pooled)
     prompt = render("prompts/prompt.j2", paragraph=parts.paragraph, lines=parts.lines)
     text_only = " ".join(["Generate a new scene.", parts.text_paragraph, *parts.sentences])

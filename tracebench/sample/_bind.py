@@ -30,6 +30,7 @@ from ..formula import (
     language,
     to_text,
 )
+from ..operators import Role
 from ..records import TermBinding
 from ..taxonomy import SubtypeSpec, taxonomy
 from ._index import EntityRef, GlobalRef, LibraryIndex, RelationRef, TextCarrier, text_carriers
@@ -159,7 +160,7 @@ class _Binder:
                 members = self.expr(node.carrier, roles, parent)
                 heads = self.compositions[c_symbol][2]
                 for modifier in node.modifiers:
-                    if next(roles) == "relation":
+                    if next(roles) == Role.RELATION:
                         self.relation(modifier, c_symbol, heads)
                     else:
                         self.global_(modifier, c_symbol)
@@ -174,7 +175,7 @@ class _Binder:
         tax = taxonomy()
         lang = language()
         wholes = [w for w in map(_whole, dict.fromkeys(r for _, r in modifiers)) if w is not None]
-        local = [m.kind for m, r in modifiers if r == "local"]
+        local = [m.kind for m, r in modifiers if r == Role.LOCAL]
         named = {k for k in local if not lang.is_unspecified(k)}
         restrict = self.carrier_categories if isinstance(node, Anchor) else None
         if isinstance(node, Anchor) and node.kind is not None:  # f(person): drawn from that category
@@ -211,7 +212,7 @@ class _Binder:
         self.drafts.append(draft)
         taken: set[str] = set()
         for modifier, role in modifiers:
-            if role == "global":
+            if role == Role.GLOBAL:
                 self.global_(modifier, symbol)
             else:
                 self.attribute(modifier, role, symbol, draft.category, carrier_entity, taken)
@@ -301,7 +302,7 @@ def supplied_by(kind: str | None, role: str) -> tuple[tuple[SubtypeSpec, ...], s
     whole = _whole(role)
     if whole is not None:
         specs = [whole]
-    elif role == "relation":
+    elif role == Role.RELATION:
         specs = taxonomy().of_role("relation")
     else:
         specs = _candidates(kind, role)
@@ -353,9 +354,9 @@ def _build(node: Expr, drafts, images: dict[int, int], c_numbers) -> Expr:
         return Anchor(_index_of(d.symbol), AnchorBinding(images[d.library_image], d.entity.desc))
     if isinstance(node, Text):
         return Text(node.name, _index_of(d.symbol), d.value)
-    if d.role == "relation":
+    if d.role == Role.RELATION:
         entities = tuple(e.desc for e in d.participant_entities)
-    elif d.role == "global":
+    elif d.role == Role.GLOBAL:
         entities = ()
     else:
         entities = (d.entity.desc,)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from ..formula import Apply, Compose, Disentangle, Expr, analyze, language, parse, space_bounds
+from ..operators import Role
 from ._bind import supplied_by
 from ._index import LibraryIndex
 
@@ -42,7 +43,7 @@ def _gap(index: LibraryIndex, need: Need) -> Gap | None:
     kind, role = need
     specs, field = supplied_by(kind, role)
     keys = [s.key for s in specs]
-    if role == "relation":
+    if role == Role.RELATION:
         if index.relations:
             return None
         return Gap(need, f"no image tagged {' or '.join(keys)}", field)
@@ -50,7 +51,7 @@ def _gap(index: LibraryIndex, need: Need) -> Gap | None:
         if any(index.by_use.get(k) for k in keys):
             return None
         return Gap(need, f'no entity with usable_as "{keys[0]}"', field)
-    if role == "global":
+    if role == Role.GLOBAL:
         if any(index.globals_by_subtype.get(k) for k in keys):
             return None
         if len(keys) > 2:

@@ -27,7 +27,7 @@ from ..formula import relabel_images
 from ..operators import Family, Role
 from ..realize import CLUTTER_FILE
 from ..records import Clutter, Distractor, PoolTarget, TermBinding
-from ..resources import read_toml
+from ..resources import DataFile
 from ..taxonomy import taxonomy
 from ._index import EntityRef, GlobalRef, LibraryIndex, RelationRef
 
@@ -81,14 +81,15 @@ def check_spec(spec: ClutterSpec) -> None:
 
 @cache
 def _settings() -> tuple[frozenset[str], frozenset[str]]:
-    raw = read_toml("templates", CLUTTER_FILE)
+    clutter = DataFile("templates", CLUTTER_FILE)
+    raw = clutter.read()
     tax = taxonomy()
-    groups = frozenset(raw.get("identity_groups", ()))
+    groups = frozenset(clutter.strings("", raw, "identity_groups", ()))
     known = {s.group for s in tax.subtypes.values()}
     if groups - known:
         raise TraceError(f"templates/{CLUTTER_FILE}: identity_groups: unknown groups {sorted(groups - known)} "
                          f"(known: {', '.join(sorted(known))})")
-    roles = frozenset(raw.get("pooled_roles", ()))
+    roles = frozenset(clutter.strings("", raw, "pooled_roles", ()))
     bad = roles - {r.value for r in Role}
     if bad:
         raise TraceError(f"templates/{CLUTTER_FILE}: pooled_roles: unknown roles {sorted(bad)}")

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from ..library import Entity, LibraryInfo, TaggedImage
 from ..nouns import describe, noun_phrase
-from ..resources import read_toml
+from ..operators import Role
+from ..resources import DataFile
 from ..taxonomy import taxonomy
 
 __all__ = ["EntityRef", "GlobalRef", "LibraryIndex", "RelationRef", "TextCarrier", "text_carriers"]
@@ -49,14 +50,21 @@ class TextCarrier:
     category: str
 
 
+_TEXT_CARRIERS = DataFile("templates", "text_carriers.toml")
+
+
 @cache
 def text_carriers() -> tuple[TextCarrier, ...]:
-    raw = read_toml("templates", "text_carriers.toml")["carriers"]
-    carriers = tuple(TextCarrier(c["phrase"], c["noun"], c["category"]) for c in raw)
-    unknown = {c.category for c in carriers} - set(taxonomy().categories)
-    if unknown:
-        raise ValueError(f"templates/text_carriers.toml: unknown categories {sorted(unknown)}")
-    return carriers
+    entries = _TEXT_CARRIERS.value("", _TEXT_CARRIERS.read(), "carriers", list)
+    known, carriers = set(taxonomy().categories), []
+    for k, entry in enumerate(entries, 1):
+        table = f"carriers {k}"
+        carrier = TextCarrier(*(_TEXT_CARRIERS.value(table, entry, key, str) for key in ("phrase", "noun", "category")))
+        if carrier.category not in known:
+            raise _TEXT_CARRIERS.error(f"unknown category {carrier.category!r} (known: {', '.join(sorted(known))})",
+                                       table, "category")
+        carriers.append(carrier)
+    return tuple(carriers)
 
 
 def _relation_phrase(value: str, subject: EntityRef, obj: EntityRef) -> str | None:
@@ -94,7 +102,7 @@ class LibraryIndex:
         index = cls(Path(root), info, list(images))
         index.by_id = {image.id: image for image in index.images}
         index.by_use = {key: [] for key, s in tax.special.items() if s.record == "usable_as"}
-        relation_keys = [s.key for s in tax.global_subtypes() if s.role == "relation"]
+        relation_keys = [s.key for s in tax.global_subtypes() if s.role == Role.RELATION]
         backgrounds = [s.key for s in tax.special.values() if s.record == "background"]
         for i, image in enumerate(images):
             refs = index._add_entities(i, image)

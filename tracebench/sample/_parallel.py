@@ -21,6 +21,7 @@ from typing import Callable, Iterator, NamedTuple
 
 from ..errors import TraceError
 from ..jsonfiles import record_line
+from ..operators import Role
 from ..records import Case
 
 __all__ = ["PARALLEL_FROM", "Written", "default_jobs", "made_in_order", "written"]
@@ -52,7 +53,7 @@ class Written(NamedTuple):
 
 def written(case: Case) -> Written:
     return Written(case.id, case.slot, case.application, case.template,
-                   any(t.role in ("attach", "ip") for t in case.terms), len(case.distractors),
+                   any(t.role in (Role.ATTACH, Role.IP) for t in case.terms), len(case.distractors),
                    case.clutter is not None and case.clutter.asked > len(case.distractors),
                    tuple(RefPath(r.path, r.source_id) for r in case.references), record_line(case))
 

@@ -12,12 +12,13 @@ from ..errors import TraceError
 from ..cache import cache_key
 from ..derived import read_json, source_hash, write_json
 from ..formula import Apply, Compose, Disentangle, Expr, decode_template, encode_template, space_bounds, space_by_slot
-from ..resources import data_hash, read_toml
+from ..resources import DataFile, data_hash
 from ._capabilities import Need, needs_of
 
 __all__ = ["Quotas", "quotas", "draw_templates", "largest_remainder", "left_out_counts", "other_templates"]
 
 QUOTA_FILE = "quotas.toml"
+_QUOTAS = DataFile("templates", QUOTA_FILE)
 
 
 @dataclass(frozen=True)
@@ -30,20 +31,24 @@ class Quotas:
 
 @cache
 def quotas() -> Quotas:
-    raw = read_toml("templates", QUOTA_FILE)
+    raw = _QUOTAS.read()
 
     def shares(table: str) -> dict[int, tuple[float, ...]]:
         out = {}
-        for slot, values in raw[table].items():
+        levels = _QUOTAS.value("", raw, table, dict)
+        for slot in levels:
+            if not slot.isdigit():
+                raise _QUOTAS.error("not a slot level (a whole number)", table, slot)
+            values = _QUOTAS.numbers(table, levels, slot)
             if any(v < 0 for v in values) or abs(sum(values) - 1) > 1e-9:
                 raise TraceError(f"templates/{QUOTA_FILE}: {table}.{slot}: shares must be >= 0 and sum to 1")
             out[int(slot)] = tuple(float(v) for v in values)
         return out
 
-    whole = float(raw.get("whole", 0.0))
+    whole = float(_QUOTAS.value("", raw, "whole", (int, float), 0.0))
     if not 0 <= whole <= 1:
         raise TraceError(f"templates/{QUOTA_FILE}: whole: a share between 0 and 1, got {whole}")
-    return Quotas(int(raw["per_slot"]), whole, shares("relations"), shares("globals"))
+    return Quotas(_QUOTAS.value("", raw, "per_slot", int), whole, shares("relations"), shares("globals"))
 
 
 def largest_remainder(total: int, shares: tuple[float, ...]) -> list[int]:

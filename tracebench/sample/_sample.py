@@ -32,7 +32,7 @@ from ..formula import Expr, parse, slot_count, template_of, to_text
 from ..library import LibraryInfo, read_valid_library, staged_output
 from ..realize import PROMPT_FILES, realize
 from ..records import CASES, REFERENCES_DIR, SAMPLE_MANIFEST, Case, LeftOut, Reference, SampleManifest
-from ..resources import data_hash, read_toml
+from ..resources import DataFile, data_hash
 from ..safepaths import inside
 from ._bind import BindingError, BoundCase, bind
 from ._clutter import CLUTTER_FILE, ClutterSpec, add_clutter
@@ -45,6 +45,7 @@ from ._quotas import QUOTA_FILE, draw_templates, left_out_counts, other_template
 __all__ = ["ManifestInputs", "Plan", "left_out", "left_out_line", "plan_cases", "sample_benchmark", "write_benchmark"]
 
 APPLICATIONS_FILE = "applications.toml"
+_APPLICATIONS = DataFile("templates", APPLICATIONS_FILE)
 BIND_ATTEMPTS = 25
 OTHER_TEMPLATES = 40  # other templates of the slot level a case tries when its own cannot be bound
 OTHER_ATTEMPTS = 5  # attempts at each
@@ -61,16 +62,31 @@ class Plan:
     carrier_categories: frozenset[str] | None = None
 
 
+@dataclass(frozen=True)
+class Application:
+    """One ``[name]`` table of templates/applications.toml."""
+
+    formulas: tuple[str, ...]
+    cases: int
+    carrier_categories: frozenset[str] | None
+
+
 @cache
-def _applications() -> dict[str, dict]:
-    raw = read_toml("templates", APPLICATIONS_FILE)
-    for name, spec in raw.items():
-        for formula in spec["formulas"]:
+def _applications() -> dict[str, Application]:
+    raw = _APPLICATIONS.read()
+    out = {}
+    for name in raw:
+        spec = _APPLICATIONS.value("", raw, name, dict)
+        formulas = _APPLICATIONS.strings(name, spec, "formulas")
+        for formula in formulas:
             try:
                 parse(formula)
             except TraceError as err:
                 raise TraceError(f"templates/{APPLICATIONS_FILE}: {name}: {formula!r}: {err}") from None
-    return raw
+        categories = _APPLICATIONS.strings(name, spec, "carrier_categories", None)
+        out[name] = Application(formulas, _APPLICATIONS.value(name, spec, "cases", int),
+                                None if categories is None else frozenset(categories))
+    return out
 
 
 @cache
@@ -78,7 +94,7 @@ def _application_needs() -> dict[str, tuple[tuple[str, Expr, frozenset[Need]], .
     """Per application: each formula as written, parsed, and its needs."""
     out = {}
     for name, spec in _applications().items():
-        out[name] = tuple((text, parse(text), needs_of(parse(text))) for text in spec["formulas"])
+        out[name] = tuple((text, parse(text), needs_of(parse(text))) for text in spec.formulas)
     return out
 
 
@@ -106,8 +122,8 @@ def plan_cases(slots: tuple[int, ...], per_slot: int, seed: int, applications: b
             formulas = [f for _, f, needs in _application_needs()[name] if not needs & without]
             if not formulas:
                 continue
-            categories = frozenset(spec["carrier_categories"]) if "carrier_categories" in spec else None
-            count = application_cases(int(spec["cases"]), per_slot) if applications is True else int(applications)
+            categories = spec.carrier_categories
+            count = application_cases(spec.cases, per_slot) if applications is True else int(applications)
             for k in range(count):
                 template = formulas[k % len(formulas)]
                 plans.append(Plan(f"app-{name}-{k:03d}", slot_count(template), template, name, categories))

@@ -16,13 +16,14 @@ from types import MappingProxyType
 from typing import Mapping
 
 from ..errors import TraceError
-from ..resources import read_toml
+from ..resources import DataFile, table_name
 from ..taxonomy import taxonomy
 
 __all__ = ["LOADS", "Chance", "LoadMode", "confusion", "draw", "load_modes", "partial", "probability", "subtype_difficulty"]
 
 ZOO_FILE = "zoo.toml"
 LOADS = ("global", "composition", "relation", "entities", "subtype")
+_ZOO = DataFile("taxonomy", ZOO_FILE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,16 +50,18 @@ def _probability(where: str, value: object) -> float:
 @cache
 def load_modes() -> Mapping[str, LoadMode]:
     """The load modes, in file order (the order ``strain`` lists them and records causes in)."""
-    raw = read_toml("taxonomy", ZOO_FILE).get("modes", {})
+    raw = _ZOO.tables("", _ZOO.read(), "modes", {})
     modes: dict[str, LoadMode] = {}
     for name, entry in raw.items():
+        table = table_name("modes", name)
         if not name.startswith("load-"):
             raise _fail(f"modes.{name}: a load mode's name starts with 'load-'")
         load = entry.get("load")
         if load not in LOADS:
             raise _fail(f"modes.{name}.load: {load!r} is not one of {', '.join(LOADS)}")
         p1 = None if load == "subtype" else _probability(f"modes.{name}.p1", entry.get("p1"))
-        modes[name] = LoadMode(name, load, p1, _breaks(f"modes.{name}.breaks", entry.get("breaks", [])))
+        breaks = _breaks(f"modes.{name}.breaks", _ZOO.value(table, entry, "breaks", list, []))
+        modes[name] = LoadMode(name, load, p1, breaks)
     if not modes:
         raise _fail("no [modes.load-*] table")
     return MappingProxyType(modes)
@@ -91,10 +94,11 @@ def _breaks(where: str, items) -> frozenset[tuple[str, str]]:
 
 @cache
 def _chance(table: str) -> Chance:
-    raw = read_toml("taxonomy", ZOO_FILE).get(table)
+    raw = _ZOO.value("", _ZOO.read(), table, dict, None)
     if raw is None:
         raise _fail(f"no [{table}] table")
-    return Chance(_probability(f"{table}.p1", raw.get("p1")), _breaks(f"{table}.breaks", raw.get("breaks", [])))
+    return Chance(_probability(f"{table}.p1", raw.get("p1")),
+                  _breaks(f"{table}.breaks", _ZOO.value(table, raw, "breaks", list, [])))
 
 
 def partial() -> Chance:
@@ -110,7 +114,7 @@ def confusion() -> Chance:
 @cache
 def subtype_difficulty() -> Mapping[str, float]:
     """Subtype key -> the probability that the generator does not transfer it (``load-subtype``)."""
-    raw = read_toml("taxonomy", ZOO_FILE).get("subtype", {})
+    raw = _ZOO.value("", _ZOO.read(), "subtype", dict, {})
     tax = taxonomy()
     known = {*tax.subtypes, *tax.special}
     for key in raw:

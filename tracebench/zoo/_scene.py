@@ -20,6 +20,7 @@ from typing import Any
 from ..errors import TraceError
 from ..library.synth import (RENDER_VERSION, World, entity_options, load_world, new_entity, relation_tag,
                              set_attribute, slot_boxes, world_hash)
+from ..operators import Family, Role
 from ..records import Case, Distractor, TermBinding
 from ..sample import LibraryIndex
 from ._profiles import CONFUSION, PARTIAL, Profile
@@ -264,20 +265,20 @@ class _Planner:
     def run(self) -> dict[str, Any]:
         terms = self.case.terms
         for t in terms:
-            if t.role in ("anchor", "text"):
+            if t.role in (Role.ANCHOR, Role.TEXT):
                 self.carrier(t)
         for t in terms:
-            if t.op == "g" and t.role == "local":
+            if t.op == Family.DISENTANGLE and t.role == Role.LOCAL:
                 self.local(t)
-            elif t.op == "g" and t.role == "ip":
+            elif t.op == Family.DISENTANGLE and t.role == Role.IP:
                 self.design(t)
         self.settle()
         for t in terms:
-            if t.op == "g" and t.role == "relation":
+            if t.op == Family.DISENTANGLE and t.role == Role.RELATION:
                 self.relation(t)
         if self.profile.has("duplicate"):
             for t in terms:
-                if t.role == "anchor":
+                if t.role == Role.ANCHOR:
                     twin = copy.deepcopy(self.entities[self.at[t.symbol]])
                     twin["copy"] = 1
                     self.entities.append(twin)
@@ -286,7 +287,7 @@ class _Planner:
         for e, box in zip(self.entities, _boxes(plan["layout"], len(self.entities), self.world.size, vp)):
             e["place"] = {"mode": "slot", "box": box}
         for t in terms:
-            if t.op == "g" and t.role == "attach":
+            if t.op == Family.DISENTANGLE and t.role == Role.ATTACH:
                 self.attach(t)
         plan["entities"] = self.entities
         plan["relations"] = [{"type": r["type"], "subject": r["entities"][0], "object": r["entities"][-1]}
@@ -297,7 +298,7 @@ class _Planner:
     # -- carriers ------------------------------------------------------------------------
     def carrier(self, t: TermBinding) -> None:
         world = self.world
-        if t.role == "anchor":
+        if t.role == Role.ANCHOR:
             e = _fresh(self.sources.entity(self.sources.taken(t, self.took.get(t.symbol))))
             if self.broken(t.symbol, "identity", "global-interference", "composition-interference"):
                 old = e["color"]
@@ -313,7 +314,7 @@ class _Planner:
             wanted = []
             fields = _fields(world, entity=True)
             for g in self.case.terms:
-                if g.carrier == t.symbol and g.op == "g" and g.role == "local" and g.subtype in fields:
+                if g.carrier == t.symbol and g.op == Family.DISENTANGLE and g.role == Role.LOCAL and g.subtype in fields:
                     dim = fields[g.subtype]
                     wanted.append((dim, _plan_value(world, self.sources.entity(g), dim, g.value)))
             used = {e["figure"] for e in self.entities}
@@ -458,7 +459,7 @@ class _Planner:
         background_seed = None
         fields = _fields(world, entity=False)
         for g in self.case.terms:
-            if not (g.op == "g" and g.role == "global" and g.subtype in fields):
+            if not (g.op == Family.DISENTANGLE and g.role == Role.GLOBAL and g.subtype in fields):
                 continue
             field = fields[g.subtype]
             source = self.sources.plan(self.sources.taken(g, self.took.get(g.symbol)))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ...nouns import plural, with_article
+from ...operators import Role
 from ...taxonomy import taxonomy
 from .._models import Entity, GlobalTag, TagDict, TaggedImage, tag_dict_of
 from ._plan import _DISTINCT, FINE_MIN_PX
@@ -167,7 +168,7 @@ def _tag_dict(world: World, e: dict, colors_ok: bool) -> TagDict:
 def _global_tag(world: World, render: dict) -> GlobalTag:
     tags: dict[str, tuple[str, ...]] = {}
     for spec in taxonomy().global_subtypes():
-        if spec.role == "relation":
+        if spec.role == Role.RELATION:
             values = [relation_tag(world, r, render["entities"]) for r in render["relations"]]
         else:
             d = world.draws.get(spec.key)

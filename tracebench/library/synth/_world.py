@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 
 import PIL
 
-from ...resources import data_path, read_toml
+from ...resources import DataFile, data_path, table_name
 from ...taxonomy import SubtypeSpec, Taxonomy, taxonomy
 from ._draw import RGB, _rgb
 from ._figures import FIGURES
@@ -32,38 +33,67 @@ class Draw:
     needs_colors: bool = False  # only where the entity's own color shows
 
 
+_SYNTH = DataFile("taxonomy", SYNTH_FILE)
+# the tables of vocabulary: each a table of tables, one per value (figures: one per figure)
+_VOCABULARIES = ("patterns", "materials", "damage", "fonts", "hairstyles", "features", "poses", "expressions",
+                 "orientations", "effects", "backgrounds", "styles", "lighting", "tones", "viewpoints", "layouts",
+                 "relations", "figures")
+_HEX = re.compile(r"#?[0-9a-fA-F]{6}")
+
+
+def _table(data: dict[str, Any], key: str) -> dict[str, Any]:
+    return _SYNTH.value("", data, key, dict)
+
+
+def _colors(table: str, entries: dict[str, Any], key: str | None = None) -> dict[str, RGB]:
+    """``#rrggbb`` colors: the values of ``entries`` (or of its array ``key``, by position)."""
+    values = dict(entries) if key is None else dict(enumerate(_SYNTH.strings(table, entries, key)))
+    out = {}
+    for name, value in values.items():
+        if not isinstance(value, str) or not _HEX.fullmatch(value):
+            raise _SYNTH.error(f"{value!r} is not a color #rrggbb", table, key or name)
+        out[name] = _rgb(value)
+    return out
+
+
+def _draw(tax: Taxonomy, key: str, entry: dict[str, Any]) -> Draw:
+    """``[draws.<key>]``: the subtype it draws and how."""
+    sub = tax.subtypes.get(key) or tax.special.get(key)
+    if sub is None:
+        raise _SYNTH.error(f"draws.{key}: not a subtype of taxonomy/subtypes.toml")
+    table, flag = table_name("draws", key), lambda name: _SYNTH.value(table, entry, name, bool, False)
+    return Draw(sub, _SYNTH.value(table, entry, "field", str), _SYNTH.value(table, entry, "table", str),
+                _SYNTH.value(table, entry, "tag", str, "") == "name", flag("of_figure"), flag("fine"),
+                flag("needs_colors"))
+
+
 class World:
     """taxonomy/synth.toml, checked against the taxonomy (tracebench.taxonomy)."""
 
     def __init__(self, data: dict[str, Any], tax: Taxonomy | None = None) -> None:
         tax = tax or taxonomy()
-        self.size: int = int(data["canvas"]["size"])
-        self.scene: dict[str, Any] = data["scene"]
-        self.colors: dict[str, RGB] = {name: _rgb(v) for name, v in data["colors"].items()}
-        people = data["people"]
-        self.skin: list[RGB] = [_rgb(v) for v in people["skin"]]
-        self.hair: dict[str, RGB] = {name: _rgb(v) for name, v in people["hair"].items()}
-        self.pants: list[RGB] = [_rgb(v) for v in people["pants"]]
-        for table in ("patterns", "materials", "damage", "fonts", "hairstyles", "features", "poses",
-                      "expressions", "orientations", "effects", "backgrounds", "styles", "lighting",
-                      "tones", "viewpoints", "layouts", "relations", "figures"):
-            setattr(self, table, data[table])
-        self.motifs: dict[str, str] = data["motifs"]
-        self.words: list[str] = data["words"]["list"]
-        self.category_weights: dict[str, float] = data["category_weights"]
+        self.size: int = _SYNTH.value("canvas", _table(data, "canvas"), "size", int)
+        self.scene: dict[str, Any] = _table(data, "scene")
+        self.colors: dict[str, RGB] = _colors("colors", _table(data, "colors"))
+        people = _table(data, "people")
+        self.skin: list[RGB] = list(_colors("people", people, "skin").values())
+        self.hair: dict[str, RGB] = _colors("people.hair", _SYNTH.value("people", people, "hair", dict))
+        self.pants: list[RGB] = list(_colors("people", people, "pants").values())
+        for table in _VOCABULARIES:
+            setattr(self, table, _SYNTH.tables("", data, table))
+        self.motifs: dict[str, str] = {name: _SYNTH.value("motifs", _table(data, "motifs"), name, str)
+                                       for name in _table(data, "motifs")}
+        self.words: list[str] = list(_SYNTH.strings("words", _table(data, "words"), "list"))
+        weights = _table(data, "category_weights")
+        self.category_weights: dict[str, float] = {name: _SYNTH.value("category_weights", weights, name, (int, float))
+                                                   for name in weights}
         self.categories = list(tax.categories)
         self.humanoid = set(tax.humanoid)
-        self.draws: dict[str, Draw] = {}
-        for key, entry in data["draws"].items():
-            sub = tax.subtypes.get(key) or tax.special.get(key)
-            if sub is None:
-                raise ValueError(f"taxonomy/synth.toml: draws.{key}: not a subtype of taxonomy/subtypes.toml")
-            self.draws[key] = Draw(sub, entry["field"], entry["table"], entry.get("tag") == "name",
-                                   bool(entry.get("of_figure")), bool(entry.get("fine")),
-                                   bool(entry.get("needs_colors")))
+        self.draws: dict[str, Draw] = {key: _draw(tax, key, entry) for key, entry in _SYNTH.tables("", data, "draws").items()}
         self.allowed: dict[str, set[str]] = {key: set(d.subtype.categories) for key, d in self.draws.items()}
         self.attach_categories = set(tax.special["attach"].categories)
         self.ip_categories = set(tax.special["ip"].categories)
+        self._check_entries()
         self._check()
 
     def entity_draws(self) -> list[Draw]:
@@ -89,6 +119,23 @@ class World:
         return next((v for v in self.table(draw, figure) if self.tag_text(draw, figure, v) == tag), None)
 
     # ---------------------------------------------------------------- compatibility
+    def _check_entries(self) -> None:
+        """The types of the entries the world reads: a value's ``tag`` (if any) and ``categories``, a
+        figure's ``category`` and value lists, an effect's ``figures``, a damage's ``materials``."""
+        tagged = {d.table for d in self.draws.values() if not d.by_name and not d.of_figure} & set(_VOCABULARIES)
+        for vocabulary in sorted(tagged) + ["effects"]:
+            for name, entry in getattr(self, vocabulary).items():
+                table = table_name(vocabulary, name)
+                _SYNTH.value(table, entry, "tag", str, None)
+                for key in ("categories", "figures", "materials", "excludes"):
+                    _SYNTH.strings(table, entry, key, ())
+        lists = {d.table for d in self.entity_draws() if not d.of_figure} | {"damage"}
+        for name, fig in self.figures.items():
+            table = table_name("figures", name)
+            _SYNTH.value(table, fig, "category", str)
+            for key in lists & set(fig):
+                _SYNTH.strings(table, fig, key)
+
     def _check(self) -> None:
         problems: list[str] = []
 
@@ -100,7 +147,7 @@ class World:
             need(d.of_figure or isinstance(getattr(self, d.table, None), dict),
                  f"draws.{key}: unknown table {d.table!r}")
         if problems:
-            raise ValueError("taxonomy/synth.toml: " + "; ".join(problems))
+            raise _SYNTH.error("; ".join(problems))
         lists = {d.table: d for d in self.entity_draws()}  # figures restrict values by table name
         for name, fig in self.figures.items():
             cat = fig.get("category")
@@ -132,7 +179,7 @@ class World:
             for figure in effect.get("figures", []):
                 need(figure in self.figures, f"effects.{name}: unknown figure {figure!r}")
         if problems:
-            raise ValueError("taxonomy/synth.toml: " + "; ".join(problems))
+            raise _SYNTH.error("; ".join(problems))
 
     def _cats(self, entry: dict[str, Any], subtype: str) -> set[str]:
         cats = entry.get("categories", ["*"])
@@ -176,7 +223,7 @@ class World:
 
 @cache
 def load_world() -> World:
-    return World(read_toml("taxonomy", SYNTH_FILE))
+    return World(_SYNTH.read())
 
 
 def _rng(*parts: object) -> random.Random:

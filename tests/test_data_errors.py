@@ -247,3 +247,12 @@ def test_a_new_g_kind_is_data_only(tree, tmp_path):
     ]
     unknown = TreeCopy(tmp_path / "pristine", tree.cache).trace("parse", "f1 + g_fabric")
     assert unknown.returncode == 2 and "unknown g kind 'g_fabric'" in unknown.stderr  # the kind came from the data
+
+
+def test_help_works_over_a_broken_template_space_and_sampling_names_it_in_one_line(tree):
+    tree.edit("templates/space.toml", "[", "[[[\n[")
+    helped = tree.trace("--help")
+    assert helped.returncode == 0 and "sample" in helped.stdout and helped.stderr == ""
+    result = tree.trace("sample", "--out", "never-written")
+    assert result.returncode == 2 and result.stdout == "" and result.stderr.count("\n") == 1, result.stderr
+    assert ": templates/space.toml: not TOML: " in result.stderr and not (tree.root / "never-written").exists()

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..choices import Executor, JudgeBatch
+from ..errors import TraceError
 from ..formula import space_bounds
 from ..replies import DEFAULT_MAX_REPLY_BYTES
 from ..scales import DEFAULT_SCALE, scale_names
@@ -126,8 +127,12 @@ def model_settings(args, *, seed: int = 0, scale: str | None = None):
 
 
 def slot_levels(spec: str) -> tuple[int, ...]:
-    """``3``, ``1-8``, ``2,4,6`` or a mix such as ``1-3,5`` -> sorted slot levels."""
-    bounds = space_bounds()
+    """``3``, ``1-8``, ``2,4,6`` or a mix such as ``1-3,5`` -> sorted slot levels (a mistake in
+    templates/space.toml, whose bounds they are checked against, is the usage error's one line)."""
+    try:
+        bounds = space_bounds()
+    except TraceError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
     low, high = bounds.min_slot, bounds.max_slot
     levels: set[int] = set()
     for part in spec.split(","):

@@ -12,7 +12,7 @@ from ._args import slot_levels
 def register(sub) -> None:
     p = sub.add_parser("sample", help="build a benchmark: templates, bindings, prompts, checklists",
                        description="Sample a TRACE benchmark from a tagged library (default: the shipped synthetic one).")
-    p.add_argument("--slots", type=slot_levels, default=slot_levels("1-8"), metavar="LEVELS",
+    p.add_argument("--slots", type=slot_levels, default="1-8", metavar="LEVELS",  # converted when the command runs
                    help="slot levels: 3, 1-8 or 2,4,6 (default 1-8)")
     p.add_argument("--per-slot", type=int, default=None, metavar="N",
                    help="cases per slot level (default: templates/quotas.toml, 180)")

@@ -11,7 +11,7 @@ from ._args import slot_levels
 def register(sub) -> None:
     p = sub.add_parser("templates", help="list or count the template space per slot level",
                        description="The unbound templates of templates/space.toml, in canonical form.")
-    p.add_argument("--slots", type=slot_levels, default=slot_levels("1-8"), metavar="LEVELS",
+    p.add_argument("--slots", type=slot_levels, default="1-8", metavar="LEVELS",  # converted when the command runs
                    help="slot levels: 3, 1-8 or 2,4,6 (default 1-8)")
     p.add_argument("--count", action="store_true", help="count instead of listing")
     p.add_argument("--json", action="store_true", help="print JSON")

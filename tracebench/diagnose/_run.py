@@ -203,7 +203,8 @@ def _setup(run, options: DiagnoseOptions) -> _Setup:
         settings = replace(settings, library=library_of(run.cases_dir))
     judge_batch = options.judge_batch or manifest.judge_batch
     # the nodes' judges combine as the run's did (a run before the rule was recorded took the majority)
-    ensemble = manifest.ensemble or (Ensemble.MAJORITY if len(manifest.judges) > 1 else default_ensemble(settings.scale))
+    ensemble = manifest.ensemble or (Ensemble.MAJORITY if len(manifest.judges) > 1
+                                     else default_ensemble(settings.scale))
     gen, judge_list = make_providers(generator, judges, settings)
     workers = RayGenerator(generator, settings, gen, workers=options.workers, gpus=options.gpus_per_worker,
                            address=options.ray_address) if options.executor == Executor.RAY else None

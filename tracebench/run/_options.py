@@ -91,11 +91,6 @@ class RunOptions:
         if self.workers < 1:
             raise TraceError(f"--workers: {self.workers} must be at least 1")
 
-    @property
-    def budgeted(self) -> bool:
-        """Whether cases are admitted against a budget (of calls or of money)."""
-        return self.max_calls is not None or self.max_cost is not None
-
 
 def default_ensemble(scale: Scale | str) -> str:
     """How several judges combine unless told: the scale's rule (the mean, the paper's; the median

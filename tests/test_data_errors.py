@@ -51,7 +51,23 @@ class TreeCopy:
 
 @pytest.fixture(scope="module")
 def derived(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("cache")  # the grammar's tables, kept between the copies
+    """The copies' cache: the grammar's tables, kept between the copies, and the session's
+    default synthetic library linked in (built from the pristine world, whose hash names its
+    folder: a copy with an edited world builds its own, a broken one writes none)."""
+    from tracebench.library.synth import default_library
+
+    cache = tmp_path_factory.mktemp("cache")
+    library = default_library()  # the session's, built once for every test that samples
+    shutil.copytree(library, cache / library.name, copy_function=_linked)
+    return cache
+
+
+def _linked(source: str, target: str) -> None:
+    """A hard link, or a copy across file systems."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import os
 import re
 import shutil
@@ -16,6 +17,7 @@ from test_cli import run_trace
 from tracebench.diagnose import (NODES_FILE, SUMMARY_FILE, TREES_FILE, attribute, build_tree,
                                  compositions_of, DiagnoseOptions, diagnose_run, node_case, number_terms, plan_trees, root_formula,
                                  draw_tree, rules, sources, summarize_sources, targets, tree_nodes)
+from tracebench.errors import TraceError
 from tracebench.formula import Anchor, Apply, Compose, Disentangle, Expr, Text, analyze, parse, slot_count, to_text
 from tracebench.records import Case, DiagnosisSummary, DiagnosticTree, NodeOccurrence
 from tracebench.outcomes import ABSTAINED, FAILED, PASSED, Outcome
@@ -638,3 +640,16 @@ def test_a_run_where_every_case_passes_gives_an_empty_diagnosis_and_exit_0(small
     # a case asked for by id that is not there stays bad input
     wrong = run_trace("diagnose", str(run), "--cases", "no-such-case", "--out", str(tmp_path / "other"))
     assert wrong.returncode == 2 and not (tmp_path / "other").exists()
+
+
+def test_a_diagnosis_records_its_generation_options_and_resumes_only_with_the_same(small, shared_runs, tmp_path):
+    run = shared_runs(small, "synthetic:global-interference")
+    first_case = next(iter(read_cases(small))).id
+    sized = replace(SETTINGS, generator_options={"size": "512x512"})
+    diagnose_run(run, tmp_path / "diag", DiagnoseOptions(cases=first_case, settings=sized))
+    assert json.loads((tmp_path / "diag" / "diagnosis.json").read_text())["generator_options"] == {"size": "512x512"}
+    with pytest.raises(TraceError, match=r"holds a diagnosis with other generator_options; choose another --out"):
+        diagnose_run(run, tmp_path / "diag", DiagnoseOptions(
+            cases=first_case, settings=replace(SETTINGS, generator_options={"size": "256x256"})))
+    diagnose_run(run, tmp_path / "plain", DiagnoseOptions(cases=first_case, settings=SETTINGS))
+    assert "generator_options" not in json.loads((tmp_path / "plain" / "diagnosis.json").read_text())

@@ -532,7 +532,7 @@ class NodeOccurrence(_Record):
 class DiagnosisManifest(_OnScale, _Sparse):
     """``diagnosis.json``: what a diagnosis folder was made from (a folder is resumed only by the same)."""
 
-    _omitted_when_none: ClassVar[tuple[str, ...]] = ("scale",)
+    _omitted_when_none: ClassVar[tuple[str, ...]] = ("scale", "generator_options")
 
     tool: str
     run_dir: str
@@ -553,6 +553,9 @@ class DiagnosisManifest(_OnScale, _Sparse):
     repeats: int = Field(default=1, ge=1, le=MAX_SAMPLES, description="generations of each node (the root included) "
                                                                       "whose majority decides its results")
     hashes: dict[str, str] = Field(description="SHA-256 of the diagnosis rules and sources")
+    generator_options: dict[str, Any] | None = Field(
+        default=None, description="the options the nodes were generated with (--generator-option, the models file; "
+                                  "the zoo's: the run's), absent when none: other options make other images")
 
 
 class DiagnosisSummary(_Record):

@@ -217,7 +217,8 @@ def _setup(run, options: DiagnoseOptions) -> _Setup:
         strategy=options.strategy, gating=options.gating.value, cases=options.cases,
         shard=f"{options.shard[0]}/{options.shard[1]}" if options.shard else None,
         roots_from_run=roots_from_run, repeats=repeats, scale=recorded_scale(settings.scale),
-        hashes={"diagnose": data_hash(("diagnose", RULES_FILE), ("diagnose", SOURCES_FILE))})
+        hashes={"diagnose": data_hash(("diagnose", RULES_FILE), ("diagnose", SOURCES_FILE))},
+        generator_options=dict(gen.options) or None)
     return _Setup(generator, tuple(judges), settings, judge_batch, ensemble, repeats, gen, judge_specs, workers,
                   identity, manifest)
 

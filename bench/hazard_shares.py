@@ -59,7 +59,7 @@ def _scored(bench: Path, trees: dict, profile: str) -> dict:
     for tree in plan.trees:
         failing = {Instance(Operator(a.op), a.target): a.source for a in trees[tree.root.id].attributions
                    if a.root == "fail"}
-        exact = exact_shares(tree.nodes, {node: plan.cases[key] for node, key in tree.keys.items()},
+        exact = exact_shares(tree.nodes, plan.node_cases(tree),
                              parse_profile(profile), failing)
         missing = set(failing) - set(exact)
         if missing:  # an instance that failed has a rate above 0

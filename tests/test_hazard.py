@@ -179,7 +179,7 @@ def test_exact_hazards_never_rise(diagnosis_bench) -> None:
     plan = plan_trees(cases)
     checked = Counter()
     for tree in plan.trees:
-        found = exact_shares(tree.nodes, {node: plan.cases[key] for node, key in tree.keys.items()}, profile)
+        found = exact_shares(tree.nodes, plan.node_cases(tree), profile)
         for shares in found.values():
             assert shares.risen == 0.0
             assert all(a >= b for a, b in zip(shares.rates, shares.rates[1:])), shares

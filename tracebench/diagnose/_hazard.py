@@ -125,7 +125,7 @@ def exact_shares(nodes: Sequence[TreeNode], node_case: Mapping[str, Case], profi
     """The zoo's exact hazard shares of a tree's root instances (``instances``, default every
     instance the root keeps), each with a rate above 0 at the root: ``nodes`` the whole tree
     breadth first, ``node_case`` node id -> its sub-case (the diagnosis's plan:
-    ``TreePlan.cases[tree.keys[id]]``), ``profile`` the generator's."""
+    ``TreePlan.node_cases(tree)``), ``profile`` the generator's."""
     from ..zoo import failure_rates
 
     memo: dict[str, dict[Instance, float]] = {}

@@ -4,6 +4,7 @@
 - ``_tree``: the whole tree of a formula (networkx), named as in the paper;
 - ``_node``: a node as a case of its own (prompt, references, checklist subset);
 - ``_attribute``: node results -> one failure source per operator instance;
+- ``_hazard``: hazard shares along an instance's chain (exact in the zoo), and a diagnosis scored against them;
 - ``_diagnose``: the trees of a window of cases planned, evaluated by a strategy and attributed;
 - ``_run``: ``trace diagnose`` over a run folder (:class:`DiagnoseOptions`), through the run harness.
 
@@ -18,6 +19,8 @@ from ..lazy import lazy_exports
 _WHERE = {
     "..records": ("DIAGNOSIS_FILE", "NODES_FILE", "SUMMARY_FILE", "TREES_FILE"),
     "._attribute": ("UNDETERMINED", "attribute", "pending", "summarize_sources"),
+    "._hazard": ("InstanceShares", "ShareAccuracy", "exact_shares", "hazard", "hazard_shares", "instance_chain",
+                 "share_accuracy"),
     "._diagnose": ("RootEvidence", "TreePlan", "diagnose", "export_nodes", "format_summary", "majority_verdicts",
                    "merge_diagnoses", "node_results", "plan_trees", "select_cases", "summarize"),
     "._run": ("DiagnoseOptions", "diagnose_run", "named_providers"),

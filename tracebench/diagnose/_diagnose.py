@@ -99,6 +99,10 @@ class TreePlan:
     cases: dict[str, Case]  # key -> sub-case, named after the first node that asks for it
     occurrences: list[NodeOccurrence]
 
+    def node_cases(self, tree: _Tree) -> dict[str, Case]:
+        """Node id -> the sub-case of one of the plan's trees (a node repeating another, its)."""
+        return {node: self.cases[key] for node, key in tree.keys.items()}
+
 
 def _key(case: Case) -> str:
     return sha256(case.model_dump_json(exclude={"id"}).encode())

@@ -5,11 +5,12 @@ synthetic generator fails; :func:`generate` draws a case with the synthetic libr
 and embeds a :class:`~tracebench.records.GenerationRecord` (what was drawn, which checklist
 questions were broken and why) in the PNG; :func:`oracle_answers` and :func:`oracle_reply`
 judge from that record alone. :func:`failed_questions` gives the broken questions without
-drawing.
+drawing; :func:`failure_rates` the exact probability that each operator instance fails in one
+generation (the truth a diagnosis under random failures is measured against).
 
 Modules: ``_profiles`` (specs), ``_rules`` (which questions a profile breaks), ``_load`` (the
 probabilistic load modes, ``taxonomy/zoo.toml``), ``_scene`` (the render plan), ``_generate``
-(drawing, the PNG record), ``_oracle`` (the judge, and the errors it can be told to make),
+(drawing, the PNG record), ``_hazard`` (exact failure rates), ``_oracle`` (the judge, and the errors it can be told to make),
 ``_providers`` (the zoo and the oracle as providers: ``synthetic:PROFILE``, ``oracle[:...]``;
 imported on first use).
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 from ..lazy import lazy_exports
 from ._generate import RECORD_KEY, default_index, generate, read_record
+from ._hazard import failure_rates
 from ._load import load_modes, subtype_difficulty
 from ._oracle import JudgeErrors, oracle_answers, oracle_reply, parse_oracle
 from ._profiles import PROFILE_NAMES, Failure, Profile, parse_profile
@@ -36,6 +38,7 @@ __all__ = [
     "default_index",
     "drawn_from",
     "failed_questions",
+    "failure_rates",
     "generate",
     "load_modes",
     "load_probability",

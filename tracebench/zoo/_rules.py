@@ -22,7 +22,8 @@ from ..records import Case, Distractor, TermBinding
 from ._load import confusion, draw, load_modes, partial, probability, subtype_difficulty
 from ._profiles import CONFUSION, PARTIAL, Failure, Profile
 
-__all__ = ["Scene", "breakdown", "breaking", "confused", "partly_broken", "failed_questions", "load_probability"]
+__all__ = ["Scene", "break_probability", "breakdown", "breaking", "confused", "confusers", "confusion_breaks",
+           "confusion_probability", "failed_questions", "load_probability", "partly_broken"]
 
 
 @lru_cache(maxsize=4096)
@@ -137,41 +138,46 @@ def load_probability(failure: Failure, scene: Scene, target: str, aspect: str) -
     return probability(mode.p1 or 0.0, load, scale)
 
 
+def confusers(scene: Scene, term: str) -> tuple[Distractor, ...]:
+    """The distractors confusing term ``term``, in case order (the one ``confused`` takes is drawn
+    uniformly among them)."""
+    return tuple(d for d in scene.case.distractors if d.confuses == term)
+
+
+def confusion_probability(scene: Scene, term: str, failure: Failure) -> float:
+    """The probability that ``distractor-confusion`` (``failure``) takes a distractor for term
+    ``term`` in one generation: ``1 - (1 - P) ** k`` with k distractors confusing it (0 without)."""
+    p1 = confusion().p1 if failure.arg is None else float(failure.arg)  # type: ignore[arg-type]
+    return probability(p1, len(confusers(scene, term)))
+
+
 def confused(scene: Scene, term: str, failure: Failure, seed: int) -> Distractor | None:
     """The distractor ``distractor-confusion`` takes instead of term ``term``'s source in this
     generation, if it fires: with k distractors confusing the term, with probability
     ``1 - (1 - P) ** k``, one of them drawn uniformly (taxonomy/zoo.toml ``[confusion]``)."""
-    found = [d for d in scene.case.distractors if d.confuses == term]
-    if not found:
-        return None
-    p1 = confusion().p1 if failure.arg is None else float(failure.arg)  # type: ignore[arg-type]
-    if draw(seed, scene.case.id, term, CONFUSION) >= probability(p1, len(found)):
+    found = confusers(scene, term)
+    if not found or draw(seed, scene.case.id, term, CONFUSION) >= confusion_probability(scene, term, failure):
         return None
     return found[min(int(draw(seed, scene.case.id, term, CONFUSION + "/which") * len(found)), len(found) - 1)]
 
 
-def _confuses(failure: Failure, scene: Scene, target: str, aspect: str, seed: int, qid: str | None) -> bool:
-    """Whether ``distractor-confusion`` breaks requirement ``target:aspect`` (question ``qid``):
-    the content requirements of a term it confused, and the rejection question of the distractor
-    it took."""
+def confusion_breaks(scene: Scene, target: str, aspect: str, qid: str | None, taken: Distractor) -> bool:
+    """Whether ``distractor-confusion``, having taken distractor ``taken`` for term ``target``'s
+    source, breaks requirement ``target:aspect`` (question ``qid``): the content requirements of
+    that term, and the rejection question of the distractor it took."""
     found = _section(scene, target, aspect)
-    if found is None or found[1] is None or split_target(target)[1] is not None:
-        return False
-    d = confused(scene, target, failure, seed)
-    if d is None:
+    if found is None or found[1] is None or split_target(target)[1] is not None or taken.confuses != target:
         return False
     if aspect == REJECTION:
-        return qid is None or qid.rsplit(".", 1)[-1] == d.id
+        return qid is None or qid.rsplit(".", 1)[-1] == taken.id
     return (found[0], aspect) in confusion().breaks
 
 
-def _fires(failure: Failure, scene: Scene, target: str, aspect: str, seed: int) -> bool:
-    """Whether a probabilistic mode (noise, a load mode) breaks the requirement in this generation."""
-    qid = question_id(target, aspect)
-    if failure.name == "noise":
-        return draw(seed, scene.case.id, qid, "noise") < float(failure.arg)  # type: ignore[arg-type]
-    p = load_probability(failure, scene, target, aspect)
-    return p > 0.0 and draw(seed, scene.case.id, qid, failure.name) < p
+def _confuses(failure: Failure, scene: Scene, target: str, aspect: str, seed: int, qid: str | None) -> bool:
+    """Whether ``distractor-confusion`` breaks requirement ``target:aspect`` (question ``qid``) in
+    the generation of ``seed``."""
+    d = confused(scene, target, failure, seed)
+    return d is not None and confusion_breaks(scene, target, aspect, qid, d)
 
 
 def _ignored(failure: Failure, t: TermBinding) -> bool:
@@ -244,18 +250,29 @@ def _breaks(failure: Failure, scene: Scene, target: str, aspect: str, profile: P
     return t.op is Family.DISENTANGLE and _breaks_g_term(failure, scene, t, aspect)
 
 
+def break_probability(failure: Failure, scene: Scene, profile: Profile, target: str, aspect: str) -> float:
+    """The probability that failure mode ``failure`` (any but ``distractor-confusion``, drawn per
+    term: :func:`confusion_probability`) breaks requirement ``target:aspect`` of the scene in one
+    generation: 0 or 1 for a deterministic mode; a probabilistic one is drawn per requirement."""
+    if failure.name == PARTIAL:
+        found = _section(scene, target, aspect)
+        p = partial().p1 if failure.arg is None else float(failure.arg)  # type: ignore[arg-type]
+        return p if found is not None and (found[0], aspect) in partial().breaks else 0.0
+    if failure.name == "noise":
+        return float(failure.arg)  # type: ignore[arg-type]
+    if failure.probabilistic:
+        return load_probability(failure, scene, target, aspect)
+    return 1.0 if _breaks(failure, scene, target, aspect, profile) else 0.0
+
+
 def _broken_by(f: Failure, scene: Scene, profile: Profile, target: str, aspect: str, seed: int,
                qid: str | None = None) -> bool:
+    """Whether mode ``f`` breaks requirement ``target:aspect`` in the generation of ``seed``: each
+    probabilistic mode's own draw per requirement (:func:`break_probability`), confusion's per term."""
     if f.name == CONFUSION:
         return _confuses(f, scene, target, aspect, seed, qid)
-    if f.name == PARTIAL:
-        found = _section(scene, target, aspect)
-        p = partial().p1 if f.arg is None else float(f.arg)  # type: ignore[arg-type]
-        return (found is not None and (found[0], aspect) in partial().breaks
-                and draw(seed, scene.case.id, question_id(target, aspect), PARTIAL) < p)
-    if f.probabilistic:
-        return _fires(f, scene, target, aspect, seed)
-    return _breaks(f, scene, target, aspect, profile)
+    p = break_probability(f, scene, profile, target, aspect)
+    return p >= 1.0 or (p > 0.0 and draw(seed, scene.case.id, question_id(target, aspect), f.name) < p)
 
 
 def breaking(scene: Scene, profile: Profile, target: str, aspect: str, *, seed: int = 0) -> tuple[str, ...]:

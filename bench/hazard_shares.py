@@ -16,7 +16,7 @@ generations; its unstable flags may differ). Every instance that failed in the r
 
 Run from the repository root, with this tree's tracebench importable::
 
-    PYTHONPATH=. python bench/hazard_shares.py [--per-slot 30] [--seed 7] [--json]
+    python bench/hazard_shares.py [--per-slot 30] [--seed 7] [--json]
 """
 
 from __future__ import annotations

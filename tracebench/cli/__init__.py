@@ -23,6 +23,7 @@ from . import compare as compare_cmd
 from . import diagnose as diagnose_cmd
 from . import export as export_cmd
 from . import import_ as import_cmd
+from . import import_lmms as import_lmms_cmd
 from . import leaderboard as leaderboard_cmd
 from . import library as library_cmd
 from . import merge as merge_cmd
@@ -39,7 +40,7 @@ from . import templates as templates_cmd
 __all__ = ["main", "build_parser"]
 
 _SUBCOMMANDS = (sample_cmd, run_cmd, rejudge_cmd, score_cmd, compare_cmd, leaderboard_cmd, diagnose_cmd, report_cmd, agree_cmd, merge_cmd, export_cmd,
-               import_cmd, serve_cmd, parse_cmd, templates_cmd, library_cmd, tag_cmd)
+               import_cmd, import_lmms_cmd, serve_cmd, parse_cmd, templates_cmd, library_cmd, tag_cmd)
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -101,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ..images import max_image_pixels
 
         max_image_pixels()  # a TRACEBENCH_MAX_IMAGE_PIXELS that is no number: one line before anything is done
-        for option in ("out", "export_nodes"):
+        for option in ("out", "export_nodes", "lmms_eval"):
             if isinstance(getattr(args, option, None), Path):
                 _check_out(f"--{option.replace('_', '-')}", getattr(args, option))
         return int(args.run(args) or 0)

@@ -59,7 +59,7 @@ def _load(folder: Path, tmp_path: Path, monkeypatch):
 def test_a_benchmark_export_loads_with_datasets_and_holds_the_folder(world, tmp_path, monkeypatch):
     bench = world["bench"]
     done = export_folder(bench, tmp_path / "export")
-    assert sorted(p.name for p in (tmp_path / "export").iterdir()) == ["README.md", "data"]
+    assert sorted(p.name for p in (tmp_path / "export").iterdir()) == ["README.md", "croissant.json", "data"]
     rows = _load(tmp_path / "export", tmp_path, monkeypatch)
     rows = rows.cast_column("reference_images", datasets.List(datasets.Image(decode=False)))
     cases = list(read_cases(bench))
@@ -78,6 +78,7 @@ def test_a_benchmark_export_loads_with_datasets_and_holds_the_folder(world, tmp_
 def test_export_then_import_gives_the_benchmark_back_byte_for_byte(world, tmp_path):
     bench = world["bench"]
     export_folder(bench, tmp_path / "export")
+    assert (tmp_path / "export" / "croissant.json").is_file()  # beside the card, and never read by the import
     result = run_trace("import", str(tmp_path / "export"), "--out", str(tmp_path / "back"))
     assert result.returncode == 0, result.stderr
     assert _files(tmp_path / "back") == _files(bench)

@@ -13,19 +13,28 @@ from typing import Any
 
 from ..errors import TraceError
 from ..records import CASES_FILE, VERDICTS_FILE, SampleManifest
+from ..resources import DataFile, read_text
 from ..templating import render
 from ._limits import MAX_CARD_BYTES, check_card_header, parse_error, read_card_text
 
-__all__ = ["CARD_FILE", "CardInputs", "read_card", "write_card"]
+__all__ = ["CARD_FILE", "CardFacts", "CardInputs", "STATEMENTS", "read_card", "responsible_use", "write_card"]
 
 CARD_FILE = "README.md"
 SECTION = "tracebench"
+RESPONSIBLE_USE = DataFile("templates", "share/responsible_use.toml")
+PARTS = ("benchmark", "synthetic", "photo", "unknown", "run")  # its tables, in the order they are said
+# its keys, each with the card's heading (None: said in the card under the heading before it)
+STATEMENTS = {"use_cases": "Intended use", "limitations": "Limitations", "biases": "Known biases",
+              "personal_information": "Personal and sensitive information", "collection_type": "Kind of data",
+              "collection": "How it was made", "preprocessing": None, "annotation": None,
+              "social_impact": "Social impact", "maintenance": "Maintenance"}
+SYNTHETIC = "synthetic"  # a library image's source when it is drawn by program (tracebench.library.synth)
 
 
-def _licenses(bench: Path, sample: SampleManifest | None, sources: Counter) -> Counter:
-    """License -> reference images of the export, read from the library the benchmark was
-    sampled from (the shipped synthetic one when its manifest names none); empty when that
-    library is not on this machine."""
+def _library_facts(sample: SampleManifest | None, sources: Counter) -> tuple[Counter, Counter]:
+    """(license -> reference images, image source -> reference images) of the export, read from
+    the library the benchmark was sampled from (the shipped synthetic one when its manifest names
+    none); both empty when that library is not on this machine."""
     from ..library import load_library
     from ..library.synth import default_library
 
@@ -34,12 +43,46 @@ def _licenses(bench: Path, sample: SampleManifest | None, sources: Counter) -> C
         root = library or default_library()
         _, images = load_library(root)
     except (TraceError, OSError):
-        return Counter()
-    license_of = {image.id: image.license for image in images}
-    found: Counter = Counter()
+        return Counter(), Counter()
+    by_id = {image.id: image for image in images}
+    licenses: Counter = Counter()
+    origins: Counter = Counter()
     for source, n in sources.items():
-        found[license_of.get(source, "unknown")] += n  # an image the library does not hold: its license unknown
-    return found
+        image = by_id.get(source)  # an image the library does not hold: its license and origin unknown
+        licenses[image.license if image else "unknown"] += n
+        origins[image.source if image else "unknown"] += n
+    return licenses, origins
+
+
+def responsible_use(kind: str, origins: Counter) -> dict[str, tuple[str, ...]]:
+    """What the export says of its responsible use (``templates/share/responsible_use.toml``):
+    statement key -> its sentences, from the parts that apply to an export of ``kind`` whose
+    references have these sources (none known: the library was not at hand)."""
+    data = RESPONSIBLE_USE.read()
+    applies = {"benchmark": True, "synthetic": SYNTHETIC in origins,
+               "photo": any(o not in (SYNTHETIC, "unknown") for o in origins),
+               "unknown": not origins or "unknown" in origins, "run": kind == "run"}
+    said: dict[str, tuple[str, ...]] = {key: () for key in STATEMENTS}
+    for part in PARTS:
+        entries = RESPONSIBLE_USE.value("", data, part, dict)
+        for key in entries:
+            if key not in STATEMENTS:
+                raise RESPONSIBLE_USE.error(f"unknown statement (known: {', '.join(STATEMENTS)})", part, key)
+            sentences = RESPONSIBLE_USE.strings(part, entries, key)
+            if applies[part]:
+                said[key] += sentences
+    return said
+
+
+def _card_statements(said: dict[str, tuple[str, ...]]) -> list[tuple[str, tuple[str, ...]]]:
+    """The card's "Responsible use" list: (heading, sentences), a key without a heading said
+    under the one before it."""
+    lines: list[tuple[str, tuple[str, ...]]] = []
+    for key, heading in STATEMENTS.items():
+        if heading is not None:
+            lines.append((heading, ()))
+        lines[-1] = (lines[-1][0], lines[-1][1] + said[key])
+    return [(heading, sentences) for heading, sentences in lines if sentences]
 
 
 def _hub_license(licenses: Counter) -> str:
@@ -85,22 +128,42 @@ class CardInputs:
     tool: str
 
 
-def write_card(folder: Path, card: CardInputs) -> None:
-    """The export's dataset card, the folder's ``README.md`` (refused past :data:`~._limits.MAX_CARD_BYTES`)."""
+@dataclass(frozen=True)
+class CardFacts:
+    """What a written card says, for what is built from the same words (``croissant.json``): its
+    title, opening paragraph, header and license list (license -> reference images), its
+    responsible-use statements (:func:`responsible_use`) and the paper's BibTeX citation."""
+
+    title: str
+    description: str
+    header: dict[str, Any]
+    licenses: tuple[tuple[str, int], ...]
+    responsible: dict[str, tuple[str, ...]]
+    citation: str
+
+
+def write_card(folder: Path, card: CardInputs) -> CardFacts:
+    """The export's dataset card, the folder's ``README.md`` (refused past :data:`~._limits.MAX_CARD_BYTES`),
+    and what it says."""
     from ._export import SPLIT
 
-    licenses = _licenses(card.bench, card.sample, card.sources)
+    licenses, origins = _library_facts(card.sample, card.sources)
     title = f"tracebench {card.kind}" + (f": {card.section['run']['generator']}" if card.kind == "run" else "")
+    facts = CardFacts(title=title, description=render("share/description.j2", kind=card.kind, tool=card.tool).strip(),
+                      header=_header(card, title, licenses, SPLIT), licenses=tuple(sorted(licenses.items())),
+                      responsible=responsible_use(card.kind, origins), citation=read_text("templates", "share/citation.bib"))
     sampled, counts = _sampled(card.sample)
-    body = render("share/dataset_card.j2", title=title, kind=card.kind, tool=card.tool, rows=card.rows, split=SPLIT,
-                  shards=card.shards, size_text=_size_text(card.size), contents=_contents(card.kind, card.section),
-                  sampled=sampled, counts=counts or [], run=card.section.get("run"),
-                  hashes=_hashes(card.section, card.sample), licenses=sorted(licenses.items()), load_name="USER/NAME")
-    text = ("---\n" + _yaml(_header(card, title, licenses, SPLIT)) + "---\n\n" + body).encode("utf-8")
+    body = render("share/dataset_card.j2", title=title, description=facts.description, kind=card.kind, rows=card.rows,
+                  split=SPLIT, shards=card.shards, size_text=_size_text(card.size),
+                  contents=_contents(card.kind, card.section), sampled=sampled, counts=counts or [],
+                  run=card.section.get("run"), hashes=_hashes(card.section, card.sample),
+                  responsible=_card_statements(facts.responsible), licenses=facts.licenses, citation=facts.citation)
+    text = ("---\n" + _yaml(facts.header) + "---\n\n" + body).encode("utf-8")
     if len(text) > MAX_CARD_BYTES:
         raise TraceError(f"the dataset card would be {len(text):,} bytes, more than trace import reads "
                          f"({MAX_CARD_BYTES:,})")
     (folder / CARD_FILE).write_bytes(text)
+    return facts
 
 
 def _header(card: CardInputs, title: str, licenses: Counter, split: str) -> dict[str, Any]:

@@ -223,6 +223,7 @@ def export_folder(folder: Path, out: Path, *, diagnosis: Path | None = None) -> 
     ``diagnosis``, its diagnosis's trees too) to ``out``, assembled beside it and renamed into
     place when whole (when ``out`` holds that very export already, it is left as it is)."""
     from ._card import CARD_FILE, CardInputs, write_card
+    from ._croissant import CroissantInputs, write_croissant
 
     folder, out = Path(folder), Path(out)
     hf()
@@ -236,10 +237,21 @@ def export_folder(folder: Path, out: Path, *, diagnosis: Path | None = None) -> 
             section, shards, bench, sample = _export_run(folder, stage, diagnosis, sources)
         paths = shards.close()
         size = sum(p.stat().st_size for p in paths)
-        write_card(stage, CardInputs(kind=kind, section=section, features=shards.features, rows=shards.rows,
-                                     num_bytes=shards.num_bytes, size=size, shards=len(paths), sample=sample,
-                                     bench=bench, sources=sources, tool=f"tracebench {__version__}"))
+        facts = write_card(stage, CardInputs(kind=kind, section=section, features=shards.features, rows=shards.rows,
+                                             num_bytes=shards.num_bytes, size=size, shards=len(paths), sample=sample,
+                                             bench=bench, sources=sources, tool=f"tracebench {__version__}"))
+        write_croissant(stage, CroissantInputs(kind=kind, facts=facts, shards=tuple(paths), format=FORMAT,
+                                               published=_written_on(folder, kind)))
     return ExportSummary(kind, shards.rows, len(paths), size, out, staged.complete)
+
+
+def _written_on(folder: Path, kind: str) -> str:
+    """The UTC date the exported records were last written (``cases.jsonl``, a run's
+    ``verdicts.jsonl``): the export's date of publication, the same on a rerun."""
+    from datetime import datetime, timezone
+
+    records = VERDICTS.path(folder) if kind == "run" else CASES.path(folder)
+    return datetime.fromtimestamp(records.stat().st_mtime, timezone.utc).date().isoformat()
 
 
 def _kind(folder: Path, diagnosis: Path | None) -> str:

@@ -23,9 +23,8 @@ image is flagged by stage 1 alone, with the stricter thresholds of :class:`Audit
 distances within them. The file holds one image a line, ``PHASH DHASH [NAME]`` (16 hex digits
 each; ``#`` starts a comment), as ``trace library hashes DIR`` prints them.
 
-OpenCV is the ``audit`` extra (``pip install 'tracebench[audit]'``): its ORB and RANSAC are
-compiled, about 30 times faster than a Python implementation on these sizes, and it is the
-reference implementation of both. Without it ``trace library audit`` is one line naming the
+OpenCV is the ``audit`` extra (``pip install 'tracebench[audit]'``, the headless build): ORB,
+the matching and RANSAC compiled, in the implementation most papers use. Without it ``trace library audit`` is one line naming the
 extra; the hashes need Pillow and numpy only.
 """
 

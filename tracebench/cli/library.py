@@ -1,4 +1,4 @@
-"""``trace library validate|stats|balance|import|synth``: tagged reference libraries."""
+"""``trace library validate|stats|balance|import|synth|hashes|audit``: tagged reference libraries."""
 
 from __future__ import annotations
 
@@ -44,6 +44,21 @@ def register(sub) -> None:
     y.add_argument("--n", type=int, default=400, help="number of images (default 400)")
     y.add_argument("--seed", type=int, default=0)
     y.set_defaults(run=run_synth)
+
+    h = actions.add_parser("hashes", help="print each image's perceptual hashes (PHASH DHASH ID), the --against format")
+    h.add_argument("dir", type=Path)
+    h.set_defaults(run=run_hashes)
+
+    a = actions.add_parser("audit", help="near-duplicate images in a library, and against training-set hashes",
+                           description="Two stages: perceptual-hash candidates, confirmed by ORB feature matching "
+                                       "(needs the audit extra: pip install 'tracebench[audit]'). docs/library.md.")
+    a.add_argument("dir", type=Path)
+    a.add_argument("--against", type=Path, metavar="HASHES",
+                   help="training-set hashes, one image a line: PHASH DHASH [NAME] (trace library hashes prints them)")
+    a.add_argument("--out", type=Path, metavar="FILE", help="write the audit record there (e.g. audit.json), for "
+                                                          "trace score --exclude-flagged")
+    a.add_argument("--json", action="store_true", help="print the audit record")
+    a.set_defaults(run=run_audit)
 
 
 def run_validate(args) -> int:
@@ -96,4 +111,32 @@ def run_synth(args) -> int:
         raise TraceError(f"--n: {args.n} must be at least 1")
     info = synthesize_library(args.out, n=args.n, seed=args.seed)
     print(f"{args.out}: synthetic library {info.name!r} with {info.images} images (seed {args.seed})")
+    return 0
+
+
+def run_hashes(args) -> int:
+    from ..library import library_hashes
+
+    for entry in library_hashes(args.dir):
+        print(f"{entry.phash} {entry.dhash} {entry.id}")
+    return 0
+
+
+def run_audit(args) -> int:
+    from ..library import audit_library, write_audit
+
+    report = audit_library(args.dir, against=args.against)
+    if args.out is not None:
+        write_audit(args.out, report)
+    if args.json:
+        print(report.model_dump_json())
+        return 0
+    within = [p for p in report.pairs if p.kind == "library"]
+    print(f"{args.dir}: {report.images} images, {report.candidates} hash candidates, {len(within)} near-duplicate "
+          f"pairs confirmed" + (f", {len(report.pairs) - len(within)} close to training hashes" if report.against else "")
+          + f"; {len(report.flagged)} images flagged")
+    for pair in report.pairs:
+        score = (f"inliers {pair.inliers}, r {pair.correlation:.3f}, differing {pair.differing:.1%}"
+                 if pair.kind == "library" else "hashes only")
+        print(f"  {pair.kind:8s} {pair.a}  {pair.b}  (pHash {pair.phash_distance}, dHash {pair.dhash_distance}; {score})")
     return 0

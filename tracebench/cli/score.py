@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 
@@ -26,6 +27,9 @@ def register(sub) -> None:
                          help="estimate P@tau's difficulty weights from these reference runs of the benchmark, write "
                               "them to --weights-out and use them")
     s.add_argument("--weights-out", type=Path, metavar="FILE", help="where --weights-from writes the weights file")
+    s.add_argument("--exclude-flagged", type=Path, action="append", default=[], metavar="AUDIT",
+                   help="leave out the cases with a reference flagged by this audit record (trace library audit "
+                        "--out AUDIT; repeat for several); the count left out is printed on stderr")
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.set_defaults(run=run)
 
@@ -42,7 +46,21 @@ def run(args) -> int:
         weights = args.weights_out
     elif args.weights_out is not None:
         raise TraceError("--weights-out: give --weights-from RUN ... (the runs the weights are estimated from)")
+    exclude = _flagged(args.exclude_flagged)
     scores = score_run(args.run_dir, cases_dir=args.cases, gating=args.gating, protocols=args.protocol,
-                       weights=weights, tau=args.tau)
+                       weights=weights, tau=args.tau, exclude=exclude)
+    if exclude is not None:
+        print(f"{args.run_dir}: {exclude.excluded} cases left out: a reference flagged by "
+              f"{', '.join(map(str, args.exclude_flagged))}", file=sys.stderr)
     print(scores.model_dump_json() if args.json else format_scores(scores))
     return 0
+
+
+def _flagged(audits: list[Path]):
+    """The case filter of ``--exclude-flagged`` (None without it)."""
+    if not audits:
+        return None
+    from ..library import flagged_ids, read_audit
+    from ..score import FlaggedReferences
+
+    return FlaggedReferences(flagged_ids(read_audit(path) for path in audits))

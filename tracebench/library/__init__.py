@@ -9,6 +9,16 @@ from ._validate import check_records, read_records, read_valid_library, validate
 from .synth import default_library, synthesize_image, synthesize_library
 
 __all__ = [
+    "AUDIT_FILE",
+    "AuditOptions",
+    "AuditReport",
+    "FlaggedPair",
+    "audit_library",
+    "flagged_ids",
+    "library_hashes",
+    "read_audit",
+    "read_training_hashes",
+    "write_audit",
     "TagOptions",
     "Entity",
     "GlobalTag",
@@ -45,7 +55,11 @@ __all__ = [
 _LAZY = {"tag_images": "_tag", "TagOptions": "_tag", "TagReport": "_tag", "SkippedImage": "_tag", "ModelTags": "_tag", "tag_schema": "_tag",
          "balance_library": "_balance", "balanced_selection": "_balance", "image_features": "_balance",
          "copy_selection": "_import", "import_library": "_import", "library_stats": "_stats",
-         "plan_scene": "synth", "render_scene": "synth"}
+         "plan_scene": "synth", "render_scene": "synth",
+         # the audit's feature matching needs OpenCV (the audit extra), loaded when an audit runs
+         **{name: "_audit" for name in ("AUDIT_FILE", "AuditOptions", "AuditReport", "FlaggedPair", "ImageHashes",
+                                       "TrainingHash", "audit_library", "flagged_ids", "image_hashes",
+                                       "library_hashes", "read_audit", "read_training_hashes", "write_audit")}}
 
 
 __getattr__, __dir__ = lazy_exports(__name__, globals(), {name: f".{module}" for name, module in _LAZY.items()})

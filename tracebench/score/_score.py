@@ -52,7 +52,7 @@ from ..run import RunFolder
 from ._protocols import (DifficultyWeights, PassAtTau, ProtocolScore, ProtocolTally, difficulty_weights,
                          read_weights)
 
-__all__ = ["Abstentions", "CaseWeighted", "EntityCountScore", "Gating", "GroupScores", "INPUT_BINS", "OPERATORS",
+__all__ = ["Abstentions", "CaseWeighted", "EntityCountScore", "FlaggedReferences", "Gating", "GroupScores", "INPUT_BINS", "OPERATORS",
            "RejectionScore", "SampleSpread", "SelectionScore", "case_scores", "input_bin", "weights_from_runs",
            "RunIdentity", "Scores", "SubtypeScore",
            "effective_outcomes", "format_scores", "instance_results", "instance_scores", "score_cases", "score_folder",
@@ -396,19 +396,36 @@ def _group(rows: list[_Row], key: str) -> dict[str, GroupScores]:
     return out
 
 
+class FlaggedReferences:
+    """A filter of cases before scoring (``trace score --exclude-flagged``): a case with a reference
+    whose library image id (``source_id``) is flagged is left out, and counted in ``excluded``."""
+
+    def __init__(self, flagged: Iterable[str]) -> None:
+        self.flagged = frozenset(flagged)
+        self.excluded = 0
+
+    def keeps(self, case: Case) -> bool:
+        if any(reference.source_id in self.flagged for reference in case.references):
+            self.excluded += 1
+            return False
+        return True
+
+
 def score_run(run_dir: Path, *, cases_dir: Path | None = None, seed: int = 0,
               gating: Gating = Gating.WITHIN, protocols: Sequence[str] = (), weights: Path | None = None,
-              tau: float = 70.0) -> Scores:
+              tau: float = 70.0, exclude: FlaggedReferences | None = None) -> Scores:
     """The scores of a run folder (``trace run``'s output), read as a stream: memory holds a few
     numbers a case, never the cases or their verdicts. ``protocols``, ``weights`` (a weights
-    file of :func:`~tracebench.score.difficulty_weights`) and ``tau``: ``trace score --protocol``."""
+    file of :func:`~tracebench.score.difficulty_weights`) and ``tau``: ``trace score --protocol``;
+    ``exclude`` leaves out the cases it does not keep (``--exclude-flagged``)."""
     from ..run import stream_run
 
     stream = stream_run(run_dir, cases_dir=cases_dir)
     pass_at = PassAtTau(tau=tau) if weights is None else PassAtTau(
         tau=tau, weights=read_weights(weights, stream.manifest.cases_hash), weights_name=str(weights))
-    return score_cases(stream.manifest, ((item.case, item.samples) for item in stream), root=stream.root, seed=seed,
-                       gating=gating, protocols=protocols, pass_at=pass_at)
+    cases = ((item.case, item.samples) for item in stream if exclude is None or exclude.keeps(item.case))
+    return score_cases(stream.manifest, cases, root=stream.root, seed=seed, gating=gating, protocols=protocols,
+                       pass_at=pass_at)
 
 
 def weights_from_runs(run_dirs: Sequence[Path]) -> DifficultyWeights:

@@ -12,6 +12,7 @@ import pytest
 
 from tests.test_cli import run_trace
 from tracebench.library import AuditOptions, AuditReport, FlaggedPair, audit_library, load_library, write_audit
+from tracebench.records import SAMPLE_MANIFEST
 from tracebench.sample import read_cases
 
 pytest.importorskip("cv2", reason="the audit extra: pip install 'tracebench[audit]'")
@@ -104,16 +105,23 @@ def test_exclude_flagged_leaves_out_the_cases_of_flagged_references(run_bench, s
     cases = list(read_cases(run_bench))
     flagged = cases[0].references[0].source_id
     left_out = sum(1 for c in cases if any(r.source_id == flagged for r in c.references))
+    library = SAMPLE_MANIFEST.read(run_bench).library
+    report = AuditReport(library=library["name"], content_hash=library["content_hash"], images=2, thresholds={},
+                         candidates=1, pairs=(FlaggedPair(kind="training", a=flagged, b="line 1", phash_distance=0,
+                                                          dhash_distance=0),), flagged=(flagged,))
     audit = tmp_path / "audit.json"
-    write_audit(audit, AuditReport(library="synthetic", content_hash="0" * 64, images=2, thresholds={}, candidates=1,
-                                   pairs=(FlaggedPair(kind="training", a=flagged, b="line 1", phash_distance=0,
-                                                      dhash_distance=0),), flagged=(flagged,)))
+    write_audit(audit, report)
     whole = json.loads(run_trace("score", str(run), "--json").stdout)
     done = run_trace("score", str(run), "--json", "--exclude-flagged", str(audit))
     assert done.returncode == 0, done.stderr
     assert 0 < left_out < len(cases)
     assert json.loads(done.stdout)["cases"] == whole["cases"] - left_out
     assert f"{left_out} cases left out" in done.stderr
+    other = tmp_path / "other.json"  # an audit of another library: its ids would name other images
+    write_audit(other, report.model_copy(update={"content_hash": "0" * 64}))
+    refused = run_trace("score", str(run), "--exclude-flagged", str(other))
+    assert refused.returncode == 2 and refused.stdout == "" and refused.stderr.count("\n") == 1
+    assert "not of the library the benchmark was sampled from" in refused.stderr
 
 
 def test_exclude_flagged_refuses_a_file_that_is_not_an_audit(run_bench, shared_runs, tmp_path):

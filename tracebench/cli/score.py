@@ -46,7 +46,7 @@ def run(args) -> int:
         weights = args.weights_out
     elif args.weights_out is not None:
         raise TraceError("--weights-out: give --weights-from RUN ... (the runs the weights are estimated from)")
-    exclude = _flagged(args.exclude_flagged)
+    exclude = _flagged(args.exclude_flagged, args.run_dir, args.cases)
     scores = score_run(args.run_dir, cases_dir=args.cases, gating=args.gating, protocols=args.protocol,
                        weights=weights, tau=args.tau, exclude=exclude)
     if exclude is not None:
@@ -56,11 +56,14 @@ def run(args) -> int:
     return 0
 
 
-def _flagged(audits: list[Path]):
-    """The case filter of ``--exclude-flagged`` (None without it)."""
+def _flagged(audits: list[Path], run_dir: Path, cases: Path | None):
+    """The case filter of ``--exclude-flagged`` (None without it): audits of the library the run's
+    benchmark was sampled from."""
     if not audits:
         return None
-    from ..library import flagged_ids, read_audit
+    from ..library import flagged_ids, read_audit_of
+    from ..records import RUN_MANIFEST, SAMPLE_MANIFEST
     from ..score import FlaggedReferences
 
-    return FlaggedReferences(flagged_ids(read_audit(path) for path in audits))
+    sample = SAMPLE_MANIFEST.read(Path(cases or RUN_MANIFEST.read(run_dir).cases_dir))
+    return FlaggedReferences(flagged_ids(read_audit_of(path, sample.library) for path in audits))

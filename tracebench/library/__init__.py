@@ -17,6 +17,7 @@ __all__ = [
     "flagged_ids",
     "library_hashes",
     "read_audit",
+    "read_audit_of",
     "read_training_hashes",
     "write_audit",
     "TagOptions",
@@ -59,7 +60,7 @@ _LAZY = {"tag_images": "_tag", "TagOptions": "_tag", "TagReport": "_tag", "Skipp
          # the audit's feature matching needs OpenCV (the audit extra), loaded when an audit runs
          **{name: "_audit" for name in ("AUDIT_FILE", "AuditOptions", "AuditReport", "FlaggedPair", "ImageHashes",
                                        "TrainingHash", "audit_library", "flagged_ids", "image_hashes",
-                                       "library_hashes", "read_audit", "read_training_hashes", "write_audit")}}
+                                       "library_hashes", "read_audit", "read_audit_of", "read_training_hashes", "write_audit")}}
 
 
 __getattr__, __dir__ = lazy_exports(__name__, globals(), {name: f".{module}" for name, module in _LAZY.items()})

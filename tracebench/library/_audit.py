@@ -323,8 +323,6 @@ def _aligned_agreement(cv2, left, right, transform) -> tuple[float, float] | Non
 def audit_library(root: Path, *, against: Path | None = None, options: AuditOptions = AuditOptions()) -> AuditReport:
     """Audit the library at ``root`` (module docstring): its near-duplicate pairs, and with
     ``against`` (an --against file) its images a training hash is close to."""
-    import numpy as np
-
     root = Path(root)
     cv2 = _cv2()
     info, records = _library(root)
@@ -380,6 +378,19 @@ def read_audit(path: Path) -> AuditReport:
     from ..jsonfiles import read_json
 
     return read_json(Path(path), AuditReport)
+
+
+def read_audit_of(path: Path, library: dict) -> AuditReport:
+    """An ``audit.json`` of the library ``library`` (a benchmark manifest's: name, version, content
+    hash); an audit of another library (or of this one since changed) is a TraceError: its image
+    ids would name other images."""
+    report = read_audit(path)
+    expected = library.get("content_hash")
+    if expected is not None and report.content_hash != expected:
+        raise TraceError(f"{path}: an audit of library {report.library!r} (content hash {report.content_hash[:12]}), "
+                         f"not of the library the benchmark was sampled from ({library.get('name')!r}, "
+                         f"{str(expected)[:12]}): audit that library")
+    return report
 
 
 def flagged_ids(reports: Iterable[AuditReport]) -> frozenset[str]:

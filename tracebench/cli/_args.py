@@ -43,6 +43,20 @@ def provider_help(role: str) -> str:
             f"{ENTRY_POINT_GROUPS[role]}, or a name of the models file; any spec may end in @URL[,URL] (its endpoint)")
 
 
+def add_judging_options(p: argparse.ArgumentParser, judge_help: str) -> None:
+    """The options of the commands that judge images already made (rejudge, import-lmms): the
+    judges, how they combine, a budget of calls, pinned judge models."""
+    from ..outcomes import Ensemble
+
+    p.add_argument("--judge", action="append", required=True, metavar="SPEC", help=judge_help)
+    p.add_argument("--ensemble", choices=[e.value for e in Ensemble], default=None,
+                   help="how several judges combine, as trace run's --ensemble")
+    p.add_argument("--max-calls", type=int, default=None, metavar="N",
+                   help="a budget of judge calls, as trace run's --max-calls")
+    p.add_argument("--allow-model-change", action="store_true",
+                   help="resume even when a judge's server now reports another model, as trace run's")
+
+
 def add_model_options(p: argparse.ArgumentParser, *, cache_default: str, defaults_from: str | None = None) -> None:
     """The options of every command that calls models through the run harness (run, diagnose).
     ``defaults_from`` names where a left-out option comes from instead of the built-in default."""

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..outcomes import Ensemble
-
-from ._args import EXIT_STATUSES, add_model_options, model_settings, run_incomplete
+from ._args import EXIT_STATUSES, add_judging_options, add_model_options, model_settings, run_incomplete
 
 
 def register(sub) -> None:
@@ -24,20 +22,13 @@ def register(sub) -> None:
     p.add_argument("log", type=Path, metavar="LOG", help="the sample log (OUT/<model>/*_samples_<task>.jsonl)")
     p.add_argument("--cases", type=Path, required=True, metavar="BENCH_DIR",
                    help="the benchmark folder the task was exported from")
-    p.add_argument("--judge", action="append", required=True, metavar="SPEC",
-                   help="as trace run's --judge (oracle for the synthetic zoo); repeat for an ensemble")
-    p.add_argument("--ensemble", choices=[e.value for e in Ensemble], default=None,
-                   help="how several judges combine, as trace run's --ensemble")
+    add_judging_options(p, "as trace run's --judge (oracle for the synthetic zoo); repeat for an ensemble")
     p.add_argument("--generator-name", metavar="NAME", default=None,
                    help="the generator the run names (default lmms-eval:MODEL, MODEL the log's folder's name, which "
                         "lmms-eval names after the model)")
     p.add_argument("--images-root", type=Path, metavar="DIR", default=None,
                    help="the folder every reply image must stay inside (default: the log's folder); a relative "
                         "path of a reply is read from it")
-    p.add_argument("--max-calls", type=int, default=None, metavar="N",
-                   help="a budget of judge calls, as trace run's --max-calls")
-    p.add_argument("--allow-model-change", action="store_true",
-                   help="resume even when a judge's server now reports another model, as trace run's")
     add_model_options(p, cache_default="RUN/cache")
     p.add_argument("--out", type=Path, required=True, help="the run folder (resumed if it holds the same import)")
     p.set_defaults(run=run)

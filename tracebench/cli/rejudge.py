@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..outcomes import Ensemble
-
-from ._args import EXIT_STATUSES, add_model_options, model_settings, run_incomplete
+from ._args import EXIT_STATUSES, add_judging_options, add_model_options, model_settings, run_incomplete
 
 
 def register(sub) -> None:
@@ -19,14 +17,7 @@ def register(sub) -> None:
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run whose images are judged")
     p.add_argument("--cases", type=Path, metavar="BENCH_DIR", help="its benchmark folder (default: the one the run "
                    "read)")
-    p.add_argument("--judge", action="append", required=True, metavar="SPEC",
-                   help="as trace run's --judge; repeat for an ensemble")
-    p.add_argument("--ensemble", choices=[e.value for e in Ensemble], default=None,
-                   help="how several judges combine, as trace run's --ensemble")
-    p.add_argument("--max-calls", type=int, default=None, metavar="N",
-                   help="a budget of judge calls, as trace run's --max-calls")
-    p.add_argument("--allow-model-change", action="store_true",
-                   help="resume even when a judge's server now reports another model, as trace run's")
+    add_judging_options(p, "as trace run's --judge; repeat for an ensemble")
     add_model_options(p, cache_default="RUN2/cache (give the source run's cache to reuse its judges' answers)")
     p.add_argument("--out", type=Path, required=True, help="the new run folder (resumed if it holds the same rejudge)")
     p.set_defaults(run=run, seed=None)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli import run_trace
+from test_cli import run_trace
 from tracebench.library import AuditOptions, AuditReport, FlaggedPair, audit_library, load_library, write_audit
 from tracebench.records import SAMPLE_MANIFEST
 from tracebench.sample import read_cases

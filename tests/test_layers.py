@@ -182,3 +182,11 @@ def test_the_checks_see_lazy_relative_and_private_imports():
     assert at_import == {"tracebench.sample._parallel", "tracebench.zoo._rules"}
     assert [_private(t) for t in sorted(every)] == [False, True, True]
     assert layer_of(package_of("tracebench.report")) > layer_of(package_of("tracebench.score._score"))
+
+
+def test_tests_import_their_helpers_as_top_level_modules():
+    """pytest puts tests/ on the path (rootdir conftest), not the repository: ``from tests.x`` works
+    only where the checkout itself is importable (an editable install), never from a clean one."""
+    found = sorted(f"{_relative(path)}: {target}" for path in sources("tests", "bench")
+                   for target in imports_of(path) if target == "tests" or target.startswith("tests."))
+    assert found == []

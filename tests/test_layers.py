@@ -187,6 +187,14 @@ def test_the_checks_see_lazy_relative_and_private_imports():
 def test_tests_import_their_helpers_as_top_level_modules():
     """pytest puts tests/ on the path (rootdir conftest), not the repository: ``from tests.x`` works
     only where the checkout itself is importable (an editable install), never from a clean one."""
-    found = sorted(f"{_relative(path)}: {target}" for path in sources("tests", "bench")
-                   for target in imports_of(path) if target == "tests" or target.startswith("tests."))
+    found = sorted(f"{_relative(path)}:{node.lineno}" for path in sources("tests", "bench")
+                   for node in import_nodes(ast.parse(path.read_text(encoding="utf-8")), module_level=False)
+                   if any(name == "tests" or name.startswith("tests.") for name in _module_names(node)))
     assert found == []
+
+
+def _module_names(node: ast.Import | ast.ImportFrom) -> list[str]:
+    """The absolute module names an import statement names (none for a relative one)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    return [node.module] if node.module and not node.level else []

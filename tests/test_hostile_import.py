@@ -11,7 +11,6 @@ made once per session and copied per test; the crafted folders are edits of thos
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile

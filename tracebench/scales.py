@@ -174,6 +174,7 @@ def _spec_problem(spec: ScaleSpec) -> str | None:
 _SCALE_TEXTS = DataFile("templates", "judge/scales.toml")
 _REGISTRY: dict[str, ScaleSpec] = {}
 _NAMES: dict[str, Scale] = {}
+_ANSWERS: list[tuple[str, ...]] = []  # all_answers() of the registry as it is (emptied when it changes)
 
 
 def register_scale(spec: ScaleSpec) -> Scale:
@@ -183,6 +184,7 @@ def register_scale(spec: ScaleSpec) -> Scale:
     if known is not None and known != spec:
         raise ValueError(f"scale {spec.name!r} is registered already")
     _REGISTRY[spec.name] = spec
+    _ANSWERS.clear()
     return _NAMES.setdefault(spec.name, str.__new__(Scale, spec.name))
 
 
@@ -192,6 +194,7 @@ def unregister_scale(name: str) -> None:
         raise ValueError(f"scale {name!r} ships with tracebench")
     _REGISTRY.pop(name, None)
     _NAMES.pop(name, None)
+    _ANSWERS.clear()
 
 
 def spec_of(scale: str) -> ScaleSpec:
@@ -216,8 +219,11 @@ def recorded_scale_names() -> tuple[str, ...]:
 
 
 def all_answers() -> tuple[str, ...]:
-    """Every answer of every scale, once (what ``Vote.answer`` may hold)."""
-    return tuple(dict.fromkeys(a for spec in _REGISTRY.values() for a in spec.answers))
+    """Every answer of every scale, once (what ``Vote.answer`` may hold): asked of every vote read,
+    so kept until the registry changes."""
+    if not _ANSWERS:
+        _ANSWERS.append(tuple(dict.fromkeys(a for spec in _REGISTRY.values() for a in spec.answers)))
+    return _ANSWERS[0]
 
 
 def answer_scale(recorded: str | None) -> Scale:

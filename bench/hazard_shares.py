@@ -46,6 +46,52 @@ def _diagnosed(run: Path, out: Path, strategy: str) -> tuple[dict, float]:
     return {tree.case_id: tree for tree in TREES.read(out)}, summary.nodes_per_case
 
 
+def _rates(run: Path, out: Path, bench: Path, profile: str, budget: float, flip: float) -> dict:
+    """``--method rates`` through the real diagnosis (the run harness, the call cache, rounds),
+    scored against the zoo's exact shares: tolerant accuracy (Undetermined wrong), expected
+    calibration error (6 bins) of the reported confidence, generations per tree, Table 3's mix."""
+    import numpy as np
+    from tracebench.diagnose import DiagnoseOptions, diagnose_run, exact_shares, plan_trees
+    from tracebench.operators import Instance, Operator
+    from tracebench.providers import ModelSettings
+    from tracebench.records import TREES
+    from tracebench.sample import read_cases
+    from tracebench.zoo import parse_profile
+
+    started = time.perf_counter()
+    summary = diagnose_run(run, out, DiagnoseOptions(method="rates", budget=budget, flip=flip, progress=False,
+                                                     settings=ModelSettings(max_retries=0, timeout=60.0)))
+    trees = {tree.case_id: tree for tree in TREES.read(out)}
+    plan = plan_trees([case for case in read_cases(bench) if case.id in trees])
+    right, confidence, named, exact_mix = [], [], 0, {}
+    for tree in plan.trees:
+        failing = {Instance(Operator(a.op), a.target): a for a in trees[tree.root.id].attributions if a.root == "fail"}
+        exact = exact_shares(tree.nodes, plan.node_cases(tree), parse_profile(profile), failing)
+        for instance, a in failing.items():
+            shares = exact[instance]
+            guess = a.guess or a.source
+            ok = shares.share(guess) >= max(shares.shares.values()) - 0.2 - 1e-12
+            right.append(ok and a.source != "undetermined")
+            confidence.append((a.confidence, ok))
+            named += a.source != "undetermined"
+            exact_mix[shares.dominant] = exact_mix.get(shares.dominant, 0) + 1
+    conf = np.array([c for c, _ in confidence])
+    ok = np.array([o for _, o in confidence], dtype=float)
+    bins = np.minimum((conf * 6).astype(int), 5)
+    ece = sum(abs(conf[bins == b].mean() - ok[bins == b].mean()) * (bins == b).sum() for b in range(6)
+              if (bins == b).any()) / len(conf)
+    total = sum(exact_mix.values())
+    exact_mix = {s: n / total for s, n in exact_mix.items()}
+    mix = {s: m.share for s, m in (summary.mix or {}).items()}
+    return {"method": "rates", "budget": budget, "flip": flip, "instances": len(right),
+            "tolerant_accuracy": round(float(np.mean(right)), 4), "undetermined": len(right) - named,
+            "ece": round(float(ece), 4), "generations_per_tree": summary.generations_per_tree,
+            "mix_error": {s: round(abs(mix.get(s, 0.0) - exact_mix.get(s, 0.0)), 4) for s in exact_mix},
+            "mix_covered": {s: bool(summary.mix[s].low <= exact_mix[s] <= summary.mix[s].high)
+                            for s in exact_mix if summary.mix and s in summary.mix},
+            "seconds": round(time.perf_counter() - started, 1)}
+
+
 def _scored(bench: Path, trees: dict, profile: str) -> dict:
     """The diagnosis's attributions of the instances that failed in the run, against their exact shares."""
     from tracebench.diagnose import exact_shares, plan_trees, share_accuracy
@@ -107,6 +153,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--profiles", default=";".join(PROFILES), help="generator profiles, separated by ';'")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--rates", type=float, nargs="*", default=(), metavar="BUDGET",
+                        help="also diagnose each profile's run with --method rates at these budgets")
+    parser.add_argument("--flip", type=float, default=0.0, help="--method rates: the judges' flip rate given")
     args = parser.parse_args()
     compile_bytecode(ROOT)
     from tracebench import __version__
@@ -119,8 +168,15 @@ def main() -> None:
                                               applications=False))
         for i, profile in enumerate(p.strip() for p in args.profiles.split(";")):
             results.append(_profile(bench, Path(tmp) / f"p{i}", profile))
+            results[-1]["rates"] = [_rates(Path(tmp) / f"p{i}" / "run", Path(tmp) / f"p{i}" / f"rates{b:g}", bench,
+                                           profile, b, args.flip) for b in args.rates]
             if not args.json:
                 _print(results[-1])
+                for r in results[-1]["rates"]:
+                    print(f"  rates --budget {r['budget']:g}: tolerant {r['tolerant_accuracy']:.1%} of "
+                          f"{r['instances']} ({r['undetermined']} undetermined), ECE {r['ece']:.3f}, generations "
+                          f"per tree {r['generations_per_tree']}, mix error {r['mix_error']}, covered "
+                          f"{r['mix_covered']}; {r['seconds']} s")
     if args.json:
         print(json.dumps({"machine": machine(tracebench=__version__), "per_slot": args.per_slot, "seed": args.seed,
                           "profiles": results}, indent=2))

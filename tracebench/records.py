@@ -483,8 +483,31 @@ class DiagnosticEdge(_Record):
     rule: str
 
 
-class Attribution(_Record):
+class ShareEstimate(_Record):
+    """A source's share of a failing instance's hazard (``trace diagnose --method rates``): the
+    posterior mean and its 95% interval."""
+
+    mean: float = Field(ge=0.0, le=1.0)
+    low: float = Field(ge=0.0, le=1.0)
+    high: float = Field(ge=0.0, le=1.0)
+
+
+class ChainStep(_Record):
+    """One node of a failing instance's chain (``--method rates``): the root, then at each step the
+    first child that keeps the instance; its fresh generations and the instance's failure rate there."""
+
+    node: str
+    rule: str | None = Field(description="the rule that made it from the chain's previous node; none for the root")
+    fails: int = Field(ge=0, description="fresh generations in which the instance failed (the run's own root "
+                                         "generation, which chose the instance, is never counted)")
+    trials: int = Field(ge=0, description="fresh generations with a result for the instance (abstained ones left out)")
+    rate: ShareEstimate = Field(description="the instance's failure rate at the node: posterior mean and 95% interval")
+
+
+class Attribution(_Sparse):
     """Where one operator instance of a diagnosed case fails, and why."""
+
+    _omitted_when_none: ClassVar[tuple[str, ...]] = ("confidence", "guess", "shares", "dominant", "chain")
 
     op: Operator
     target: str
@@ -506,15 +529,32 @@ class Attribution(_Record):
                                                               "is right when the source is one of them")
     unknown: tuple[str, ...] = Field(default=(), description="when undetermined: the nodes whose abstained results "
                                                              "could change its source")
+    confidence: float | None = Field(default=None, ge=0.0, le=1.0, description="--method rates: the posterior "
+                                     "probability that the named source's share is within delta of the largest")
+    guess: str | None = Field(default=None, description="--method rates, when undetermined: the most likely source "
+                                                       "(its confidence below the threshold)")
+    shares: dict[str, ShareEstimate] | None = Field(default=None, description="--method rates: each source's share "
+                                                    "of the instance's hazard along its chain")
+    dominant: dict[str, float] | None = Field(default=None, description="--method rates: the posterior probability "
+                                              "that each source has the largest share (Table 3 at population level "
+                                              "averages these)")
+    chain: tuple[ChainStep, ...] | None = Field(default=None, description="--method rates: the chain's nodes, "
+                                                "their fresh generations and rates")
 
 
-class DiagnosticTree(_Record):
+class DiagnosticTree(_Sparse):
     """One line of ``trees.jsonl``: the tree of one case, its nodes' results and the attributions."""
+
+    _omitted_when_none: ClassVar[tuple[str, ...]] = ("method", "generations")
 
     case_id: SafeId
     formula: str
     slot: int
     strategy: Literal["full", "adaptive"]
+    method: Literal["first-pass", "rates"] | None = Field(default=None, description="how sources were named: "
+                                                          "rates, or (absent) the paper's first-pass rule")
+    generations: int | None = Field(default=None, description="--method rates: fresh generations of the tree's "
+                                                              "nodes (a node shared with another tree counted in each)")
     max_depth: int = Field(description="depth of the most simplified node of the whole tree")
     nodes: tuple[DiagnosticNode, ...] = Field(description="every node of the whole tree, breadth first")
     edges: tuple[DiagnosticEdge, ...]
@@ -532,7 +572,7 @@ class NodeOccurrence(_Record):
 class DiagnosisManifest(_OnScale, _Sparse):
     """``diagnosis.json``: what a diagnosis folder was made from (a folder is resumed only by the same)."""
 
-    _omitted_when_none: ClassVar[tuple[str, ...]] = ("scale", "generator_options")
+    _omitted_when_none: ClassVar[tuple[str, ...]] = ("scale", "generator_options", "method", "rates")
 
     tool: str
     run_dir: str
@@ -556,15 +596,41 @@ class DiagnosisManifest(_OnScale, _Sparse):
     generator_options: dict[str, Any] | None = Field(
         default=None, description="the options the nodes were generated with (--generator-option, the models file; "
                                   "the zoo's: the run's), absent when none: other options make other images")
+    method: Literal["first-pass", "rates"] | None = Field(default=None, description="rates, or (absent) first-pass")
+    rates: dict[str, float] | None = Field(default=None, description="--method rates: budget (mean generations per "
+                                           "tree), delta, threshold (confidence) and flip (the judges' error rate)")
 
 
-class DiagnosisSummary(_Record):
+class MixShare(_Record):
+    """One source's share of Table 3 at population level, with its 95% bootstrap interval over cases."""
+
+    share: float = Field(ge=0.0, le=1.0)
+    low: float = Field(ge=0.0, le=1.0)
+    high: float = Field(ge=0.0, le=1.0)
+
+
+class DiagnosisSummary(_Sparse):
     """``summary.json`` of a diagnosis folder."""
+
+    _omitted_when_none: ClassVar[tuple[str, ...]] = ("method", "mix", "generations_per_tree", "confidence",
+                                                     "random_note")
 
     tool: str
     generator: str
     judges: tuple[str, ...]
     strategy: Literal["full", "adaptive"]
+    method: Literal["first-pass", "rates"] | None = Field(default=None, description="how sources were named: rates, "
+                                                          "or (absent) the paper's first-pass rule")
+    mix: dict[str, MixShare] | None = Field(default=None, description="Table 3 at population level over the failing "
+                                            "instances, with 95% bootstrap intervals over cases: with rates, each "
+                                            "instance's probability of each dominant source averaged; with "
+                                            "first-pass, the named sources")
+    generations_per_tree: dict[str, float] | None = Field(default=None, description="--method rates: fresh "
+                                                          "generations per tree: mean, p90")
+    confidence: dict[str, float] | None = Field(default=None, description="--method rates: mean confidence of the "
+                                                "named sources, and the share undetermined for low confidence")
+    random_note: str | None = Field(default=None, description="first-pass on a generator seen to be random: the "
+                                    "command that estimates rates instead")
     repeats: int = Field(default=1, ge=1, le=MAX_SAMPLES, description="generations of each node whose majority "
                                                                       "decides its results")
     cases: int = Field(description="cases diagnosed")
@@ -830,6 +896,7 @@ class DiagnosisLayout(_Folder):
 
 
 __all__ += ["CALL_CACHE_DIR", "DiagnosisLayout", "IMAGES_DIR", "IMAGE_SUFFIXES", "ROUNDS_DIR", "RunLayout", "SampleKey"]
+__all__ += ["ChainStep", "MixShare", "ShareEstimate"]
 
 
 def read_generation_info(images: Path, case_id: str, sample: int | None = 0) -> GenerationInfo | None:

@@ -39,6 +39,21 @@ def register(sub) -> None:
                    help="generate every node K times (the root too: the run's image is its first) and decide each "
                         "question there by its majority, a tie unknown (default 1, as the paper; for a run of "
                         "trace run --samples K, K, as the run judged its cases; at most 1000)")
+    p.add_argument("--method", choices=("first-pass", "rates"), default="first-pass",
+                   help="first-pass: the paper's rule, the first simplification after which a failing instance "
+                        "passes (default; about 6 generations per tree, biased when the generator is random); rates: "
+                        "each failing instance's failure rate along its chain from fresh generations, and the share "
+                        "of its hazard each simplification removes, with a confidence (docs/diagnose.md)")
+    p.add_argument("--budget", type=_positive, default=60.0, metavar="N",
+                   help="--method rates: generations per tree, a mean over the diagnosis (default 60)")
+    p.add_argument("--delta", type=_fraction, default=0.2, metavar="D",
+                   help="--method rates: a source is right when its share is within D of the largest (default 0.2)")
+    p.add_argument("--confidence", type=_fraction, default=0.5, metavar="C", dest="threshold",
+                   help="--method rates: below this confidence an instance is Undetermined, its best guess kept "
+                        "(default 0.5)")
+    p.add_argument("--flip-rate", type=_fraction, default=0.0, metavar="P",
+                   help="--method rates: the judges' error rate per question (trace agree --exam measures it), "
+                        "counted in the likelihood (default 0)")
     p.add_argument("--gating", choices=("within", "cross"), default="within",
                    help="which dependencies fail a question, as trace score --gating (default within, the paper)")
     add_model_options(p, cache_default="DIAG_DIR/cache", defaults_from="the run's")
@@ -63,6 +78,30 @@ def _repeats(text: str) -> int:
     if not 1 <= k <= MAX_SAMPLES:
         raise argparse.ArgumentTypeError(f"{k} must be from 1 to {MAX_SAMPLES}")
     return k
+
+
+def _positive(text: str) -> float:
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be a number above 0")
+    return value
+
+
+def _fraction(text: str) -> float:
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text} must be from 0 to 1")
+    return value
 
 
 def _shard_of(args) -> str:
@@ -107,7 +146,9 @@ def run(args) -> int:
                               settings=settings, concurrency=args.concurrency, judge_batch=args.judge_batch,
                               cache_dir=args.cache, shard=args.shard, retry_abstained=args.retry_abstained,
                               gating=args.gating, repeats=args.repeats, executor=args.executor, workers=args.workers,
-                              gpus_per_worker=args.gpus_per_worker, ray_address=args.ray_address)
+                              gpus_per_worker=args.gpus_per_worker, ray_address=args.ray_address,
+                              method=args.method, budget=args.budget, delta=args.delta, threshold=args.threshold,
+                              flip=args.flip_rate)
     summary = diagnose_run(args.run_dir, args.out, options)
     if args.json:
         print(json.dumps(summary.model_dump(mode="json"), indent=2))
@@ -119,8 +160,15 @@ def run(args) -> int:
 
         print(format_summary(summary))
         times = f", each {summary.repeats} times" if summary.repeats > 1 else ""
-        print(f"{args.out}: {summary.cases} cases, {summary.nodes_generated} nodes generated{times} "
-              f"({summary.nodes_per_case} per case; whole trees hold {summary.nodes_in_trees})")
+        if summary.generations_per_tree:
+            spent = summary.generations_per_tree
+            print(f"{args.out}: {summary.cases} cases, {summary.nodes_generated} nodes generated "
+                  f"{spent['mean']:g} times per tree on average (p90 {spent['p90']:g})")
+        else:
+            print(f"{args.out}: {summary.cases} cases, {summary.nodes_generated} nodes generated{times} "
+                  f"({summary.nodes_per_case} per case; whole trees hold {summary.nodes_in_trees})")
+        if summary.random_note:
+            print(f"note: {summary.random_note}")
     if not summary.abstained_verdicts:
         return 0
     return report_incomplete(

@@ -31,12 +31,13 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence, TypeVar
 
 import networkx as nx
+import numpy as np
 
 from .. import __version__
 from ..errors import TraceError
 from ..library import staged_output
 from ..records import (CASES, DIAGNOSIS_MANIFEST, MAX_SAMPLES, NODES, SUMMARY, TREES, Case, DiagnosisManifest,
-                       DiagnosisSummary, DiagnosticEdge, DiagnosticNode, DiagnosticTree, NodeOccurrence, SampleManifest)
+                       DiagnosisSummary, DiagnosticEdge, MixShare, DiagnosticNode, DiagnosticTree, NodeOccurrence, SampleManifest)
 from ..gcpolicy import fewer_collections
 from ..resources import data_hash
 from ..safepaths import MAX_ID, inside, safe_id_problem
@@ -47,12 +48,14 @@ from ..cache import sha256
 from ..jsonfiles import record_line
 from ..sample import ManifestInputs, read_sample_manifest, write_benchmark
 from ..score import Gating, instance_results
+from ..operators import Instance
 from ._attribute import Finding, SourceTally, attribute, localization, pending
+from ._rates import RatesSettings
 from ._node import node_case, node_shape, root_formula
 from ._rules import RULES_FILE, SOURCES_FILE, number_terms, sources
 from ._tree import TreeNode, bound_tree, tree_nodes
 
-__all__ = ["Evaluated", "Evaluator", "RootEvidence", "TreePlan", "select_cases", "diagnose", "export_nodes", "format_summary",
+__all__ = ["Evaluated", "Evaluator", "RatesState", "RootEvidence", "TreePlan", "select_cases", "diagnose", "export_nodes", "format_summary",
            "majority_verdicts", "merge_diagnoses", "node_results", "plan_trees", "summarize"]
 
 STRATEGIES = ("full", "adaptive")
@@ -269,6 +272,15 @@ def select_cases(run, which: str, shard: tuple[int, int] | None) -> list[Case]:
 Recall = Callable[[str, str, int], "tuple[dict[str, Outcome], str | None, dict[str, str]] | None"]
 
 
+@dataclass
+class RatesState:
+    """What ``--method rates`` keeps from window to window: its settings and the prior groups'
+    expected counts (so that a window's priors are fitted on every window so far)."""
+
+    settings: RatesSettings
+    carried: dict = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class RootEvidence:
     """What a diagnosis knows of its roots besides their verdicts. ``from_run``: the roots'
@@ -283,6 +295,9 @@ class RootEvidence:
     reasons: dict[str, dict[str, str]] = field(default_factory=dict)
     causes: Callable[[Case, str], dict[str, tuple[str, ...]] | None] | None = None
     recall: Recall | None = None
+    run_generations: int = 1  # the run's generations of each root (trace run --samples)
+    image_file: Callable[[str], Path] | None = None  # an evaluated image's path -> its file (rates: repeats checked)
+    rates: RatesState | None = None  # --method rates: its settings and what it carries from window to window
 
 
 class _Evaluation:
@@ -401,16 +416,53 @@ def diagnose(roots: Sequence[Case], root_verdicts: dict[str, dict[str, Outcome]]
     maps sub-cases to verdicts will do. ``evidence``: what is known of the roots besides their
     verdicts (:class:`RootEvidence`); ``gating`` which dependencies fail a question
     (:mod:`tracebench.score`); ``repeats`` how many generations of each node (the root
-    included) decide its results by majority. Returns the trees; :func:`summarize` makes the
-    summary from them."""
+    included) decide its results by majority. ``evidence.rates``: name sources by ``--method
+    rates`` (:mod:`._chains`) instead of the first-pass rule, its state carried from window to window.
+    Returns the trees; :func:`summarize` makes the summary from them."""
     if strategy not in STRATEGIES:
         raise TraceError(f"--strategy: {strategy!r} is neither full nor adaptive")
     if not 1 <= repeats <= MAX_SAMPLES:
         raise TraceError(f"--repeats: {repeats} must be from 1 to {MAX_SAMPLES}")
     plan = plan or plan_trees(roots)
+    if evidence.rates is not None:
+        return _rates_trees(plan, root_verdicts, evaluate, evidence, gating, evidence.rates)
     evaluation = _strategy_rounds(plan, strategy, root_verdicts, evaluate, evidence, gating, repeats)
     context = _TreeContext(plan, evaluation, root_verdicts, evidence, gating)
     return [context.tree(tree, strategy) for tree in plan.trees]
+
+
+def _rates_trees(plan: TreePlan, root_verdicts: dict[str, dict[str, Outcome]], evaluate: Evaluator,
+                 evidence: RootEvidence, gating: Gating, state: RatesState) -> list[DiagnosticTree]:
+    """The trees of a window, sources named by failure rates (:class:`~._chains.RatesWindow`): the
+    roots' failing instances are the run's (or, when the roots are generated again, their first
+    new generation's), and every generation after that is fresh."""
+    from ._chains import RatesWindow, rates_attribution
+
+    evaluation = _Evaluation(plan, evaluate, evidence.recall, 1)
+    if not evidence.from_run:
+        evaluation.run_round([t.keys["N0"] for t in plan.trees])
+    chosen_by = root_verdicts if evidence.from_run else {
+        t.root.id: evaluation.verdicts.get(t.keys["N0"], {}) for t in plan.trees}
+    window = RatesWindow(plan, chosen_by, state.settings, gating,
+                         first_root=evidence.run_generations if evidence.from_run else 1,
+                         image_path=evidence.image_file, carried=state.carried)
+    window.run(evaluate, evaluation)
+    state.carried = window.allocator.carry()
+    chains = {(c.tree, c.instance): c for c in window.allocator.chains}
+    context = _TreeContext(plan, evaluation, root_verdicts, evidence, gating)
+    trees = []
+    for tree in plan.trees:
+        record = context.tree(tree, "full")
+        attributions = []
+        for a in record.attributions:
+            chain = chains.get((tree.root.id, Instance(a.op, a.target)))
+            if chain is not None:
+                a = rates_attribution(a, window.estimates[chain.tree, chain.instance], chain,
+                                      window.allocator.chain_counts(chain), state.settings.threshold)
+            attributions.append(a)
+        trees.append(record.model_copy(update={"attributions": tuple(attributions), "method": "rates",
+                                               "generations": window.generations(tree.root.id)}))
+    return trees
 
 
 @dataclass(frozen=True)
@@ -498,12 +550,28 @@ class _SummaryTally:
         self.generated: set[bytes] = set()  # by content, not case id: shards name an identical sub-case
         #                                     after their own first occurrence
         self.abstained: dict[bytes, dict[str, str]] = {}  # each generated sub-case once
+        self.mix: list[dict[str, float]] = []  # per case: its failing instances' weight per source (Table 3's mix)
+        self.generations: list[int] = []  # rates: fresh generations per tree
+        self.confidence: list[float] = []  # rates: each failing instance's confidence
+        self.method: str | None = None
+        self.random = False  # a node's (or the root's) generations gave different results
 
     def add(self, tree: DiagnosticTree) -> DiagnosticTree:
         self.cases += 1
         self.nodes_in_trees += len(tree.nodes) - 1
+        self.method = self.method or tree.method
+        weights: dict[str, float] = {}
         for a in tree.attributions:
             self.sources.add(a)
+            if a.root == "fail" and a.source is not None:
+                for source, weight in (a.dominant or {a.source: 1.0}).items():
+                    weights[source] = weights.get(source, 0.0) + weight
+                if a.confidence is not None:
+                    self.confidence.append(a.confidence)
+        self.mix.append(weights)
+        if tree.generations is not None:
+            self.generations.append(tree.generations)
+        self.random = self.random or any(len(set(s)) > 1 for n in tree.nodes for s in n.sample_status.values())
         for n in tree.nodes:
             root = n.parent is None
             if n.evaluated and not root:
@@ -516,7 +584,7 @@ class _SummaryTally:
         return tree
 
     def summary(self, *, generator: str, judges: Sequence[str], strategy: str, synthetic: bool,
-                repeats: int = 1) -> DiagnosisSummary:
+                repeats: int = 1, where: tuple[str, str] = ("RUN", "DIAG")) -> DiagnosisSummary:
         summary = self.sources.result()
         reasons = Counter(reason for why in self.abstained.values() for reason in why.values())
         generated = len(self.generated)
@@ -530,7 +598,48 @@ class _SummaryTally:
             cumulative_pass=summary["cumulative_pass"], nodes_generated=generated,
             nodes_in_trees=self.nodes_in_trees,
             nodes_per_case=round(generated / self.cases, 3) if self.cases else 0.0,
-            localization_accuracy=summary["localization"] if synthetic else None)
+            localization_accuracy=summary["localization"] if synthetic else None,
+            method=self.method, mix=_bootstrap_mix(self.mix),
+            generations_per_tree=({"mean": round(float(np.mean(self.generations)), 2),
+                                   "p90": float(np.percentile(self.generations, 90))} if self.generations else None),
+            confidence=({"mean": round(float(np.mean(self.confidence)), 4),
+                         "undetermined": round(summary["counts"].get("undetermined", 0) / len(self.confidence), 4)}
+                        if self.confidence else None),
+            random_note=random_note(where, self.cases) if self.random and self.method is None else None)
+
+
+def random_note(where: tuple[str, str], cases: int) -> str:
+    """The one line a first-pass diagnosis ends with when the generator was seen to be random:
+    ``where`` the run and diagnosis folders, ``cases`` diagnosed."""
+    import shlex
+
+    budget = RatesSettings().budget
+    run, out = where
+    return (f"the generator is random (a node's generations gave different results): first-pass names the first "
+            f"chance pass; estimate failure rates instead (about {round(budget * cases):,} generations): "
+            f"trace diagnose {shlex.quote(run)} --method rates --budget {budget:g} --out {shlex.quote(out + '-rates')}")
+
+
+BOOTSTRAP = 1000  # resamples of the cases for Table 3's intervals
+
+
+def _bootstrap_mix(cases: list[dict[str, float]]) -> dict[str, MixShare] | None:
+    """Table 3's mix over the failing instances (each case's weight per source, summed over its
+    instances), with 95% intervals from resampling the cases (seeded: the same trees, the same
+    intervals); None without failing instances."""
+    names = [s for s in sources() if any(s in c for c in cases)]
+    if not names:
+        return None
+    table = np.array([[c.get(s, 0.0) for s in names] for c in cases])
+    rng = np.random.default_rng(0)
+    picks = rng.integers(0, len(cases), size=(BOOTSTRAP, len(cases)))
+    sums = table[picks].sum(axis=1)  # resamples x sources
+    totals = sums.sum(axis=1, keepdims=True)
+    shares = np.divide(sums, totals, out=np.zeros_like(sums), where=totals > 0)
+    low, high = np.quantile(shares, [0.025, 0.975], axis=0)
+    point = table.sum(axis=0) / table.sum()
+    return {s: MixShare(share=round(float(point[i]), 4), low=round(float(low[i]), 4), high=round(float(high[i]), 4))
+            for i, s in enumerate(names)}
 
 
 def _digest(value: tuple) -> bytes:
@@ -597,10 +706,19 @@ def format_summary(summary: DiagnosisSummary) -> str:
         lines.append(f"{'flagged unstable':22s}" + "".join(f"{unstable['by_operator'].get(op, 0.0):13.1%}" for op in ops)
                      + f"{unstable['share']:9.1%}" + (f"  ({unstable['undecided']} undecided)" if unstable["undecided"]
                                                        else ""))
-    if summary.undetermined:
+    if summary.undetermined and (summary.abstained_verdicts or summary.method != "rates"):
         reasons = "; ".join(f"{n}x {reason}" for reason, n in list(summary.abstention_reasons.items())[:3])
         lines.append(f"undetermined: {summary.undetermined} instances depend on {summary.abstained_verdicts} abstained "
                      f"verdicts ({summary.abstained} at the root); main reasons: {reasons or 'unknown'}")
+    if summary.mix:
+        named = "dominant sources (each instance's probabilities averaged)" if summary.method == "rates" else \
+            "sources first-pass names"
+        lines.append(f"failing instances by {named}, 95% intervals over cases: " + "; ".join(
+            f"{sources()[s].title} {m.share:.1%} [{m.low:.1%}, {m.high:.1%}]" for s, m in summary.mix.items()))
+    if summary.confidence:
+        lines.append(f"method rates: mean confidence {summary.confidence['mean']:.1%}; "
+                     f"{summary.confidence['undetermined']:.1%} of failing instances Undetermined (confidence "
+                     f"below the threshold)")
     loc = summary.localization_accuracy
     if loc:
         causes = ", ".join(f"{c} {v['accuracy']:.1%} of {v['instances']}" for c, v in loc["by_cause"].items())

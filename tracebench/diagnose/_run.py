@@ -29,11 +29,17 @@ from ..safepaths import owned_folder
 from ..sample import read_sample_manifest
 from ..scales import recorded_scale
 from ..score import Gating
-from ._diagnose import (STRATEGIES, WINDOW, Evaluated, RootEvidence, _chosen_items, _choose, _Chosen, _short,
+from ._rates import RatesSettings
+from ._diagnose import (STRATEGIES, WINDOW, Evaluated, RatesState, RootEvidence, _chosen_items, _choose, _Chosen, _short,
                         _streamed, _streamed_samples, _SummaryTally, _write_node_folder, diagnose, plan_trees)
 from ._rules import RULES_FILE, SOURCES_FILE
 
-__all__ = ["DiagnoseOptions", "diagnose_run", "named_providers"]
+__all__ = ["DiagnoseOptions", "METHODS", "diagnose_run", "named_providers"]
+
+FIRST_PASS, RATES = "first-pass", "rates"
+METHODS = (FIRST_PASS, RATES)
+# rates fits its priors on a window's counts (carried to the next): a larger window by default
+RATES_WINDOW = 1000
 
 
 
@@ -67,16 +73,43 @@ class DiagnoseOptions:
     workers: int = 1
     gpus_per_worker: float = 0.0
     ray_address: str | None = None
+    method: str = FIRST_PASS
+    budget: float = 60.0
+    delta: float = 0.2
+    threshold: float = 0.5
+    flip: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gating", Gating(self.gating))
-        object.__setattr__(self, "window", self.window or WINDOW)
+        if self.method not in METHODS:
+            raise TraceError(f"--method: {self.method!r} is neither first-pass nor rates")
+        object.__setattr__(self, "window", self.window or (RATES_WINDOW if self.method == RATES else WINDOW))
         if self.strategy not in STRATEGIES:
             raise TraceError(f"--strategy: {self.strategy!r} is neither full nor adaptive")
+        if self.method == RATES:
+            if self.strategy != "full" or (self.repeats or 1) > 1:
+                raise TraceError("--method rates decides how many generations each node gets (--budget): it takes "
+                                 "neither --strategy adaptive nor --repeats")
+            try:
+                self.rates_settings()
+            except ValueError as e:
+                flag = {"budget": "--budget", "delta": "--delta", "threshold": "--confidence",
+                        "flip": "--flip-rate"}[str(e).split()[0]]
+                raise TraceError(f"{flag}: {str(e).split(': ', 1)[1]}") from None
         self.check_repeats(self.repeats)
         executor_of(self.executor)
         if self.workers < 1:  # as trace run: refused whatever the executor
             raise TraceError(f"--workers: {self.workers} must be at least 1")
+
+    def rates_settings(self) -> RatesSettings:
+        return RatesSettings(budget=self.budget, delta=self.delta, threshold=self.threshold, flip=self.flip)
+
+    @property
+    def rates_record(self) -> dict[str, float] | None:
+        """What diagnosis.json records of ``rates`` (None for first-pass)."""
+        if self.method != RATES:
+            return None
+        return {"budget": self.budget, "delta": self.delta, "threshold": self.threshold, "flip": self.flip}
 
     @staticmethod
     def check_repeats(repeats: int | None) -> None:
@@ -218,7 +251,8 @@ def _setup(run, options: DiagnoseOptions) -> _Setup:
         shard=f"{options.shard[0]}/{options.shard[1]}" if options.shard else None,
         roots_from_run=roots_from_run, repeats=repeats, scale=recorded_scale(settings.scale),
         hashes={"diagnose": data_hash(("diagnose", RULES_FILE), ("diagnose", SOURCES_FILE))},
-        generator_options=dict(gen.options) or None)
+        generator_options=dict(gen.options) or None, method=RATES if options.method == RATES else None,
+        rates=options.rates_record)
     return _Setup(generator, tuple(judges), settings, judge_batch, ensemble, repeats, gen, judge_specs, workers,
                   identity, manifest)
 
@@ -241,6 +275,11 @@ def diagnose_run(run_dir: Path, out: Path, options: DiagnoseOptions = DiagnoseOp
     out = Path(out)
     _check_resumable(out, setup.identity)
     _check_chosen(chosen, options.cases, run.root)
+    if options.method == RATES and options.progress is not False:
+        import sys
+
+        print(f"trace diagnose --method rates: {len(chosen.ids)} cases, up to {round(options.budget * len(chosen.ids)):,} "
+              f"generations (--budget {options.budget:g} per tree) and their judging", file=sys.stderr)
     rounds = _Rounds(out, run, setup, options)
     rounds.prepare()
     tally = _SummaryTally()
@@ -251,7 +290,7 @@ def diagnose_run(run_dir: Path, out: Path, options: DiagnoseOptions = DiagnoseOp
             setup.workers.stop()
     rounds.remove_unused()
     result = tally.summary(generator=setup.made.spec, judges=setup.judge_specs, strategy=options.strategy,
-                           synthetic=rounds.synthetic, repeats=setup.repeats)
+                           synthetic=rounds.synthetic, repeats=setup.repeats, where=(str(run_dir), str(out)))
     SUMMARY.write(out, result)
     return result
 
@@ -301,6 +340,10 @@ class _Rounds:
         # --samples: a root's later generations the run made, by the root's sub-case id
         self.run_samples: dict[str, list[_Made]] = {}
         self.synthetic = synthetic_profile(setup.made.spec) is not None  # the zoo, in process or behind trace serve
+        self.rates = RatesState(options.rates_settings()) if options.method == RATES else None
+
+    def _image_file(self, image: str) -> Path:
+        return Path(image) if Path(image).is_absolute() else self.out / image
 
     def prepare(self) -> None:
         """The folder made ready and its identity written."""
@@ -386,7 +429,8 @@ class _Rounds:
             from_run=self.setup.identity.roots_from_run,
             images={c.id: str(p.resolve()) for c in roots if (p := generated_image(self.run.root, c.id))},
             reasons={c.id: r[0] for c, _, r in window if r[0]},
-            causes=self.causes if self.synthetic else None, recall=self.recall)
+            causes=self.causes if self.synthetic else None, recall=self.recall,
+            run_generations=max(self.manifest.samples or 1, 1), image_file=self._image_file, rates=self.rates)
         yield from diagnose(roots, {c.id: samples[0] for c, samples, _ in window}, self.evaluate,
                             strategy=self.options.strategy, gating=self.options.gating, repeats=self.setup.repeats,
                             plan=plan, evidence=evidence)

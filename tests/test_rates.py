@@ -1,0 +1,143 @@
+"""``trace diagnose --method rates``: the chain model's shares, its calibration on draws from
+known rates, and the command end to end (records, summary, resume, refusals)."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from test_cli import run_trace
+from tracebench.diagnose._rates import GRID, Allocator, Chain, RatesSettings, _shares, share_sources
+from tracebench.operators import Instance, Operator
+from tracebench.records import SUMMARY, TREES
+
+RULE_NAMES = ("global_stripping", "composition_flattening", "attribute_removal", "relation_simplification")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, GRID - 1), min_size=1, max_size=6), st.data())
+def test_shares_sum_to_one_and_a_chain_that_does_not_change_is_persistent(cells, data):
+    path = sorted(cells, reverse=True)  # hazards never rise along a chain
+    rules = data.draw(st.lists(st.sampled_from(RULE_NAMES), min_size=len(path) - 1, max_size=len(path) - 1))
+    shares = _shares(np.array([path]), rules)
+    assert abs(shares.sum() - 1.0) < 1e-9 and (shares >= 0).all()
+    flat = _shares(np.array([[path[0]] * len(path)]), rules)
+    assert flat[0, share_sources().index("persistent_failure")] == pytest.approx(1.0)
+
+
+def _simulated(chains_rates: list[tuple[tuple[float, ...], tuple[str, ...]]], budget: float, seed: int):
+    """Chains with known rates, their generations drawn as the allocator asks; the estimates."""
+    rng = random.Random(seed)
+    chains = [Chain(f"t{i}", 3, Instance(Operator.DISENTANGLE, "g1"), tuple(f"t{i}.{k}" for k in range(len(r))),
+                    tuple(f"N{k}" for k in range(len(r))), rules, (1,) * len(r)) for i, (r, rules) in enumerate(chains_rates)]
+    rate = {key: r for c, (rates, _) in zip(chains, chains_rates) for key, r in zip(c.keys, rates)}
+    allocator = Allocator(chains, RatesSettings(budget=budget), trees=len(chains))
+    while asked := allocator.requests():
+        for key, count in asked.items():
+            for _ in range(count):
+                allocator.observe(key, chains[0].instance, rng.random() < rate[key])
+    return chains, allocator.estimates()
+
+
+def test_confidence_is_calibrated_on_draws_from_known_rates():
+    """Seeded draws from chains whose exact shares are known: the confidence the method reports
+    matches how often it is right (expected calibration error, 6 bins, loose bound)."""
+    from tracebench.diagnose import hazard_shares
+
+    rng = random.Random(3)
+    truth = []
+    for _ in range(60):
+        root = rng.uniform(0.3, 0.9)
+        kept = rng.choice([1.0, 1.0, 0.6, 0.3, 0.0])
+        second = rng.choice([1.0, 0.5, 0.0])
+        h0 = -np.log1p(-root)
+        rates = (root, 1 - np.exp(-h0 * kept), 1 - np.exp(-h0 * kept * second))
+        truth.append((rates, ("global_stripping", "composition_flattening")))
+    chains, estimates = _simulated(truth, budget=40, seed=5)
+    confidence, right = [], []
+    for chain, (rates, rules) in zip(chains, truth):
+        exact, _ = hazard_shares(list(rates), list(rules))
+        estimate = estimates[chain.tree, chain.instance]
+        confidence.append(estimate.confidence)
+        right.append(exact.get(estimate.source, 0.0) >= max(exact.values()) - 0.2 - 1e-12)
+    confidence, right = np.array(confidence), np.array(right, dtype=float)
+    bins = np.minimum((confidence * 6).astype(int), 5)
+    ece = sum(abs(confidence[bins == b].mean() - right[bins == b].mean()) * (bins == b).sum()
+              for b in range(6) if (bins == b).any()) / len(confidence)
+    assert right.mean() >= 0.75
+    assert ece <= 0.15
+
+
+def test_the_allocator_spends_no_more_than_its_budget():
+    truth = [((0.6, 0.3), ("composition_flattening",))] * 10
+    chains, _ = _simulated(truth, budget=12, seed=1)
+    allocator = Allocator(chains, RatesSettings(budget=12), trees=10)
+    spent = 0
+    while asked := allocator.requests():
+        spent += sum(asked.values())
+        for key, count in asked.items():
+            for _ in range(count):
+                allocator.observe(key, chains[0].instance, True)
+    assert 0 < spent <= 12 * 10
+
+
+@pytest.fixture(scope="module")
+def strain_run(diagnosis_bench, tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("rates") / "run"
+    done = run_trace("run", str(diagnosis_bench), "--generator", "synthetic:strain", "--judge", "oracle",
+                     "--out", str(run))
+    assert done.returncode == 0, done.stderr
+    return run
+
+
+def test_rates_names_sources_with_shares_and_resumes_to_the_same_bytes(strain_run, tmp_path):
+    out = tmp_path / "diag"
+    args = ("diagnose", str(strain_run), "--method", "rates", "--budget", "12", "--out", str(out))
+    done = run_trace(*args, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "--method rates:" in done.stderr and "up to" in done.stderr  # the cost, before any call
+    trees = TREES.read(out)
+    failing = [a for t in trees for a in t.attributions if a.root == "fail"]
+    assert failing and all(t.method == "rates" for t in trees)
+    for a in failing:
+        assert a.confidence is not None and a.shares is not None and a.chain
+        assert abs(sum(s.mean for s in a.shares.values()) - 1.0) < 0.01
+        assert a.chain[0].node == "N0" and all(step.trials >= 0 for step in a.chain)
+        assert (a.source == "undetermined") == (a.guess is not None)
+    summary = SUMMARY.read(out)
+    assert summary.method == "rates" and summary.mix and summary.generations_per_tree["mean"] > 0
+    assert abs(sum(m.share for m in summary.mix.values()) - 1.0) < 0.01
+    manifest = json.loads((out / "diagnosis.json").read_text())
+    assert manifest["method"] == "rates" and manifest["rates"]["budget"] == 12
+    before = (out / "trees.jsonl").read_bytes()
+    again = run_trace(*args, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert (out / "trees.jsonl").read_bytes() == before
+    other = run_trace("diagnose", str(strain_run), "--method", "rates", "--budget", "13", "--out", str(out))
+    assert other.returncode == 2 and "holds a diagnosis with" in other.stderr
+
+
+@pytest.mark.parametrize("flags, message", [
+    (("--method", "rates", "--repeats", "3"), "takes neither --strategy adaptive nor --repeats"),
+    (("--method", "rates", "--strategy", "adaptive"), "takes neither --strategy adaptive nor --repeats"),
+    (("--method", "rates", "--budget", "0"), "--budget"),
+    (("--method", "rates", "--flip-rate", "0.7"), "--flip-rate"),
+])
+def test_bad_rates_flags_are_one_line_errors(strain_run, tmp_path, flags, message):
+    done = run_trace("diagnose", str(strain_run), *flags, "--out", str(tmp_path / "d"))
+    assert done.returncode == 2 and message in done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "d").exists()
+
+
+def test_first_pass_on_a_random_generator_ends_with_the_rates_command(strain_run, tmp_path):
+    out = tmp_path / "fp"
+    done = run_trace("diagnose", str(strain_run), "--repeats", "3", "--out", str(out), timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "note: the generator is random" in done.stdout and "--method rates" in done.stdout
+    assert SUMMARY.read(out).random_note

@@ -5,6 +5,7 @@
 - ``_node``: a node as a case of its own (prompt, references, checklist subset);
 - ``_attribute``: node results -> one failure source per operator instance;
 - ``_hazard``: hazard shares along an instance's chain (exact in the zoo), and a diagnosis scored against them;
+- ``_rates``, ``_chains``: ``--method rates``, the shares estimated from fresh generations under a budget;
 - ``_diagnose``: the trees of a window of cases planned, evaluated by a strategy and attributed;
 - ``_run``: ``trace diagnose`` over a run folder (:class:`DiagnoseOptions`), through the run harness.
 

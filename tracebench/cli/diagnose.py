@@ -80,28 +80,28 @@ def _repeats(text: str) -> int:
     return k
 
 
-def _positive(text: str) -> float:
+def _number(text: str, *, above_zero: bool = False) -> float:
+    """A flag's number: above 0 (``above_zero``, finite), else from 0 to 1."""
     import argparse
+    import math
 
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0 or value != value or value == float("inf"):
+    if above_zero and not (value > 0 and math.isfinite(value)):
         raise argparse.ArgumentTypeError(f"{text} must be a number above 0")
+    if not above_zero and not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text} must be from 0 to 1")
     return value
+
+
+def _positive(text: str) -> float:
+    return _number(text, above_zero=True)
 
 
 def _fraction(text: str) -> float:
-    import argparse
-
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"{text} must be from 0 to 1")
-    return value
+    return _number(text)
 
 
 def _shard_of(args) -> str:

@@ -28,10 +28,9 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence, TypeVar
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence, TypeVar
 
 import networkx as nx
-import numpy as np
 
 from .. import __version__
 from ..errors import TraceError
@@ -50,10 +49,12 @@ from ..sample import ManifestInputs, read_sample_manifest, write_benchmark
 from ..score import Gating, instance_results
 from ..operators import Instance
 from ._attribute import Finding, SourceTally, attribute, localization, pending
-from ._rates import RatesSettings
 from ._node import node_case, node_shape, root_formula
 from ._rules import RULES_FILE, SOURCES_FILE, number_terms, sources
 from ._tree import TreeNode, bound_tree, tree_nodes
+
+if TYPE_CHECKING:
+    from ._rates import RatesSettings
 
 __all__ = ["Evaluated", "Evaluator", "RatesState", "RootEvidence", "TreePlan", "select_cases", "diagnose", "export_nodes", "format_summary",
            "majority_verdicts", "merge_diagnoses", "node_results", "plan_trees", "summarize"]
@@ -586,6 +587,8 @@ class _SummaryTally:
     def summary(self, *, generator: str, judges: Sequence[str], strategy: str, synthetic: bool,
                 repeats: int = 1, where: tuple[str, str] = ("RUN", "DIAG")) -> DiagnosisSummary:
         summary = self.sources.result()
+        import numpy as np
+
         reasons = Counter(reason for why in self.abstained.values() for reason in why.values())
         generated = len(self.generated)
         return DiagnosisSummary(
@@ -613,6 +616,8 @@ def random_note(where: tuple[str, str], cases: int) -> str:
     ``where`` the run and diagnosis folders, ``cases`` diagnosed."""
     import shlex
 
+    from ._rates import RatesSettings
+
     budget = RatesSettings().budget
     run, out = where
     return (f"the generator is random (a node's generations gave different results): first-pass names the first "
@@ -627,6 +632,8 @@ def _bootstrap_mix(cases: list[dict[str, float]]) -> dict[str, MixShare] | None:
     """Table 3's mix over the failing instances (each case's weight per source, summed over its
     instances), with 95% intervals from resampling the cases (seeded: the same trees, the same
     intervals); None without failing instances."""
+    import numpy as np
+
     names = [s for s in sources() if any(s in c for c in cases)]
     if not names:
         return None

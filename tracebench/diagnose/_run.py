@@ -29,7 +29,6 @@ from ..safepaths import owned_folder
 from ..sample import read_sample_manifest
 from ..scales import recorded_scale
 from ..score import Gating
-from ._rates import RatesSettings
 from ._diagnose import (STRATEGIES, WINDOW, Evaluated, RatesState, RootEvidence, _chosen_items, _choose, _Chosen, _short,
                         _streamed, _streamed_samples, _SummaryTally, _write_node_folder, diagnose, plan_trees)
 from ._rules import RULES_FILE, SOURCES_FILE
@@ -101,7 +100,10 @@ class DiagnoseOptions:
         if self.workers < 1:  # as trace run: refused whatever the executor
             raise TraceError(f"--workers: {self.workers} must be at least 1")
 
-    def rates_settings(self) -> RatesSettings:
+    def rates_settings(self):
+        """The :class:`~._rates.RatesSettings` of ``--method rates`` (numpy loads with it)."""
+        from ._rates import RatesSettings
+
         return RatesSettings(budget=self.budget, delta=self.delta, threshold=self.threshold, flip=self.flip)
 
     @property

@@ -41,7 +41,7 @@ import hashlib
 import math
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Iterable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -507,7 +507,8 @@ class Allocator:
         return passes
 
     def _root(self, chain: Chain) -> np.ndarray:
-        return _tempered(next((self.root_prior[g] for g in chain.root_groups() if g in self.root_prior), _FLAT_ROOT), self.temper)
+        found = next((self.root_prior[g] for g in chain.root_groups() if g in self.root_prior), _FLAT_ROOT)
+        return _tempered(found, self.temper)
 
     def _root_ml(self) -> dict[tuple, np.ndarray]:
         """Each root group's Beta prior (with :data:`MIN_GROUP` observed instances or more) by
@@ -568,14 +569,3 @@ class Allocator:
 
 
 _MAX_PER_NODE = 1000 - 1  # records.MAX_SAMPLES generations of a node, the run's root generation aside
-
-
-def dominant_mix(estimates: Iterable[Mapping[str, float]]) -> dict[str, float]:
-    """The population's mix of dominant sources: each instance's probability of each, averaged."""
-    total: dict[str, float] = {}
-    count = 0
-    for dominant in estimates:
-        count += 1
-        for s, p in dominant.items():
-            total[s] = total.get(s, 0.0) + p
-    return {s: v / count for s, v in total.items()} if count else {}

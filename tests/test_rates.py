@@ -34,7 +34,7 @@ def test_shares_sum_to_one_and_a_chain_that_does_not_change_is_persistent(cells,
 def _simulated(chains_rates: list[tuple[tuple[float, ...], tuple[str, ...]]], budget: float, seed: int):
     """Chains with known rates, their generations drawn as the allocator asks; the estimates."""
     rng = random.Random(seed)
-    chains = [Chain(f"t{i}", 3, Instance(Operator.DISENTANGLE, "g1"), tuple(f"t{i}.{k}" for k in range(len(r))),
+    chains = [Chain(f"t{i}", Instance(Operator.DISENTANGLE, "g1"), tuple(f"t{i}.{k}" for k in range(len(r))),
                     tuple(f"N{k}" for k in range(len(r))), rules, (1,) * len(r)) for i, (r, rules) in enumerate(chains_rates)]
     rate = {key: r for c, (rates, _) in zip(chains, chains_rates) for key, r in zip(c.keys, rates)}
     allocator = Allocator(chains, RatesSettings(budget=budget), trees=len(chains))

@@ -57,7 +57,7 @@ class RatesWindow:
                 if instance in at_root and at_root[instance].failed:
                     nodes = instance_chain(tree.nodes, instance)
                     keys = tuple(tree.keys[n.id] for n in nodes)
-                    chains.append(Chain(tree.root.id, tree.root.slot, instance, keys, tuple(n.id for n in nodes),
+                    chains.append(Chain(tree.root.id, instance, keys, tuple(n.id for n in nodes),
                                         tuple(n.rule for n in nodes[1:]),  # type: ignore[misc]
                                         tuple(_questions(self.plan.cases[k], instance) for k in keys)))
         self.allocator = Allocator(chains, self.settings, trees=len(self.plan.trees), carried=self.carried)

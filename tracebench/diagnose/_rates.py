@@ -46,6 +46,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ..operators import Instance
+from ..records import MAX_SAMPLES
 from ._hazard import PERSISTENT
 from ._rules import rules, sources
 
@@ -61,12 +62,6 @@ DRAWS = 1024  # posterior draws per chain while allocating
 REPORT_DRAWS = 4096  # and for the reported estimates
 MIN_GAIN = 5e-4  # expected tolerant accuracy gained per generation below which nothing is asked
 FLAT = (1.0, 1.0)  # the prior where no group has enough data
-TEMPER = 1.0  # the power of the fitted priors while allocating (1: as fitted; 0.5 measured worse)
-FIRST_ROOT = 2  # fresh generations of every root before allocation starts
-LOOKAHEAD = (4,)  # batch sizes whose value per generation allocation weighs (4 and 12 measured no better)
-MAX_STRENGTH = 1000.0  # a root prior's a + b at most
-EDGE_BY_SLOT = False  # an edge group per root slot count too (measured: over-confident, less accurate)
-ROOT_BY_SLOT = False  # a root group per slot count too (the same)
 EM_STEPS = 10  # EM steps of the edge priors before the reported estimates
 
 
@@ -102,18 +97,17 @@ class RatesSettings:
 
 # ------------------------------------------------------------------------------ likelihood and priors
 
-def _observed(questions: int, flip: float) -> np.ndarray:
-    """P(the instance reads failed) on the grid, for an instance of ``questions`` questions."""
+def _observed(rates: np.ndarray, questions: int, flip: float) -> np.ndarray:
+    """P(an instance of ``questions`` questions reads failed) at failure ``rates``."""
     if flip <= 0.0:
-        return _R
+        return rates
     q = max(questions, 1)
     eps = 1.0 - (1.0 - flip) ** q
-    rho = flip * (1.0 - flip) ** (q - 1)
-    return eps + (1.0 - eps - rho) * _R
+    return eps + (1.0 - eps - flip * (1.0 - flip) ** (q - 1)) * rates
 
 
 def _log_likelihood(fails: int, trials: int, questions: int, flip: float) -> np.ndarray:
-    p = _observed(questions, flip)
+    p = _observed(_R, questions, flip)
     return fails * np.log(p) + (trials - fails) * np.log1p(-p)
 
 
@@ -153,7 +147,6 @@ class Chain:
     making each edge, and the instance's question count at each node."""
 
     tree: str  # the root case id
-    slot: int  # the root's
     instance: Instance
     keys: tuple[str, ...]
     nodes: tuple[str, ...]
@@ -167,16 +160,14 @@ class Chain:
 
     def root_groups(self) -> tuple[tuple, ...]:
         """The groups whose root counts fit this chain's root prior, most specific first."""
-        return (("root", self.op, self.slot), ("root", self.op), ("root",))[0 if ROOT_BY_SLOT else 1:]
+        return (("root", self.op), ("root",))
 
     def edge_groups(self, edge: int) -> tuple[tuple, ...]:
         """The groups of an edge's prior, coarsest first (each a prefix of the next): every edge,
         the rule, the rule of this operator, the chain's signature so far (the rules from the
-        root) for this operator, and that at the root's slot count."""
+        root) for this operator. (Groups per root slot count too were measured over-confident.)"""
         rule = self.rules[edge]
-        groups = (("edge",), ("edge", rule), ("edge", rule, self.op), ("edge", rule, self.op, self.rules[:edge + 1]),
-                  ("edge", rule, self.op, self.rules[:edge + 1], self.slot))
-        return groups if EDGE_BY_SLOT else groups[:-1]
+        return (("edge",), ("edge", rule), ("edge", rule, self.op), ("edge", rule, self.op, self.rules[:edge + 1]))
 
 
 @dataclass(frozen=True)
@@ -220,14 +211,6 @@ _FLAT_ROOT = np.full(GRID, 1.0 / GRID)
 SHRINK = 5.0  # pseudo-instances of an edge group's parent prior in its own
 
 
-def _tempered(prior: np.ndarray, temper: float) -> np.ndarray:
-    """A fitted prior raised to ``temper`` and renormalized: flatter, for the fit's own uncertainty."""
-    if temper == 1.0:
-        return prior
-    out = np.power(prior + 1e-300, temper)
-    return out / out.sum()
-
-
 def _transition(prior: np.ndarray) -> np.ndarray:
     """cell x cell: P(child's cell | parent's cell) under an edge prior over :data:`RHO` (the last
     few kept: every chain of a prior group shares one)."""
@@ -256,13 +239,12 @@ class _Chained:
     forward: list[np.ndarray]
     emission: list[np.ndarray]
     backward: list[np.ndarray]
-    loglik: float
 
 
 def _forward_backward(root: np.ndarray, emission: list[np.ndarray], edges: list[np.ndarray]) -> _Chained:
     """``root`` the root cell's prior, ``emission`` each position's likelihood over cells (scaled),
     ``edges`` each edge's prior over :data:`RHO`."""
-    forward, loglik = [], 0.0
+    forward = []
     alpha = root * emission[0]
     for n in range(len(emission)):
         if n:
@@ -270,14 +252,13 @@ def _forward_backward(root: np.ndarray, emission: list[np.ndarray], edges: list[
                         for b, p in enumerate(edges[n - 1]) if p > 0)
             alpha = moved * emission[n]
         total = alpha.sum()
-        loglik += math.log(total + 1e-300)
         forward.append(alpha / (total + 1e-300))
     backward = [np.ones(GRID)]
     for n in range(len(emission) - 1, 0, -1):
         seen = emission[n] * backward[0]
         beta = sum(p * seen[_TO[b]] for b, p in enumerate(edges[n - 1]) if p > 0)
         backward.insert(0, beta / (beta.max() + 1e-300))
-    return _Chained(forward, emission, backward, loglik)
+    return _Chained(forward, emission, backward)
 
 
 def _edge_posteriors(chained: _Chained, edges: list[np.ndarray]) -> list[np.ndarray]:
@@ -348,20 +329,11 @@ def _estimate(chain: Chain, cells: np.ndarray, delta: float) -> ChainEstimate:
         rates=tuple((float(rates[:, i].mean()), float(rq[0, i]), float(rq[1, i])) for i in range(rates.shape[1])))
 
 
-def _observed_at(rates: np.ndarray, questions: int, flip: float) -> np.ndarray:
-    """P(the instance reads failed) at ``rates`` (the grid's :func:`_observed`, off the grid)."""
-    if flip <= 0.0:
-        return rates
-    q = max(questions, 1)
-    eps = 1.0 - (1.0 - flip) ** q
-    return eps + (1.0 - eps - flip * (1.0 - flip) ** (q - 1)) * rates
-
-
 def _gain(cells: np.ndarray, close: np.ndarray, position: int, questions: int, flip: float, batch: int) -> float:
     """The expected gain in the chain's tolerant accuracy from ``batch`` more generations at
     ``position``: the posterior draws (``cells``, and ``close`` per source) reweighted by each
     possible count of failures."""
-    p = _observed_at(_R[cells[:, position]], questions, flip)
+    p = _observed(_R[cells[:, position]], questions, flip)
     k = np.arange(batch + 1)[:, None]
     weights = _COMBINATIONS[batch][:, None] * p[None, :] ** k * (1.0 - p[None, :]) ** (batch - k)  # outcomes x draws
     after = (weights @ close).max(axis=1).sum() / len(cells)
@@ -390,7 +362,6 @@ class Allocator:
     root_prior: dict[tuple, np.ndarray] = field(default_factory=dict)  # root group -> prior over cells
     carried: Mapping[tuple, tuple[np.ndarray, float]] = field(default_factory=dict)  # earlier windows' expected counts
     fixed: set[str] = field(default_factory=set)  # keys whose generations were identical images: rate 0 or 1
-    temper: float = 1.0  # the power of the priors in the pass at hand (TEMPER while allocating)
 
     def __post_init__(self) -> None:
         self.tree_keys: dict[str, set[str]] = {}
@@ -409,8 +380,8 @@ class Allocator:
         return sum(self.made.get(k, 0) for k in self.tree_keys.get(tree, ()))
 
     def carry(self) -> dict[tuple, tuple[np.ndarray, float]]:
-        """The expected counts of every prior group (this window's and those carried): what the
-        next window's priors start from."""
+        """The expected counts of every edge prior group (this window's and those carried): what
+        the next window's edge priors start from (a root prior is fitted per window)."""
         return dict(getattr(self, "expected", self.carried))
 
     def observe(self, key: str, instance: Instance, failed: bool) -> None:
@@ -430,8 +401,7 @@ class Allocator:
         if self.rounds == 0:
             first: dict[str, int] = {}
             for chain in self.chains:
-                first[chain.keys[0]] = FIRST_ROOT
-                for key in chain.keys[1:]:
+                for key in chain.keys:
                     first.setdefault(key, FIRST)
             cap = self.allowance
             return self._asked(dict(list(first.items())[:max(cap // FIRST, 1)]))
@@ -457,8 +427,8 @@ class Allocator:
         return self._asked(chosen) if chosen else {}
 
     def _edges(self, chain: Chain) -> list[np.ndarray]:
-        return [_tempered(next((self.edge_prior[g] for g in reversed(chain.edge_groups(e)) if g in self.edge_prior),
-                               KEEP), self.temper) for e in range(len(chain.rules))]
+        return [next((self.edge_prior[g] for g in reversed(chain.edge_groups(e)) if g in self.edge_prior), KEEP)
+                for e in range(len(chain.rules))]
 
     def _emissions(self, chain: Chain) -> list[np.ndarray]:
         out = []
@@ -477,27 +447,19 @@ class Allocator:
         emissions = {chain: self._emissions(chain) for chain in self.chains}
         for _ in range(steps):
             passes, expected = {}, {}
-            roots: dict[tuple, list] = {}
             for chain in self.chains:
                 edges = self._edges(chain)
                 passes[chain] = done = _forward_backward(self._root(chain), emissions[chain], edges)
-                gamma = done.forward[0] * done.backward[0]
-                gamma = gamma / (gamma.sum() + 1e-300)
-                for group in chain.root_groups()[::-1]:
-                    total = roots.setdefault(group, [np.zeros(GRID), 0])
-                    total[0] += gamma
-                    total[1] += 1
                 for e, xi in enumerate(_edge_posteriors(done, edges)):
                     for group in chain.edge_groups(e):
                         total = expected.setdefault(group, [np.zeros(len(RHO)), 0])
                         total[0] += xi
                         total[1] += 1
             for group, (xi, n) in self.carried.items():
-                target = expected if group[0] == "edge" else roots
-                total = target.setdefault(group, [np.zeros(len(xi)), 0])
+                total = expected.setdefault(group, [np.zeros(len(xi)), 0])
                 total[0] = total[0] + xi
                 total[1] += n
-            self.expected = {g: (v[0], v[1]) for g, v in {**expected, **roots}.items()}
+            self.expected = {g: (v[0], v[1]) for g, v in expected.items()}
             self.edge_prior = {}
             for group in sorted(expected, key=len):  # coarsest first: each shrunk toward its parent
                 parent = self.edge_prior.get(group[:-1], KEEP) if len(group) > 1 else KEEP
@@ -507,8 +469,7 @@ class Allocator:
         return passes
 
     def _root(self, chain: Chain) -> np.ndarray:
-        found = next((self.root_prior[g] for g in chain.root_groups() if g in self.root_prior), _FLAT_ROOT)
-        return _tempered(found, self.temper)
+        return next((self.root_prior[g] for g in chain.root_groups() if g in self.root_prior), _FLAT_ROOT)
 
     def _root_ml(self) -> dict[tuple, np.ndarray]:
         """Each root group's Beta prior (with :data:`MIN_GROUP` observed instances or more) by
@@ -525,8 +486,7 @@ class Allocator:
         for group, observed in rows.items():
             if sum(observed.values()) >= MIN_GROUP:
                 a, b = fit_prior([_log_likelihood(k, n, q, flip) for k, n, q in observed], list(observed.values()))
-                scale = min(1.0, MAX_STRENGTH / (a + b))
-                out[group] = np.exp(_log_prior(max(a * scale, 0.05), max(b * scale, 0.05)))
+                out[group] = np.exp(_log_prior(a, b))
         return out
 
     def chain_counts(self, chain: Chain) -> list[tuple[int, int]]:
@@ -537,12 +497,7 @@ class Allocator:
         summed over the chains through it."""
         gains: dict[str, float] = {}
         self._trees_of: dict[str, set[str]] = {}
-        passes = self._passes()  # an EM step of the priors
-        if TEMPER != 1.0:  # allocation sees the fitted priors flattened: their own fit is uncertain
-            self.temper = TEMPER
-            passes = {chain: _forward_backward(self._root(chain), self._emissions(chain), self._edges(chain))
-                      for chain in self.chains}
-        for chain, done in passes.items():
+        for chain, done in self._passes().items():  # an EM step of the edge priors
             counts = self.chain_counts(chain)
             cells = _sample_paths(done, self._edges(chain), DRAWS,
                                   _seed("allocate", chain.tree, chain.instance, tuple(counts)))
@@ -551,9 +506,8 @@ class Allocator:
                 self._trees_of.setdefault(key, set()).add(chain.tree)
                 if self.made.get(key, 0) + BATCH > _MAX_PER_NODE or key in self.fixed:
                     continue
-                gains[key] = gains.get(key, 0.0) + max(
-                    _gain(cells, close, i, chain.questions[i], self.settings.flip, m) / m for m in LOOKAHEAD)
-        self.temper = 1.0
+                gains[key] = gains.get(key, 0.0) + _gain(cells, close, i, chain.questions[i], self.settings.flip,
+                                                         BATCH) / BATCH
         return gains
 
     def estimates(self) -> dict[tuple[str, Instance], ChainEstimate]:
@@ -568,4 +522,4 @@ class Allocator:
         return out
 
 
-_MAX_PER_NODE = 1000 - 1  # records.MAX_SAMPLES generations of a node, the run's root generation aside
+_MAX_PER_NODE = MAX_SAMPLES - 1  # generations of a node, the run's root generation aside

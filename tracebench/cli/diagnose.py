@@ -162,8 +162,8 @@ def run(args) -> int:
         times = f", each {summary.repeats} times" if summary.repeats > 1 else ""
         if summary.generations_per_tree:
             spent = summary.generations_per_tree
-            print(f"{args.out}: {summary.cases} cases, {summary.nodes_generated} nodes generated "
-                  f"{spent['mean']:g} times per tree on average (p90 {spent['p90']:g})")
+            print(f"{args.out}: {summary.cases} cases, {summary.nodes_generated} nodes generated; "
+                  f"{spent['mean']:g} fresh generations per tree on average (p90 {spent['p90']:g})")
         else:
             print(f"{args.out}: {summary.cases} cases, {summary.nodes_generated} nodes generated{times} "
                   f"({summary.nodes_per_case} per case; whole trees hold {summary.nodes_in_trees})")

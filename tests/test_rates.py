@@ -146,6 +146,64 @@ def test_first_pass_on_a_random_generator_ends_with_the_rates_command(strain_run
     assert SUMMARY.read(out).random_note
 
 
+@pytest.mark.parametrize("flags", [(), ("--export-nodes", "EXPORT")])
+def test_rates_takes_no_shard_in_one_line_and_writes_nothing(strain_run, tmp_path, flags):
+    """A shard's priors and budget would be fitted to its own cases: shards would not merge into
+    the unsharded diagnosis, so --shard is refused before anything is written (--export-nodes too)."""
+    from tracebench.diagnose import DiagnoseOptions
+    from tracebench.errors import TraceError
+
+    flags = tuple(str(tmp_path / "nodes") if f == "EXPORT" else f for f in flags)
+    done = run_trace("diagnose", str(strain_run), "--method", "rates", "--shard", "1/2", *flags,
+                     "--out", str(tmp_path / "d"))
+    assert done.returncode == 2 and "--method rates takes no --shard" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert not (tmp_path / "d").exists() and not (tmp_path / "nodes").exists()
+    with pytest.raises(TraceError, match="takes no --shard"):
+        DiagnoseOptions(method="rates", shard=(1, 2))
+    DiagnoseOptions(shard=(1, 2))  # first-pass shards (tests/test_diagnose.py merges them)
+
+
+@pytest.mark.slow
+def test_a_rates_diagnosis_killed_and_resumed_equals_an_uninterrupted_one(strain_run, tmp_path):
+    """kill -9 of `trace diagnose --method rates` during an allocation round (the roots' and the
+    chains' first generations made, the allocator's first request under way), then the same
+    command again: the trees, summary and identity are byte for byte those of a run never killed."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from test_cli import _trace_executable
+
+    def args(out: Path) -> list[str]:
+        return ["diagnose", str(strain_run), "--method", "rates", "--budget", "8", "--out", str(out)]
+
+    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+    done = run_trace(*args(whole), timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert (whole / "rounds" / "03").is_dir()  # the allocation round the kill below falls in
+    proc = subprocess.Popen([*_trace_executable(), *args(resumed)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 600
+        while proc.poll() is None and not (resumed / "rounds" / "03").is_dir() and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)  # kill -9, mid-round
+        killed = proc.wait(timeout=60)
+    assert killed == -signal.SIGKILL, "the diagnosis ended before it was killed"
+    assert (resumed / "rounds" / "03").is_dir()
+    assert (resumed / "rounds" / "02").is_dir() and not (resumed / "trees.jsonl").exists()
+    again = run_trace(*args(resumed), timeout=600)
+    assert again.returncode == 0, again.stderr
+    for name in ("trees.jsonl", "summary.json", "diagnosis.json"):
+        assert (resumed / name).read_bytes() == (whole / name).read_bytes(), name
+    rounds = [sorted(p.name for p in (folder / "rounds").iterdir()) for folder in (resumed, whole)]
+    assert rounds[0] == rounds[1]
+
+
 # ------------------------------------------------------------------------------ the report of a rates diagnosis
 
 class _RatesItems(HTMLParser):

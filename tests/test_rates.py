@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import random
+import re
+from collections import Counter
+from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
@@ -141,3 +144,198 @@ def test_first_pass_on_a_random_generator_ends_with_the_rates_command(strain_run
     assert done.returncode == 0, done.stderr
     assert "note: the generator is random" in done.stdout and "--method rates" in done.stdout
     assert SUMMARY.read(out).random_note
+
+
+@pytest.mark.parametrize("flags", [(), ("--export-nodes", "EXPORT")])
+def test_rates_takes_no_shard_in_one_line_and_writes_nothing(strain_run, tmp_path, flags):
+    """A shard's priors and budget would be fitted to its own cases: shards would not merge into
+    the unsharded diagnosis, so --shard is refused before anything is written (--export-nodes too)."""
+    from tracebench.diagnose import DiagnoseOptions
+    from tracebench.errors import TraceError
+
+    flags = tuple(str(tmp_path / "nodes") if f == "EXPORT" else f for f in flags)
+    done = run_trace("diagnose", str(strain_run), "--method", "rates", "--shard", "1/2", *flags,
+                     "--out", str(tmp_path / "d"))
+    assert done.returncode == 2 and "--method rates takes no --shard" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert not (tmp_path / "d").exists() and not (tmp_path / "nodes").exists()
+    with pytest.raises(TraceError, match="takes no --shard"):
+        DiagnoseOptions(method="rates", shard=(1, 2))
+    DiagnoseOptions(shard=(1, 2))  # first-pass shards (tests/test_diagnose.py merges them)
+
+
+@pytest.mark.slow
+def test_a_rates_diagnosis_killed_and_resumed_equals_an_uninterrupted_one(strain_run, tmp_path):
+    """kill -9 of `trace diagnose --method rates` during an allocation round (the roots' and the
+    chains' first generations made, the allocator's first request under way), then the same
+    command again: the trees, summary and identity are byte for byte those of a run never killed."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from test_cli import _trace_executable
+
+    def args(out: Path) -> list[str]:
+        return ["diagnose", str(strain_run), "--method", "rates", "--budget", "8", "--out", str(out)]
+
+    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+    done = run_trace(*args(whole), timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert (whole / "rounds" / "03").is_dir()  # the allocation round the kill below falls in
+    proc = subprocess.Popen([*_trace_executable(), *args(resumed)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 600
+        while proc.poll() is None and not (resumed / "rounds" / "03").is_dir() and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)  # kill -9, mid-round
+        killed = proc.wait(timeout=60)
+    assert killed == -signal.SIGKILL, "the diagnosis ended before it was killed"
+    assert (resumed / "rounds" / "03").is_dir()
+    assert (resumed / "rounds" / "02").is_dir() and not (resumed / "trees.jsonl").exists()
+    again = run_trace(*args(resumed), timeout=600)
+    assert again.returncode == 0, again.stderr
+    for name in ("trees.jsonl", "summary.json", "diagnosis.json"):
+        assert (resumed / name).read_bytes() == (whole / name).read_bytes(), name
+    rounds = [sorted(p.name for p in (folder / "rounds").iterdir()) for folder in (resumed, whole)]
+    assert rounds[0] == rounds[1]
+
+
+# ------------------------------------------------------------------------------ the report of a rates diagnosis
+
+class _RatesItems(HTMLParser):
+    """The attributions of a case body (``case.html.j2``): each ``li`` with its attributes, its
+    text before the share bar, the bar's segments (key, width in %, title) and the chain's rows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.items: list[dict] = []
+        self._item: dict | None = None
+        self._in_bar = False
+        self._row: list[str] | None = None
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "li" and "data-source" in attrs:
+            self._item = {"attrs": attrs, "head": [], "segments": [], "rows": [], "bar": False}
+            self.items.append(self._item)
+        elif self._item is None:
+            return
+        elif tag == "div" and attrs.get("class") == "share-bar":
+            self._in_bar = self._item["bar"] = True
+        elif self._in_bar and tag == "span":
+            width = re.fullmatch(r"width: ([0-9.]+)%; background: (#[0-9a-f]{6})", attrs["style"])
+            assert width, attrs["style"]
+            self._item["segments"].append((attrs["data-share"], float(width[1]), attrs["title"]))
+        elif tag == "tr" and self._item["bar"]:
+            self._row = []
+        elif tag == "td" and self._row is not None:
+            self._cell = []
+
+    def handle_endtag(self, tag):
+        if tag == "div":
+            self._in_bar = False
+        elif tag == "td" and self._cell is not None and self._row is not None:
+            self._row.append(" ".join("".join(self._cell).split()))
+            self._cell = None
+        elif tag == "tr" and self._row is not None:
+            if self._row:  # the header's cells are th
+                self._item["rows"].append(self._row)  # type: ignore[index]
+            self._row = None
+        elif tag == "li":
+            self._item = None
+
+    def handle_data(self, data):
+        if self._item is not None and not self._item["bar"]:
+            self._item["head"].append(data)
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def _pct(x: float) -> str:
+    return "%.1f%%" % (100 * x)  # as the page formats a share, a rate or a confidence
+
+
+@pytest.fixture(scope="module")
+def rates_report(strain_run, tmp_path_factory) -> dict:
+    """A rates diagnosis of the strain run (a small budget; ``--confidence 0.95`` leaves most failing
+    instances Undetermined and names the others) and `trace report` of it."""
+    root = tmp_path_factory.mktemp("rates-report")
+    diag, page = root / "diag", root / "report.html"
+    done = run_trace("diagnose", str(strain_run), "--method", "rates", "--budget", "6", "--confidence", "0.95",
+                     "--out", str(diag), timeout=600)
+    assert done.returncode == 0, done.stderr
+    made = run_trace("report", str(strain_run), "--diagnosis", str(diag), "--out", str(page), timeout=600)
+    assert made.returncode == 0, made.stderr
+    return {"diag": diag, "html": page}
+
+
+def test_the_report_shows_each_failing_instances_shares_confidence_and_chain(rates_report):
+    from test_report_page import unpack
+    from tracebench.diagnose import rules, sources
+
+    titles = {name: s.title for name, s in sources().items()}
+    rule_titles = {r.name: r.title for r in rules()}
+    _, bodies = unpack(rates_report["html"].read_text(encoding="utf-8"))
+    kinds = Counter()
+    for tree in TREES.read(rates_report["diag"]):
+        parser = _RatesItems()
+        parser.feed(bodies[tree.case_id])
+        shown = [a for a in tree.attributions if a.root != "pass"]  # as the page lists them
+        assert len(parser.items) == len(shown), tree.case_id
+        for a, item in zip(shown, parser.items):
+            head = " ".join("".join(item["head"]).split())
+            assert head.startswith(f"{a.target} ({a.op.value}): "), head
+            if a.root != "fail":  # abstained at the root: no chain, the first-pass line
+                assert not item["bar"] and a.shares is None
+                continue
+            assert "rates" in item["attrs"]["class"].split() and item["attrs"]["data-source"] == a.source
+            named = head.split("): ", 1)[1]
+            if a.source == "undetermined":
+                kinds["undetermined"] += 1
+                assert named == f"Undetermined (best guess: {titles[a.guess]}, confidence {_pct(a.confidence)})"
+                assert "undetermined" in item["attrs"]["class"].split()
+            else:
+                kinds["named"] += 1
+                assert named == f"{titles[a.source]}, confidence {_pct(a.confidence)}"
+            segments = item["segments"]
+            assert [key for key, _, _ in segments] == [s for s, e in a.shares.items() if e.mean > 0]
+            assert abs(sum(width for _, width, _ in segments) - 100.0) < 1.0, segments
+            for key, width, title in segments:
+                share = a.shares[key]
+                assert width == pytest.approx(100 * share.mean, abs=0.006)
+                assert title == f"{titles[key]}: {_pct(share.mean)} [{_pct(share.low)}, {_pct(share.high)}]"
+            assert item["rows"] == [[step.node, rule_titles[step.rule] if step.rule else "root",
+                                     f"{step.fails} / {step.trials}",
+                                     f"{_pct(step.rate.mean)} [{_pct(step.rate.low)}, {_pct(step.rate.high)}]"]
+                                    for step in a.chain]
+    assert kinds["undetermined"] > 0 and kinds["named"] > 0, kinds
+
+
+def test_a_rates_reports_share_bars_fill_their_width_on_a_phone(rates_report):
+    from playwright.sync_api import sync_playwright
+
+    from test_report import FLAGS, _chromium, open_case
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=_chromium(), args=FLAGS)
+        page = browser.new_page(viewport={"width": 390, "height": 844})
+        problems: list[str] = []
+        page.on("pageerror", lambda e: problems.append(str(e)))
+        page.goto(rates_report["html"].as_uri())
+        cases = page.locator("details.case[data-tree]")
+        for k in range(min(cases.count(), 6)):
+            open_case(cases.nth(k))
+        bars = page.evaluate("""() => [...document.querySelectorAll('.share-bar')].map(bar => ({
+            inner: bar.clientWidth, right: bar.getBoundingClientRect().right,
+            segments: [...bar.children].reduce((sum, s) => sum + s.getBoundingClientRect().width, 0)}))""")
+        wide = page.evaluate("document.documentElement.scrollWidth")
+        browser.close()
+    assert bars and problems == []
+    for bar in bars:
+        assert abs(bar["segments"] - bar["inner"]) <= 2 and bar["right"] <= 390, bar
+    assert wide <= 390

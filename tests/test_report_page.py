@@ -105,6 +105,7 @@ def test_case_bodies_hold_what_a_case_shows(default_world, tmp_path):
     for cid, body in bodies.items():
         case = run.cases[cid]
         assert body.count('<table class="questions">') == 1 and body.count("<tr><td><code>") == len(case.checklist)
+        assert "share-bar" not in body and "table class=\"chain\"" not in body  # first-pass: no rates view
     first = bodies[default_world["first"]]
     assert "&lt;script&gt;alert(&#34;injected&#34;)&lt;/script&gt;" in first and "<script" not in first
     assert "<div class=\"prompt\">" not in html.split('<div id="case-list">', 1)[1]  # no body outside its pack

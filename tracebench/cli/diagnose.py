@@ -43,7 +43,8 @@ def register(sub) -> None:
                    help="first-pass: the paper's rule, the first simplification after which a failing instance "
                         "passes (default; about 6 generations per tree, biased when the generator is random); rates: "
                         "each failing instance's failure rate along its chain from fresh generations, and the share "
-                        "of its hazard each simplification removes, with a confidence (docs/diagnose.md)")
+                        "of its hazard each simplification removes, with a confidence; it takes no --shard "
+                        "(docs/diagnose.md)")
     p.add_argument("--budget", type=_positive, default=60.0, metavar="N",
                    help="--method rates: generations per tree, a mean over the diagnosis (default 60)")
     p.add_argument("--delta", type=_fraction, default=0.2, metavar="D",
@@ -130,9 +131,11 @@ def run(args) -> int:
         raise TraceError("--dry-run needs --formula; to see a run's trees without model calls use --export-nodes DIR")
     if args.out is None and args.export_nodes is None:
         raise TraceError("give --out DIAG_DIR (or --export-nodes DIR to only write the nodes)")
-    from ..diagnose import DiagnoseOptions, diagnose_run, export_nodes
+    from ..diagnose import RATES_NO_SHARD, DiagnoseOptions, diagnose_run, export_nodes
     from ..records import NODES, NODES_FILE, RUN_MANIFEST
 
+    if args.method == "rates" and args.shard and args.out is not None:  # refused before --export-nodes writes
+        raise TraceError(RATES_NO_SHARD)
     if args.export_nodes is not None:
         count = export_nodes(args.run_dir, args.export_nodes, cases=args.cases, shard=args.shard, gating=args.gating)
         roots = len({node.root for node in NODES.read(args.export_nodes)})

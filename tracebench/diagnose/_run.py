@@ -33,12 +33,16 @@ from ._diagnose import (STRATEGIES, WINDOW, Evaluated, RatesState, RootEvidence,
                         _streamed, _streamed_samples, _SummaryTally, _write_node_folder, diagnose, plan_trees)
 from ._rules import RULES_FILE, SOURCES_FILE
 
-__all__ = ["DiagnoseOptions", "METHODS", "diagnose_run", "named_providers"]
+__all__ = ["DiagnoseOptions", "METHODS", "RATES_NO_SHARD", "diagnose_run", "named_providers"]
 
 FIRST_PASS, RATES = "first-pass", "rates"
 METHODS = (FIRST_PASS, RATES)
 # rates fits its priors on a window's counts (carried to the next): a larger window by default
 RATES_WINDOW = 1000
+# why --method rates is not sharded: what one shard estimates depends on the cases of the others
+RATES_NO_SHARD = ("--method rates takes no --shard: it fits its priors on, and spends --budget across, all the "
+                  "cases it diagnoses together, so shards would not merge into the unsharded diagnosis; diagnose "
+                  "the run in one folder (--concurrency or --executor ray spread its generations)")
 
 
 
@@ -89,6 +93,8 @@ class DiagnoseOptions:
             if self.strategy != "full" or (self.repeats or 1) > 1:
                 raise TraceError("--method rates decides how many generations each node gets (--budget): it takes "
                                  "neither --strategy adaptive nor --repeats")
+            if self.shard is not None:
+                raise TraceError(RATES_NO_SHARD)
             try:
                 self.rates_settings()
             except ValueError as e:

@@ -269,6 +269,7 @@ class _CaseContext:
     body: Any  # the Jinja2 template of a case's body
     titles: dict[str, str]
     rule_titles: dict[str, str]
+    colours: dict[str, str]  # a source's key -> the colour of its segment in a rates diagnosis's share bars
 
     def tree(self, case_id: str) -> DiagnosticTree | None:
         return self.trees.get(case_id) if self.trees is not None else None
@@ -447,7 +448,8 @@ def build_report(run_dir: Path, out: Path, *, diagnosis: Path | None = None, com
     context = _CaseContext(run_root=Path(run_dir), cases_dir=run.cases_dir, images=images, diag_dir=diag_dir,
                            trees=trees, gating=gating, body=html_environment().get_template(CASE_TEMPLATE),
                            titles={s["name"]: s["title"] for s in sources},
-                           rule_titles=_rule_titles())  # likewise diagnose/rules.toml for the rules
+                           rule_titles=_rule_titles(),  # likewise diagnose/rules.toml for the rules
+                           colours={s["name"]: s["colour"] for s in sources})
     page = html_environment().get_template(TEMPLATE).generate(
         tool=f"tracebench {__version__}", runs=_overall(runs), board=headline, best=best,
         protocols=_protocol_rows(runs), operators=OPERATORS, plots=plots, cases=_case_items(run, context),
@@ -553,13 +555,23 @@ def _plots_of(runs: list[_RunView], summary) -> dict[str, Markup | None]:
     }
 
 
+# the colour of each source's segment in a rates diagnosis's share bars (Okabe and Ito's palette,
+# told apart with any colour vision); a source diagnose/sources.toml adds later takes the next spare one
+SOURCE_COLOURS = {"stable_success": "#009e73", "persistent_failure": "#d55e00", "global_reference": "#0072b2",
+                  "joint_composition": "#e69f00", "relation_attribute": "#cc79a7", "reference_clutter": "#56b4e9",
+                  "undetermined": "#999999"}
+_SPARE_COLOURS = ("#f0e442", "#000000", "#8c564b", "#17becf")
+
+
 def _sources() -> list[dict[str, str]]:
     """The failure sources as the page lists them: the one mapping from a source's key to its
     display name (diagnose/sources.toml), for the failure-source table and the attributions under
-    each tree alike."""
+    each tree alike, and the colour of its segment in a share bar."""
     from ..diagnose import sources as source_catalogue
 
-    return [{"name": name, "title": s.title, "means": s.means} for name, s in source_catalogue().items()]
+    spare = iter(_SPARE_COLOURS * len(source_catalogue()))
+    return [{"name": name, "title": s.title, "means": s.means,
+             "colour": SOURCE_COLOURS.get(name) or next(spare)} for name, s in source_catalogue().items()]
 
 
 def _case_items(run, context: _CaseContext) -> Iterator[dict[str, Any]]:
@@ -594,7 +606,8 @@ def _case_item(item, tree: DiagnosticTree | None, context: _CaseContext) -> dict
     view = _case_view(item.case, outcomes, shown, tree, context)
     if len(samples) > 1:
         view["samples"] = _sample_views(item.case, samples, context)
-    html = context.body.render(case=view, titles=context.titles, rule_titles=context.rule_titles)
+    html = context.body.render(case=view, titles=context.titles, rule_titles=context.rule_titles,
+                               colours=context.colours)
     return {"id": view["id"], "slot": view["slot"], "application": view["application"],
             "failing_ops": view["failing_ops"], "tree": view["tree"] is not None,
             "body": base64.b64encode(zlib.compress(html.encode("utf-8"), 9)).decode(),

@@ -31,11 +31,10 @@ import time
 from pathlib import Path
 
 from _machine import compile_bytecode, machine
+from _shares import SOURCES, scored
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILES = ("strain", "global-interference,composition-interference:2")
-SOURCES = ("joint_composition", "global_reference", "persistent_failure", "relation_attribute", "reference_clutter",
-           "undetermined")
 
 
 def _diagnosed(run: Path, out: Path, strategy: str) -> tuple[dict, float]:
@@ -49,77 +48,31 @@ def _diagnosed(run: Path, out: Path, strategy: str) -> tuple[dict, float]:
     return {tree.case_id: tree for tree in TREES.read(out)}, summary.nodes_per_case
 
 
-def _rates(run: Path, out: Path, bench: Path, profile: str, budget: float, flip: float) -> dict:
+def _rates(run: Path, out: Path, bench: Path, profile: str, judge: str, budget: float, flip: float) -> dict:
     """``--method rates`` through the real diagnosis (the run harness, the call cache, rounds),
     scored against the zoo's exact shares: tolerant accuracy (Undetermined wrong), expected
     calibration error (6 bins) of the reported confidence, generations per tree, Table 3's mix."""
-    import numpy as np
-    from tracebench.diagnose import DiagnoseOptions, diagnose_run, exact_shares, plan_trees
-    from tracebench.operators import Instance, Operator
+    from tracebench.diagnose import DiagnoseOptions, diagnose_run
     from tracebench.providers import ModelSettings
     from tracebench.records import TREES
-    from tracebench.sample import read_cases
-    from tracebench.zoo import parse_profile
 
     started = time.perf_counter()
     summary = diagnose_run(run, out, DiagnoseOptions(method="rates", budget=budget, flip=flip, progress=False,
                                                      settings=ModelSettings(max_retries=0, timeout=60.0)))
-    trees = {tree.case_id: tree for tree in TREES.read(out)}
-    plan = plan_trees([case for case in read_cases(bench) if case.id in trees])
-    right, confidence, named, exact_mix, misread = [], [], 0, {}, 0
-    for tree in plan.trees:
-        failing = {Instance(Operator(a.op), a.target): a for a in trees[tree.root.id].attributions if a.root == "fail"}
-        exact = exact_shares(tree.nodes, plan.node_cases(tree), parse_profile(profile), failing)
-        for instance, a in failing.items():
-            if instance not in exact:  # read failed by an erring judge where the generator cannot fail it
-                misread += 1
-                continue
-            shares = exact[instance]
-            guess = a.guess or a.source
-            ok = shares.share(guess) >= max(shares.shares.values()) - 0.2 - 1e-12
-            right.append(ok and a.source != "undetermined")
-            confidence.append((a.confidence, ok))
-            named += a.source != "undetermined"
-            exact_mix[shares.dominant] = exact_mix.get(shares.dominant, 0) + 1
-    conf = np.array([c for c, _ in confidence])
-    ok = np.array([o for _, o in confidence], dtype=float)
-    bins = np.minimum((conf * 6).astype(int), 5)
-    ece = sum(abs(conf[bins == b].mean() - ok[bins == b].mean()) * (bins == b).sum() for b in range(6)
-              if (bins == b).any()) / len(conf)
-    total = sum(exact_mix.values())
-    exact_mix = {s: n / total for s, n in exact_mix.items()}
-    mix = {s: m.share for s, m in (summary.mix or {}).items()}
-    return {"method": "rates", "budget": budget, "flip": flip, "instances": len(right), "misread": misread,
-            "tolerant_accuracy": round(float(np.mean(right)), 4), "undetermined": len(right) - named,
-            "ece": round(float(ece), 4), "generations_per_tree": summary.generations_per_tree,
-            "mix_error": {s: round(abs(mix.get(s, 0.0) - exact_mix.get(s, 0.0)), 4) for s in exact_mix},
-            "mix_covered": {s: bool(summary.mix[s].low <= exact_mix[s] <= summary.mix[s].high)
-                            for s in exact_mix if summary.mix and s in summary.mix},
-            "seconds": round(time.perf_counter() - started, 1)}
+    s = scored(bench, {tree.case_id: tree for tree in TREES.read(out)}, profile, judge)
+    return {"method": "rates", "budget": budget, "flip": flip, "instances": s.accuracy.instances, "misread": s.misread,
+            "tolerant_accuracy": round(s.accuracy.tolerant_accuracy or 0.0, 4), "undetermined": s.undetermined,
+            "ece": round(s.ece, 4), "generations_per_tree": summary.generations_per_tree,
+            "mix_error": {k: round(v, 4) for k, v in s.mix_error(summary.mix).items()},
+            "mix_covered": s.mix_covered(summary.mix), "seconds": round(time.perf_counter() - started, 1)}
 
 
 def _scored(bench: Path, trees: dict, profile: str, judge: str) -> dict:
     """The diagnosis's attributions of the instances that failed in the run, against their exact shares."""
-    from tracebench.diagnose import exact_shares, plan_trees, share_accuracy
-    from tracebench.operators import Instance, Operator
-    from tracebench.sample import read_cases
-    from tracebench.zoo import parse_profile
-
-    roots = [case for case in read_cases(bench) if case.id in trees]
-    plan = plan_trees(roots)
-    named, misread = [], 0
-    for tree in plan.trees:
-        failing = {Instance(Operator(a.op), a.target): a.source for a in trees[tree.root.id].attributions
-                   if a.root == "fail"}
-        exact = exact_shares(tree.nodes, plan.node_cases(tree),
-                             parse_profile(profile), failing)
-        missing = set(failing) - set(exact)
-        if missing and judge == "oracle":  # an instance that failed has a rate above 0
-            raise SystemExit(f"case {tree.root.id}: no exact hazard for {sorted(missing)}")
-        misread += len(missing)  # an erring judge's: read failed where the generator cannot fail
-        named += [(failing[i], exact[i]) for i in failing if i in exact]
-    score = share_accuracy(named)
-    return {"instances": score.instances, "misread": misread, "tolerant_accuracy": round(score.tolerant_accuracy or 0.0, 4),
+    found = scored(bench, trees, profile, judge)
+    score = found.accuracy
+    return {"instances": score.instances, "misread": found.misread,
+            "tolerant_accuracy": round(score.tolerant_accuracy or 0.0, 4),
             "clear": score.clear, "dominant_accuracy_clear": round(score.dominant_accuracy or 0.0, 4),
             "exact_mix": {s: round(score.exact_mix.get(s, 0.0), 4) for s in SOURCES},
             "first_pass_mix": {s: round(score.named_mix.get(s, 0.0), 4) for s in SOURCES}}
@@ -177,7 +130,7 @@ def main() -> None:
         for i, profile in enumerate(p.strip() for p in args.profiles.split(";")):
             results.append(_profile(bench, Path(tmp) / f"p{i}", profile, args.judge))
             results[-1]["rates"] = [_rates(Path(tmp) / f"p{i}" / "run", Path(tmp) / f"p{i}" / f"rates{b:g}", bench,
-                                           profile, b, args.flip) for b in args.rates]
+                                           profile, args.judge, b, args.flip) for b in args.rates]
             if not args.json:
                 _print(results[-1])
                 for r in results[-1]["rates"]:

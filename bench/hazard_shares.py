@@ -62,7 +62,7 @@ def _rates(run: Path, out: Path, bench: Path, profile: str, budget: float, flip:
     summary = diagnose_run(run, out, DiagnoseOptions(method="rates", budget=budget, flip=flip, progress=False,
                                                      settings=ModelSettings(max_retries=0, timeout=60.0)))
     trees = {tree.case_id: tree for tree in TREES.read(out)}
-    plan = plan_trees([case for case in read_cases(bench) if case.id in trees])
+    plan = plan_trees([case for case in read_cases(bench) if case.id in trees], paper_stop=False)  # rates' trees
     right, confidence, named, exact_mix = [], [], 0, {}
     for tree in plan.trees:
         failing = {Instance(Operator(a.op), a.target): a for a in trees[tree.root.id].attributions if a.root == "fail"}

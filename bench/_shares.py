@@ -102,7 +102,8 @@ def scored(bench: Path, trees: Mapping[str, DiagnosticTree], profile: str, judge
     from tracebench.sample import read_cases
     from tracebench.zoo import parse_profile
 
-    plan = plan_trees([case for case in read_cases(bench) if case.id in trees])
+    rates = any(tree.method == "rates" for tree in trees.values())  # rates' trees keep the carrier-alone step
+    plan = plan_trees([case for case in read_cases(bench) if case.id in trees], paper_stop=not rates)
     pairs: list = []
     misread = 0
     for tree in plan.trees:

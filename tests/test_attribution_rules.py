@@ -239,7 +239,7 @@ def test_a_fail_below_a_decided_node_under_an_unknown_clouds_the_flag():
     f1 = Instance(Operator.ANCHOR, "f1")
     results = _all(nodes, FAILED)
     results["N1"][f1] = ABSTAINED
-    results["N3c"][f1] = results["N4b"][f1] = PASSED  # the last child of N2a passes, and below it too
+    results["N3c"][f1] = PASSED  # the last child of N2a passes (f1 ⊕ g_material1: a leaf, the paper's stop)
     found = _finding(nodes, results, "f1")
     assert (found.source, found.unknown, found.unstable) == ("undetermined", ("N1",), None)
 

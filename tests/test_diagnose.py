@@ -18,6 +18,7 @@ from tracebench.diagnose import (NODES_FILE, SUMMARY_FILE, TREES_FILE, attribute
                                  compositions_of, DiagnoseOptions, diagnose_run, node_case, number_terms, plan_trees, root_formula,
                                  draw_tree, rules, sources, summarize_sources, targets, tree_nodes)
 from tracebench.errors import TraceError
+from tracebench.operators import LOCAL_ROLES
 from tracebench.formula import Anchor, Apply, Compose, Disentangle, Expr, Text, analyze, parse, slot_count, to_text
 from tracebench.records import Case, DiagnosisSummary, DiagnosticTree, NodeOccurrence
 from tracebench.outcomes import ABSTAINED, FAILED, PASSED, Outcome
@@ -31,10 +32,10 @@ SETTINGS = ModelSettings(max_retries=0, timeout=30.0)
 NAME = re.compile(r"N(\d+)([a-z]|[0-9]+)*")
 
 
-def tree(formula: str) -> dict[str, tuple[str | None, str | None, str, str | None]]:
-    """node id -> (parent, rule, formula, same_as)."""
+def tree(formula: str, paper_stop: bool = True) -> dict[str, tuple[str | None, str | None, str, str | None]]:
+    """node id -> (parent, rule, formula, same_as); ``paper_stop``: first-pass's tree, else rates'."""
     return {n.id: (n.parent, n.rule, to_text(n.formula, ascii=True), n.same_as)
-            for n in tree_nodes(build_tree(parse(formula)))}
+            for n in tree_nodes(build_tree(parse(formula), paper_stop=paper_stop))}
 
 
 # ------------------------------------------------------------------------------ rules on hand-written formulas
@@ -47,6 +48,30 @@ def test_the_papers_slot_4_example():
         "N2b": ("N1", "composition_flattening", "C1(T_e1, f2, T_e3)", None),
         "N2c": ("N1", "composition_flattening", "C1(T_e1, T_e2, f3)", None),
     }
+
+
+def test_the_papers_worked_example_has_the_papers_ten_nodes():
+    """Eq. 5, the paper's worked example: the tree stops at one attribute transfer, so N3c
+    (f2 ⊕ g2) and N3d (f2 ⊕ g3) are leaves, as N3b (the carrier f2 alone) is."""
+    example = "C( C(f1, T_e ⊕ g1) ⊕ g_rel , f2 ⊕ g2 ⊕ g3 ) ⊕ g_global"
+    assert tree(example) == {
+        "N0": (None, None, "C1(C2(f1, T_e1 + g1) + g_rel1, f2 + g2 + g3) + g_global1", None),
+        "N1": ("N0", "global_stripping", "C1(C2(f1, T_e1 + g1) + g_rel1, f2 + g2 + g3)", None),
+        "N2a": ("N1", "composition_flattening", "C1(C2(f1, T_e1 + g1) + g_rel1, T_e3)", None),
+        "N2b": ("N1", "composition_flattening", "C1(C2(T_e2, T_e1) + T_rel1, f2 + g2 + g3)", None),
+        "N3a": ("N2a", "relation_simplification", "C1(C2(f1, T_e1 + g1) + T_rel1, T_e3)", None),
+        "N3b": ("N2b", "attribute_removal", "C1(C2(T_e2, T_e1) + T_rel1, f2)", None),
+        "N3c": ("N2b", "attribute_removal", "C1(C2(T_e2, T_e1) + T_rel1, f2 + g2)", None),
+        "N3d": ("N2b", "attribute_removal", "C1(C2(T_e2, T_e1) + T_rel1, f2 + g3)", None),
+        "N4a": ("N3a", "composition_flattening", "C1(C2(f1, T_e1) + T_rel1, T_e3)", None),
+        "N4b": ("N3a", "composition_flattening", "C1(C2(T_e2, T_e1 + g1) + T_rel1, T_e3)", None),
+    }
+    # --method rates splits each one-attribute transfer into its carrier too: 12 nodes, the two
+    # more repeating N3b (references, not generated again)
+    rates = tree(example, paper_stop=False)
+    assert len(rates) == 12 and {k: v for k, v in rates.items() if k not in ("N4c", "N4d")} == tree(example)
+    assert rates["N4c"] == ("N3c", "attribute_removal", "C1(C2(T_e2, T_e1) + T_rel1, f2)", "N3b")
+    assert rates["N4d"] == ("N3d", "attribute_removal", "C1(C2(T_e2, T_e1) + T_rel1, f2)", "N3b")
 
 
 def test_global_terms_are_stripped_one_at_a_time():
@@ -71,8 +96,15 @@ def test_an_inner_relation_waits_for_the_outer_split():
 
 
 def test_attribute_removal_keeps_the_carrier_and_each_attribute_alone():
-    nodes = tree("f ⊕ g_pattern ⊕ g_material")
-    assert [(k, v[2], v[3]) for k, v in nodes.items()] == [
+    # each one-attribute child is one attribute transfer: a leaf under the paper's stop rule
+    assert [(k, v[2], v[3]) for k, v in tree("f ⊕ g_pattern ⊕ g_material").items()] == [
+        ("N0", "f1 + g_pattern1 + g_material1", None),
+        ("N1a", "f1", None),
+        ("N1b", "f1 + g_pattern1", None),
+        ("N1c", "f1 + g_material1", None),
+    ]
+    # --method rates splits those too, into the carrier alone: the sub-case of N1a again
+    assert [(k, v[2], v[3]) for k, v in tree("f ⊕ g_pattern ⊕ g_material", paper_stop=False).items()] == [
         ("N0", "f1 + g_pattern1 + g_material1", None),
         ("N1a", "f1", None),
         ("N1b", "f1 + g_pattern1", None),
@@ -88,14 +120,27 @@ def test_attribute_removal_keeps_the_carrier_and_each_attribute_alone():
                                      "C(T_e ⊕ g_attach, T_e)"])
 def test_one_slot_is_a_leaf(formula):
     assert list(tree(formula)) == ["N0"]
+    assert list(tree(formula, paper_stop=False)) == ["N0"]
+
+
+@pytest.mark.parametrize("formula", ["f ⊕ g", "f ⊕ g_attach", "f ⊕ g_ip", "C(f ⊕ g_material, T_e)",
+                                     "C(C(T_e, T_e) ⊕ T_rel, f ⊕ g)"])
+def test_one_attribute_transfer_is_a_leaf_under_the_papers_stop_rule(formula):
+    assert list(tree(formula)) == ["N0"]
+    rates = tree(formula, paper_stop=False)  # rates: the carrier alone too
+    assert list(rates) == ["N0", "N1"] and rates["N1"][1] == "attribute_removal" and "g" not in rates["N1"][2]
 
 
 def test_names_letter_the_nodes_of_each_depth_as_the_paper_does():
     names = list(tree("C(C(Te+g, f+g)+g_rel, Te+g, f+g)+g_global"))
     # the inner split is N4a/N4b, as in the paper's Fig. 10; a depth with one node has no letter
-    assert names == ["N0", "N1", "N2a", "N2b", "N2c", "N3a", "N3b", "N4a", "N4b", "N5"]
+    assert names == ["N0", "N1", "N2a", "N2b", "N2c", "N3", "N4a", "N4b"]
     graph = build_tree(parse("C(C(Te+g, f+g)+g_rel, Te+g, f+g)+g_global"))
-    assert [graph.nodes[n]["node"].parent for n in ("N3b", "N4a", "N5")] == ["N2c", "N3a", "N4b"]
+    assert [graph.nodes[n]["node"].parent for n in ("N3", "N4a", "N4b")] == ["N2a", "N3", "N3"]
+    # rates splits f1 ⊕ g2 (N4b) and f2 ⊕ g4 (N2c) into their carriers: N3b and N5
+    rates = tree("C(C(Te+g, f+g)+g_rel, Te+g, f+g)+g_global", paper_stop=False)
+    assert list(rates) == ["N0", "N1", "N2a", "N2b", "N2c", "N3a", "N3b", "N4a", "N4b", "N5"]
+    assert [rates[n][0] for n in ("N3b", "N4a", "N5")] == ["N2c", "N3a", "N4b"]
 
 
 def test_labels_past_z_go_on_as_aa_ab():
@@ -106,7 +151,7 @@ def test_labels_past_z_go_on_as_aa_ab():
 
 
 def test_a_repeated_sub_case_is_drawn_as_a_reference():
-    drawn = draw_tree(build_tree(parse("f ⊕ g_pattern ⊕ g_material")))
+    drawn = draw_tree(build_tree(parse("f ⊕ g_pattern ⊕ g_material"), paper_stop=False))
     assert "N2a  [attribute_removal] → N1a (the same sub-case)" in drawn
     assert drawn.count("keeps:") == 4  # the root, N1a, N1b, N1c: the references keep nothing of their own
 
@@ -141,9 +186,62 @@ def _frame(expr: Expr):
     return "E"
 
 
+def _one_transfer(formula: Expr) -> bool:
+    """Whether a formula's reference-conditioned content is one attribute transfer ``E ⊕ g``: an
+    anchor and one attribute (a local, attach or ip g) on it, nothing else."""
+    terms = [t for t in analyze(formula) if t.op in ("f", "g")]
+    anchors = [t for t in terms if t.role == "anchor"]
+    return (len(terms) == 2 and len(anchors) == 1
+            and any(t.role in LOCAL_ROLES and t.carrier is anchors[0].node for t in terms))
+
+
+def _paths(graph) -> dict[tuple[str, ...], object]:
+    """A tree's nodes by the formulas from the root down to them (what two trees of one formula
+    can be compared by: a node added at a depth renames the nodes after it)."""
+    paths: dict[str, tuple[str, ...]] = {}
+    for n in tree_nodes(graph):
+        paths[n.id] = (paths[n.parent] if n.parent else ()) + (to_text(n.formula),)
+    return {paths[n.id]: (n, paths.get(n.same_as)) for n in tree_nodes(graph)}
+
+
+def _without(expr: Expr, term) -> Expr:
+    """The formula without one of its modifiers."""
+    if isinstance(expr, Compose):
+        return Compose(tuple(_without(a, term) for a in expr.args), expr.index)
+    if isinstance(expr, Apply):
+        carrier, modifiers = _without(expr.carrier, term), tuple(m for m in expr.modifiers if m is not term)
+        return Apply(carrier, modifiers) if modifiers else carrier
+    return expr
+
+
 @given(valid_exprs())
-def test_tree_properties(expr):
-    graph = build_tree(expr)
+def test_first_pass_stops_at_one_attribute_transfer_and_rates_splits_off_its_carrier(expr):
+    """The paper's stop rule: no first-pass node holding one attribute transfer E ⊕ g has a
+    child; the rates tree of the same formula is the first-pass tree plus, under each such node,
+    one child holding the carrier E alone (a leaf, or a reference to the same sub-case)."""
+    paper, rates = build_tree(expr), build_tree(expr, paper_stop=False)
+    first, split = _paths(paper), _paths(rates)
+    assert set(first) <= set(split)
+    expected = set()
+    for path, (node, same_as) in first.items():
+        twin, twin_same_as = split[path]
+        assert (twin.parent is None, twin.rule, twin.depth, twin.targets, same_as) == \
+            (node.parent is None, node.rule, node.depth, node.targets, twin_same_as)
+        if _one_transfer(node.formula):
+            assert not list(paper.successors(node.id))
+            if node.same_as is None:
+                g = next(t.node for t in analyze(node.formula) if t.role in LOCAL_ROLES)
+                expected.add(path + (to_text(_without(node.formula, g)),))
+    assert set(split) - set(first) == expected
+    for path in expected:
+        child, _ = split[path]
+        assert child.rule == "attribute_removal" and child.slot == 1 and not list(rates.successors(child.id))
+
+
+@pytest.mark.parametrize("paper_stop", [True, False], ids=["first-pass", "rates"])
+@given(expr=valid_exprs())
+def test_tree_properties(expr, paper_stop):
+    graph = build_tree(expr, paper_stop=paper_stop)
     nodes = tree_nodes(graph)
     root = nodes[0].formula
     by_id = {n.id: n for n in nodes}
@@ -158,8 +256,11 @@ def test_tree_properties(expr):
         assert node.slot < parent.slot
         assert set(node.targets) <= set(parent.targets)
         if not list(graph.successors(node.id)) and node.same_as is None and slot_count(root) >= 1:
-            assert node.slot == 1  # a leaf holds one reference-conditioned unit
-    assert [n.to_json() for n in tree_nodes(build_tree(expr))] == [n.to_json() for n in nodes]  # deterministic
+            # a leaf holds one reference-conditioned unit (under the paper's stop rule, one
+            # attribute transfer E ⊕ g is one too)
+            assert node.slot == 1 or (paper_stop and _one_transfer(node.formula))
+    again = tree_nodes(build_tree(expr, paper_stop=paper_stop))
+    assert [n.to_json() for n in again] == [n.to_json() for n in nodes]  # deterministic
 
 
 # ------------------------------------------------------------------------------ sub-cases of sampled cases
@@ -298,40 +399,50 @@ def test_relative_depth_is_measured_on_the_path_of_the_first_pass():
     """§C.3: 0 is the complete case, 1 the most simplified node of that path keeping the
     instance, not the deepest node of the whole tree."""
     nodes = tree_nodes(build_tree(parse("C(C(Te+g, f+g)+g_rel, Te+g, f+g)+g_global")))
-    by_id = {n.id: n for n in nodes}
-    assert max(n.depth for n in nodes) == 5
+    assert max(n.depth for n in nodes) == 4
     f1, f2, g2 = ("anchor", "f1"), ("anchor", "f2"), ("disentangle", "g2")
     results = {n.id: {i: FAILED for i in n.targets} for n in nodes}
 
     def found(instance):
         return next(f for f in attribute(nodes, results) if (f.op, f.target) == instance)
 
-    results["N3b"][f2] = PASSED  # f2's path: N0 N1 N2c N3b, so 3 of 3
-    assert (found(f2).node, found(f2).depth, found(f2).relative_depth) == ("N3b", 3, 1.0)
-    results["N2c"][f2] = PASSED
+    results["N2c"][f2] = PASSED  # f2's path: N0 N1 N2c (f2 ⊕ g4, a leaf), so 2 of 2
+    assert (found(f2).node, found(f2).depth, found(f2).relative_depth) == ("N2c", 2, 1.0)
+    results["N1"][f2] = PASSED
+    assert (found(f2).node, found(f2).relative_depth) == ("N1", 0.5)
+    results["N3"][f1] = PASSED  # f1's path goes on to N4b: 3 of 4
+    assert (found(f1).node, found(f1).relative_depth) == ("N3", 0.75)
+    results["N2a"][g2] = PASSED  # 2 of 4
+    assert (found(g2).node, found(g2).relative_depth) == ("N2a", 0.5)
+    results["N0"][f1] = PASSED
+    assert (found(f1).source, found(f1).relative_depth) == ("stable_success", 0.0)
+    assert found(("anchor", "f1")).record().relative_depth == 0.0
+    results["N0"][f1] = FAILED
+    results["N3"][f1] = FAILED
+    assert (found(f1).source, found(f1).relative_depth) == ("persistent_failure", None)
+
+    # the rates tree goes one step further on f1's and f2's paths (their carriers alone: N5, N3b)
+    nodes = tree_nodes(build_tree(parse("C(C(Te+g, f+g)+g_rel, Te+g, f+g)+g_global"), paper_stop=False))
+    by_id = {n.id: n for n in nodes}
+    results = {n.id: {i: FAILED for i in n.targets} for n in nodes}
+    results["N2c"][f2] = PASSED  # f2's path: N0 N1 N2c N3b, so 2 of 3
     assert (found(f2).node, found(f2).relative_depth) == ("N2c", round(2 / 3, 4))
     results["N4b"][f1] = PASSED  # f1's path goes on to N5: 4 of 5
     assert (found(f1).node, found(f1).relative_depth) == ("N4b", 0.8)
     results["N2a"][g2] = PASSED  # g2 is kept down to N4b only: 2 of 4
     assert "g2" not in [t for _, t in by_id["N5"].targets]
     assert (found(g2).node, found(g2).relative_depth) == ("N2a", 0.5)
-    results["N0"][f1] = PASSED
-    assert (found(f1).source, found(f1).relative_depth) == ("stable_success", 0.0)
-    assert found(("anchor", "f1")).record().relative_depth == 0.0
-    results["N0"][f1] = FAILED
-    results["N4b"][f1] = FAILED
-    assert (found(f1).source, found(f1).relative_depth) == ("persistent_failure", None)
 
 
 def test_two_first_passes_at_one_depth_go_to_the_node_met_first():
-    nodes = tree_nodes(build_tree(parse("C(f1 ⊕ g_pattern1, f2) ⊕ g_style1")))
+    nodes = tree_nodes(build_tree(parse("C(f1 ⊕ g_pattern1 ⊕ g_material1, f2) ⊕ g_style1")))
     c1 = ("compose", "C1")
     results = {n.id: {i: FAILED for i in n.targets} for n in nodes}
     results["N2a"][c1] = results["N2b"][c1] = PASSED  # both at depth 2, both by composition flattening
     first = next(f for f in attribute(nodes, results) if f.target == "C1")
     assert (first.node, first.depth, first.source) == ("N2a", 2, "joint_composition")
     results["N2a"][c1] = FAILED
-    results["N3"][c1] = PASSED  # deeper on N2a's path: N2b at depth 2 is the first pass
+    results["N3a"][c1] = PASSED  # deeper on N2a's path: N2b at depth 2 is the first pass
     assert next(f for f in attribute(nodes, results) if f.target == "C1").node == "N2b"
 
 

@@ -79,22 +79,28 @@ def test_a_thousand_term_chain_is_refused_by_diagnose_dry_run_in_one_line():
 
 
 def test_the_longest_chain_allowed_gets_its_whole_tree():
+    n = LANG.max_terms - 1  # attributes
     result = run_trace("diagnose", "--formula", _chain(LANG.max_terms), "--dry-run", "--json")
     assert result.returncode == 0, result.stderr
     tree = json.loads(result.stdout)
-    n = LANG.max_terms - 1  # attributes
-    # N0, then the anchor alone and each attribute alone; each of those drops its attribute
-    assert len(tree["nodes"]) == 1 + (1 + n) + n
+    # N0, then the anchor alone and each attribute alone, each one attribute transfer (a leaf)
+    assert len(tree["nodes"]) == 1 + (1 + n)
     assert [node["formula"] for node in tree["nodes"][1:4]] == ["f1", "f1 ⊕ g1", "f1 ⊕ g2"]
+    result = run_trace("diagnose", "--formula", _chain(LANG.max_terms), "--dry-run", "--json", "--method", "rates")
+    assert result.returncode == 0, result.stderr
+    tree = json.loads(result.stdout)
+    # the rates tree: each one-attribute child drops its attribute too, the sub-case of N1a again
+    assert len(tree["nodes"]) == 1 + (1 + n) + n
     assert {node["same_as"] for node in tree["nodes"][n + 2:]} == {"N1a"}
 
 
 def test_a_long_chain_costs_its_size_not_its_square():
     """Past the parser's bound (an AST built in Python): a 5,000-term chain's 10,000 nodes
-    are built and drawn (quadratic in the chain, this did not end within minutes)."""
+    (the rates tree, the larger) are built and drawn (quadratic in the chain, this did not end
+    within minutes)."""
     code = ("from tracebench.formula import Anchor, Apply, Disentangle\n"
             "from tracebench.diagnose import build_tree, draw_tree\n"
-            "graph = build_tree(Apply(Anchor(), tuple(Disentangle() for _ in range(4999))))\n"
+            "graph = build_tree(Apply(Anchor(), tuple(Disentangle() for _ in range(4999))), paper_stop=False)\n"
             "print(len(graph), len(draw_tree(graph).splitlines()))\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr

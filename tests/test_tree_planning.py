@@ -50,18 +50,20 @@ def bound_exprs(draw) -> Expr:
     return bind(draw(valid_exprs()))
 
 
-@given(bound_exprs(), labels)
-def test_a_tree_from_its_shape_is_the_tree_of_the_bound_formula(expr, words):
+@given(bound_exprs(), labels, st.booleans())
+def test_a_tree_from_its_shape_is_the_tree_of_the_bound_formula(expr, words, paper_stop):
     describe = lambda symbol: f"{words} {symbol}"  # noqa: E731  (without: tests/test_diagnose.py's trees)
     root = number_terms(expr)
-    direct = grow_tree(root, Downgrades.of(root, describe))  # the rules on the bound formula itself
-    graph = build_tree(expr, describe=describe)
+    direct = grow_tree(root, Downgrades.of(root, describe), paper_stop=paper_stop)  # the rules on the bound formula
+    graph = build_tree(expr, describe=describe, paper_stop=paper_stop)
     nodes = tree_nodes(graph)
     assert [n.to_json() for n in nodes] == [n.to_json() for n in direct]
     assert [n.formula for n in nodes] == [n.formula for n in direct]
     assert graph.graph["downgrades"] == Downgrades.of(root, describe)
     assert [(u, v, d["rule"]) for u, v, d in graph.edges(data=True)] == [(n.parent, n.id, n.rule) for n in direct[1:]]
-    assert graph.graph["shape"] is tree_shape(unbound(root))  # memoized by the unbound formula
+    # memoized by the unbound formula and the stop rule, whatever the call form
+    assert graph.graph["shape"] is tree_shape(unbound(root), paper_stop=paper_stop)
+    assert graph.graph["shape"] is tree_shape(unbound(root), False, paper_stop)
 
 
 @given(bound_exprs())
@@ -73,11 +75,12 @@ def test_the_structural_part_of_a_sub_case_ignores_bindings(expr):
         assert shape.template == to_text(template_of(node.formula))
 
 
-def test_planned_sub_cases_are_the_sub_cases_of_the_bound_trees(diagnosis_bench):
+@pytest.mark.parametrize("paper_stop", [True, False], ids=["first-pass", "rates"])
+def test_planned_sub_cases_are_the_sub_cases_of_the_bound_trees(diagnosis_bench, paper_stop):
     """plan_trees (shapes memoized across cases) against each case's tree grown on its own
-    bound formula, with each node's case made from scratch."""
+    bound formula, with each node's case made from scratch; the trees of either method."""
     cases = list(read_cases(diagnosis_bench))
-    plan = plan_trees(cases)
+    plan = plan_trees(cases, paper_stop=paper_stop)
     assert len({unbound(number_terms(root_formula(c))) for c in cases}) < len(cases)  # some shapes are shared
     assert len(plan.trees) == len(cases)
     for case, tree in zip(cases, plan.trees):
@@ -85,7 +88,7 @@ def test_planned_sub_cases_are_the_sub_cases_of_the_bound_trees(diagnosis_bench)
         describe = lambda s: terms[s].value if s in terms else None  # noqa: E731
         root = number_terms(root_formula(case))
         dg = Downgrades.of(root, describe)
-        direct = grow_tree(root, dg)
+        direct = grow_tree(root, dg, paper_stop=paper_stop)
         assert [n.to_json() for n in tree.nodes] == [n.to_json() for n in direct]
         for node in direct:
             if node.same_as is not None or node.parent is None:

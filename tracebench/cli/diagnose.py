@@ -24,7 +24,8 @@ def register(sub) -> None:
                                    "--dry-run, print the tree of one formula without any model call.",
                        epilog=EXIT_STATUSES)
     p.add_argument("run_dir", type=Path, nargs="?", help="a run folder (trace run's output)")
-    p.add_argument("--formula", help="a formula (bound or a bare template) to draw the tree of")
+    p.add_argument("--formula", help="a formula (bound or a bare template) to draw the tree of (first-pass's; "
+                                     "with --method rates, the rates tree: each E ⊕ g split into E alone too)")
     p.add_argument("--dry-run", action="store_true", help="with --formula: print the tree, call no model")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--cases", default="failing",
@@ -41,7 +42,7 @@ def register(sub) -> None:
                         "trace run --samples K, K, as the run judged its cases; at most 1000)")
     p.add_argument("--method", choices=("first-pass", "rates"), default="first-pass",
                    help="first-pass: the paper's rule, the first simplification after which a failing instance "
-                        "passes (default; about 6 generations per tree, biased when the generator is random); rates: "
+                        "passes (default; about 5.5 generations per tree, biased when the generator is random); rates: "
                         "each failing instance's failure rate along its chain from fresh generations, and the share "
                         "of its hazard each simplification removes, with a confidence; it takes no --shard "
                         "(docs/diagnose.md)")
@@ -113,7 +114,7 @@ def _dry_run(args) -> int:
     from ..diagnose import build_tree, draw_tree, tree_json
     from ..formula import parse
 
-    graph = build_tree(parse(args.formula))
+    graph = build_tree(parse(args.formula), paper_stop=args.method != "rates")  # the tree the method diagnoses
     print(json.dumps(tree_json(graph), ensure_ascii=False, indent=2) if args.json else draw_tree(graph))
     return 0
 
@@ -137,7 +138,8 @@ def run(args) -> int:
     if args.method == "rates" and args.shard and args.out is not None:  # refused before --export-nodes writes
         raise TraceError(RATES_NO_SHARD)
     if args.export_nodes is not None:
-        count = export_nodes(args.run_dir, args.export_nodes, cases=args.cases, shard=args.shard, gating=args.gating)
+        count = export_nodes(args.run_dir, args.export_nodes, cases=args.cases, shard=args.shard, gating=args.gating,
+                             paper_stop=args.method != "rates")
         roots = len({node.root for node in NODES.read(args.export_nodes)})
         print(f"{args.export_nodes}: {count} sub-cases, the nodes of {roots} cases' diagnostic trees ({NODES_FILE} "
               f"says where each sits)")

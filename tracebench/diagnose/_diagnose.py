@@ -119,17 +119,19 @@ def _short(key: str) -> bytes:
 
 
 @fewer_collections()  # the plan's many objects all live on: collector passes would find nothing
-def plan_trees(roots: Sequence[Case], names: dict[bytes, str] | None = None) -> TreePlan:
+def plan_trees(roots: Sequence[Case], names: dict[bytes, str] | None = None, *, paper_stop: bool = True) -> TreePlan:
     """Build the trees and their sub-cases; identical sub-cases (within or across trees) are one.
     ``names``: sub-case key (:func:`_short`) -> id of the sub-cases planned before (an earlier
-    window of the same diagnosis), so that a sub-case met again keeps the id it was first given."""
+    window of the same diagnosis), so that a sub-case met again keeps the id it was first given.
+    ``paper_stop``: the trees of ``--method first-pass`` (the paper's stop rule: one attribute
+    transfer ``E ⊕ g`` is a leaf), else of ``--method rates`` (:func:`~._tree.grow_tree`)."""
     trees, cases, occurrences = [], {}, []
     names = names or {}
     for root in roots:
         terms = {t.symbol: t for t in root.terms}
         formula = root_formula(root)  # parsed and checked
         graph = bound_tree(number_terms(formula), lambda s, terms=terms: terms[s].value if s in terms else None,
-                           clutter=bool(root.distractors))
+                           clutter=bool(root.distractors), paper_stop=paper_stop)
         tree = _Tree(root, tree_nodes(graph), graph)
         downgrades = graph.graph["downgrades"]
         for node, unbound_node in zip(tree.nodes, graph.graph["shape"].nodes):
@@ -424,7 +426,7 @@ def diagnose(roots: Sequence[Case], root_verdicts: dict[str, dict[str, Outcome]]
         raise TraceError(f"--strategy: {strategy!r} is neither full nor adaptive")
     if not 1 <= repeats <= MAX_SAMPLES:
         raise TraceError(f"--repeats: {repeats} must be from 1 to {MAX_SAMPLES}")
-    plan = plan or plan_trees(roots)
+    plan = plan or plan_trees(roots, paper_stop=evidence.rates is None)
     if evidence.rates is not None:
         return _rates_trees(plan, root_verdicts, evaluate, evidence, gating, evidence.rates)
     evaluation = _strategy_rounds(plan, strategy, root_verdicts, evaluate, evidence, gating, repeats)
@@ -735,15 +737,16 @@ def format_summary(summary: DiagnosisSummary) -> str:
 
 
 def export_nodes(run_dir: Path, out: Path, *, cases: str = "failing", shard: tuple[int, int] | None = None,
-                 gating: Gating | str = Gating.WITHIN) -> int:
+                 gating: Gating | str = Gating.WITHIN, paper_stop: bool = True) -> int:
     """Write every node of the chosen cases' whole trees as one benchmark folder (roots as
-    ``<case>.N0``) with ``nodes.jsonl`` saying where each sub-case sits; returns the count."""
+    ``<case>.N0``) with ``nodes.jsonl`` saying where each sub-case sits; returns the count.
+    ``paper_stop``: the trees of ``--method first-pass``, else of ``--method rates``."""
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise TraceError(f"--export-nodes {out}: exists and is not empty; choose a new folder")
     run = stream_run(run_dir)
     chosen = _choose(_streamed(run), cases, shard, run.root, Gating(gating))
-    plan = plan_trees([case for case, _ in _chosen_items(_streamed(run), chosen.ids)])
+    plan = plan_trees([case for case, _ in _chosen_items(_streamed(run), chosen.ids)], paper_stop=paper_stop)
     _write_node_folder(Path(out), list(plan.cases.values()), run.cases_dir, read_sample_manifest(run.cases_dir),
                        {"diagnosis_of": str(Path(run_dir).resolve()), "cases": cases}, plan.occurrences)
     return len(plan.cases)

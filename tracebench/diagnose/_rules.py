@@ -6,7 +6,9 @@ does not apply). Their order, titles and the failure source each isolates are da
 content is never deleted silently: an anchor becomes a text entity ``T_e`` and a ``g_rel``
 a text relation ``T_rel`` (both described from the case's bindings), and other g terms leave
 the formula but stay in the node's prompt as words (:mod:`tracebench.diagnose._node`).
-Every child has fewer slots than its parent; a node with one slot is a leaf.
+Every child has fewer slots than its parent; a node with one slot is a leaf, and so, under
+the paper's stop rule (``paper_stop``: ``--method first-pass``), is one attribute transfer
+``E ⊕ g`` (the attribute rule's ``paper_min_attributes`` in diagnose/rules.toml).
 """
 
 from __future__ import annotations
@@ -40,13 +42,24 @@ class Source:
 
 @dataclass(frozen=True)
 class Rule:
-    """One simplification rule, as diagnose/rules.toml states it."""
+    """One simplification rule, as diagnose/rules.toml states it. ``paper_min_attributes``: of a
+    rule that removes attributes, the fewest an entity must have for the rule to apply under the
+    paper's stop rule (None: the rule applies the same under both)."""
 
     name: str
     title: str
     source: str
     does: str
-    children: Callable[[Expr, "Downgrades"], tuple[Expr, ...]]
+    rewrite: Callable[..., tuple[Expr, ...]]
+    paper_min_attributes: int | None = None
+
+    def children(self, expr: Expr, dg: "Downgrades", paper_stop: bool = True) -> tuple[Expr, ...]:
+        """The children the rule makes of a node (none when it does not apply); ``paper_stop``:
+        the paper's stop rule holds (a node holding one attribute transfer ``E ⊕ g`` is a leaf:
+        first-pass), else the rule splits every node it can (``--method rates``)."""
+        if paper_stop and self.paper_min_attributes is not None:
+            return self.rewrite(expr, dg, min_attributes=self.paper_min_attributes)
+        return self.rewrite(expr, dg)
 
     @property
     def on_clutter(self) -> bool:
@@ -79,8 +92,13 @@ def rules() -> tuple[Rule, ...]:
         if name in _CLUTTER_RULES and out:
             raise _RULES.error(f"rule {name} must come first (a cluttered case is simplified by its references "
                                "before its formula)", table)
+        least = _RULES.value(table, spec, "paper_min_attributes", int, None)
+        if least is not None and name not in _COUNTS_ATTRIBUTES:
+            raise _RULES.error(f"rule {name} removes no attributes", table, "paper_min_attributes")
+        if least is not None and least < 1:
+            raise _RULES.error(f"{least} must be at least 1", table, "paper_min_attributes")
         out.append(Rule(name, _RULES.value(table, spec, "title", str), source, _RULES.value(table, spec, "does", str),
-                        _IMPLEMENTATIONS[name]))
+                        _IMPLEMENTATIONS[name], least))
     return tuple(out)
 
 
@@ -251,12 +269,16 @@ def flatten_composition(expr: Expr, dg: Downgrades) -> tuple[Expr, ...]:
     return tuple(children)
 
 
-def remove_attributes(expr: Expr, dg: Downgrades) -> tuple[Expr, ...]:
+def remove_attributes(expr: Expr, dg: Downgrades, min_attributes: int = 1) -> tuple[Expr, ...]:
+    """Children of the first entity with local attributes, when it has ``min_attributes`` or more
+    (the paper's stop rule asks for 2: one attribute transfer ``E ⊕ g`` is a leaf)."""
     entity = next((n for n in walk(expr) if isinstance(n, Apply) and not isinstance(n.carrier, Compose)
                    and any(dg.role(m) in LOCAL_ROLES for m in n.modifiers)), None)
     if entity is None:
         return ()
     local = [k for k, m in enumerate(entity.modifiers) if dg.role(m) in LOCAL_ROLES]
+    if len(local) < min_attributes:
+        return ()
     others = [k for k, m in enumerate(entity.modifiers) if dg.role(m) not in LOCAL_ROLES]
 
     def keeping(kept: int | None) -> Expr:
@@ -282,6 +304,7 @@ def remove_distractors(expr: Expr, dg: Downgrades) -> tuple[Expr, ...]:
 
 
 _CLUTTER_RULES = frozenset({"distractor_removal"})
+_COUNTS_ATTRIBUTES = frozenset({"attribute_removal"})  # the rules a paper_min_attributes applies to
 _IMPLEMENTATIONS: dict[str, Callable[[Expr, Downgrades], tuple[Expr, ...]]] = {
     "distractor_removal": remove_distractors,
     "global_stripping": strip_global,

@@ -113,6 +113,13 @@ class DiagnoseOptions:
         return RatesSettings(budget=self.budget, delta=self.delta, threshold=self.threshold, flip=self.flip)
 
     @property
+    def paper_stop(self) -> bool:
+        """Whether the trees stop as the paper does, a node holding one attribute transfer ``E ⊕ g``
+        a leaf (first-pass); rates splits it too, into its carrier alone, to compare the carrier's
+        failure rate with and without the attribute."""
+        return self.method != RATES
+
+    @property
     def rates_record(self) -> dict[str, float] | None:
         """What diagnosis.json records of ``rates`` (None for first-pass)."""
         if self.method != RATES:
@@ -427,7 +434,7 @@ class _Rounds:
 
     def _window(self, window: list) -> Iterator:
         roots = [case for case, _, _ in window]
-        plan = plan_trees(roots, self.names)
+        plan = plan_trees(roots, self.names, paper_stop=self.options.paper_stop)
         self._remember_run_samples(plan, window)
         max_images = self.manifest.max_images
         if self.collage and max_images is not None:

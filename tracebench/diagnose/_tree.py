@@ -1,9 +1,13 @@
 """Building a diagnostic tree: the root formula, then the rules of diagnose/rules.toml, breadth first.
 
 A node's children come from the first rule (in data order) that applies to it; a node with
-one slot, or to which no rule applies, is a leaf. Nodes are named as the paper names them
-(TRACE-Bench, arXiv 2608.16765, Figs. 9-10): ``N<depth>``, plus a letter when the depth holds
-several nodes, ``a``, ``b`` ... breadth first (``N0``, ``N1``, ``N2a``, ``N2b``, ``N3a``,
+one slot, or to which no rule applies, is a leaf. Under the paper's stop rule (``paper_stop``,
+the default: the tree ``--method first-pass`` diagnoses) a node holding one attribute transfer
+``E ⊕ g`` is a leaf too; ``--method rates`` grows the tree without it, where such a node has one
+more child, its carrier ``E`` alone (diagnose/rules.toml, ``paper_min_attributes``).
+
+Nodes are named as the paper names them (TRACE-Bench, arXiv 2608.16765, Figs. 9-10):
+``N<depth>``, plus a letter when the depth holds several nodes, ``a``, ``b`` ... breadth first (``N0``, ``N1``, ``N2a``, ``N2b``, ``N3a``,
 ``N4a``, ``N4b``; past ``z``: ``aa``, ``ab`` ...). A child whose formula has the canonical
 form of a node already in the tree is kept as a reference to it (``same_as`` names the
 first): not expanded and not generated again. The tree is a networkx DiGraph whose nodes carry a
@@ -101,18 +105,24 @@ class TreeShape:
     downgrades: Downgrades
 
 
-@lru_cache(maxsize=512)
-def tree_shape(root: Expr, clutter: bool = False) -> TreeShape:
+def tree_shape(root: Expr, clutter: bool = False, paper_stop: bool = True) -> TreeShape:
     """The tree of an unbound, numbered, valid formula (:func:`unbound`), memoized; ``clutter``:
-    the root's case has distractor references."""
+    the root's case has distractor references; ``paper_stop``: as :func:`grow_tree`."""
+    return _shape(root, clutter, paper_stop)
+
+
+@lru_cache(maxsize=512)
+def _shape(root: Expr, clutter: bool, paper_stop: bool) -> TreeShape:  # one memo entry whatever the call form
     dg = Downgrades.of(root)
-    return TreeShape(grow_tree(root, dg, clutter), dg)
+    return TreeShape(grow_tree(root, dg, clutter, paper_stop), dg)
 
 
-def grow_tree(root: Expr, dg: Downgrades, clutter: bool = False) -> tuple[TreeNode, ...]:
+def grow_tree(root: Expr, dg: Downgrades, clutter: bool = False, paper_stop: bool = True) -> tuple[TreeNode, ...]:
     """The rules applied to a numbered, valid formula, breadth first, bound or not: the tree
     :func:`tree_shape` memoizes, and :func:`bound_tree` rebinds. A cluttered root (``clutter``)
-    takes the reference rules only (distractor removal), every other node the formula rules."""
+    takes the reference rules only (distractor removal), every other node the formula rules.
+    ``paper_stop``: a node holding one attribute transfer ``E ⊕ g`` is a leaf, as the paper stops
+    (first-pass); without it (``--method rates``) it has a child, its carrier ``E`` alone."""
     nodes = [TreeNode("N0", None, None, 0, root, targets(root), clutter=clutter)]
     seen = {(canonical(root), clutter): "N0"}
     queue = deque([nodes[0]])
@@ -121,7 +131,7 @@ def grow_tree(root: Expr, dg: Downgrades, clutter: bool = False) -> tuple[TreeNo
         if node.same_as is not None or (node.slot <= 1 and not node.clutter):
             continue
         for rule in rules():
-            children = rule.children(node.formula, dg) if rule.on_clutter == node.clutter else ()
+            children = rule.children(node.formula, dg, paper_stop) if rule.on_clutter == node.clutter else ()
             if children:
                 break
         else:
@@ -144,23 +154,28 @@ def _bind(expr: Expr, leaves: dict[str, Expr]) -> Expr:
     return leaves[symbol(expr)]
 
 
-def build_tree(formula: Expr, *, describe: Callable[[str], str | None] | None = None) -> nx.DiGraph:
+def build_tree(formula: Expr, *, describe: Callable[[str], str | None] | None = None,
+               paper_stop: bool = True) -> nx.DiGraph:
     """The diagnostic tree of a formula (bound or a bare template, numbered here if need be).
 
     ``describe(symbol)`` gives the words a dropped anchor or relation is stated in (the
     case's grounding phrase or relation); without it, text terms carry no description.
+    ``paper_stop``: the tree of ``--method first-pass`` (the default), else of ``--method rates``
+    (:func:`grow_tree`).
     Raises :class:`~tracebench.formula.FormulaError` for a formula outside the language.
     The graph's ``shape`` is the tree of the unbound formula (:func:`tree_shape`).
     """
     root = number_terms(formula)
     analyze(root)
-    return bound_tree(root, describe)
+    return bound_tree(root, describe, paper_stop=paper_stop)
 
 
-def bound_tree(root: Expr, describe: Callable[[str], str | None] | None = None, clutter: bool = False) -> nx.DiGraph:
+def bound_tree(root: Expr, describe: Callable[[str], str | None] | None = None, clutter: bool = False,
+               paper_stop: bool = True) -> nx.DiGraph:
     """:func:`build_tree` of a numbered formula already known to be valid (a parsed case's);
-    ``clutter``: the case has distractor references (the tree starts by removing them)."""
-    shape = tree_shape(unbound(root), True) if clutter else tree_shape(unbound(root))  # one memo entry per call form
+    ``clutter``: the case has distractor references (the tree starts by removing them);
+    ``paper_stop``: first-pass's tree, else rates' (:func:`grow_tree`)."""
+    shape = tree_shape(unbound(root), clutter, paper_stop)
     dg = shape.downgrades.described(describe)
     leaves: dict[str, Expr] = {symbol(n): n for n in walk(root) if isinstance(n, (Anchor, Disentangle, Text))}
     leaves.update((symbol(t), t) for t in (*dg.anchors.values(), *dg.relations.values()))

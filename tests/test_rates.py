@@ -90,6 +90,43 @@ def test_the_allocator_spends_no_more_than_its_budget():
     assert 0 < spent <= 12 * 10
 
 
+def test_results_the_same_every_time_end_the_allocation_after_the_first_generations():
+    """A generator whose verdicts never vary (the zoo's deterministic profiles draw other images
+    per seed, with the same failures) is asked for the first generations only, and each rate is
+    read as 0 or 1: the shares are exact. The same chains failing at random are asked for more."""
+    from tracebench.diagnose import hazard_shares
+    from tracebench.diagnose._rates import FIRST, MIN_CONCORDANT
+
+    rules = ("global_stripping", "composition_flattening")
+    fixed = [((1.0, 1.0, 0.0), rules), ((1.0, 0.0, 0.0), rules), ((1.0, 1.0, 1.0), rules)] * 8
+    assert len(fixed) * 3 >= MIN_CONCORDANT
+    chains, estimates = _simulated(fixed, budget=60, seed=2)
+    for chain, (rates, chain_rules) in zip(chains, fixed):
+        exact, _ = hazard_shares(list(rates), list(chain_rules))
+        estimate = estimates[chain.tree, chain.instance]
+        assert estimate.source == max(exact, key=exact.get) and estimate.confidence == pytest.approx(1.0)
+        assert estimate.shares[estimate.source][0] == pytest.approx(1.0, abs=1e-3)  # grid cells: 0.0025, 0.9975
+    allocator = Allocator(chains, RatesSettings(budget=60), trees=len(chains))
+    fails = {key: r > 0.5 for c, (rates, _) in zip(chains, fixed) for key, r in zip(c.keys, rates)}
+    first = allocator.requests()
+    for key, count in first.items():
+        for _ in range(count):
+            allocator.observe(key, chains[0].instance, fails[key])
+    assert sum(first.values()) == FIRST * len(fixed) * 3 and allocator.requests() == {}
+
+    random_chains = [((0.6, 0.4, 0.3), rules)] * len(fixed)
+    chains = [Chain(f"t{i}", c.instance, c.keys, c.nodes, c.rules, c.questions) for i, c in enumerate(chains)]
+    allocator = Allocator(chains, RatesSettings(budget=12), trees=len(chains))
+    rng = random.Random(4)
+    spent = 0
+    while asked := allocator.requests():
+        spent += sum(asked.values())
+        for key, count in asked.items():
+            for _ in range(count):
+                allocator.observe(key, chains[0].instance, rng.random() < 0.5)
+    assert spent > FIRST * len(random_chains) * 3
+
+
 @pytest.fixture(scope="module")
 def strain_run(diagnosis_bench, tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("rates") / "run"

@@ -60,6 +60,7 @@ BATCH = 4  # generations of a node per allocation step
 FIRST = 2  # generations of every chain node before allocation starts
 DRAWS = 1024  # posterior draws per chain while allocating
 REPORT_DRAWS = 4096  # and for the reported estimates
+MIN_CONCORDANT = 30  # (node, instance) pairs whose first generations all agree: deterministic results
 MIN_GAIN = 5e-4  # expected tolerant accuracy gained per generation below which nothing is asked
 FLAT = (1.0, 1.0)  # the prior where no group has enough data
 EM_STEPS = 10  # EM steps of the edge priors before the reported estimates
@@ -409,6 +410,9 @@ class Allocator:
             cap = self.allowance
             return self._asked(dict(list(first.items())[:max(cap // FIRST, 1)]))
         left = self.allowance - self.spent
+        if self.rounds == 1 and self.concordant():  # deterministic results: each rate is 0 or 1
+            self.fixed.update(key for key, _ in self.counts)
+            return {}
         if left < BATCH or not self.chains:
             return {}
         gains = self._gains()
@@ -428,6 +432,17 @@ class Allocator:
             chosen[key] = BATCH
             left -= BATCH
         return self._asked(chosen) if chosen else {}
+
+    def concordant(self) -> bool:
+        """Whether the first generations say the generator's results are deterministic: at least
+        :data:`MIN_CONCORDANT` (node, instance) pairs generated twice or more, and every one the
+        same result each time (different images, maybe, but the same verdicts). A generator that
+        fails at random with rates between 0 and 1 disagrees with itself somewhere among so many
+        pairs (each agrees twice with probability ``r^2 + (1 - r)^2``); one that does not leaves
+        nothing for more generations to learn: none are asked, and every rate is read as 0 or 1
+        (as for a generator returning the same image for every seed)."""
+        pairs = [(k, n) for k, n in self.counts.values() if n >= 2]
+        return len(pairs) >= MIN_CONCORDANT and all(k in (0, n) for k, n in pairs)
 
     def _edges(self, chain: Chain) -> list[np.ndarray]:
         return [next((self.edge_prior[g] for g in reversed(chain.edge_groups(e)) if g in self.edge_prior), KEEP)

@@ -55,12 +55,16 @@ def attributions(diagnosis: Path) -> dict[str, list[dict]]:
     return trees
 
 
-def timed_diagnosis(run_dir: Path, out: Path, strategy: str, settings, concurrency: int):
+def timed_diagnosis(run_dir: Path, out: Path, strategy: str, settings, concurrency: int,
+                    providers: tuple[str, list[str]] | None = None):
+    """A diagnosis and its wall time; ``providers``: the generator and judges, named (a served
+    run's are never taken from its folder), else the run's (the zoo and the oracle in process)."""
     from tracebench.diagnose import DiagnoseOptions, diagnose_run
 
+    generator, judges = providers or (None, None)
     start = time.perf_counter()
     summary = diagnose_run(run_dir, out, DiagnoseOptions(strategy=strategy, settings=settings, concurrency=concurrency,
-                           progress=False))
+                           progress=False, generator=generator, judges=judges))
     return summary, time.perf_counter() - start
 
 
@@ -102,12 +106,13 @@ def measure_served(bench: Path, work: Path, profile: str, latency: float, concur
     try:
         settings = ModelSettings(base_url=base_url, api_key_env=NO_KEY_ENV, max_retries=3, timeout=60)
         start = time.perf_counter()
-        run = run_benchmark(bench, work / "served-run", RunOptions(generator=f"openai:synthetic/{profile}",
-                            judges=["openai:oracle"], settings=settings, concurrency=concurrency, progress=False))
+        providers = (f"openai:synthetic/{profile}", ["openai:oracle"])
+        run = run_benchmark(bench, work / "served-run", RunOptions(generator=providers[0], judges=providers[1],
+                            settings=settings, concurrency=concurrency, progress=False))
         run_s = time.perf_counter() - start
-        full, full_s = timed_diagnosis(work / "served-run", work / "full", "full", settings, concurrency)
+        full, full_s = timed_diagnosis(work / "served-run", work / "full", "full", settings, concurrency, providers)
         adaptive, adaptive_s = timed_diagnosis(work / "served-run", work / "adaptive", "adaptive", settings,
-                                               concurrency)
+                                               concurrency, providers)
     finally:
         stop_server(server)
     log = (work / "serve.log").read_text(errors="replace").strip()

@@ -142,6 +142,8 @@ def test_rates_names_sources_with_shares_and_resumes_to_the_same_bytes(strain_ru
     done = run_trace(*args, timeout=600)
     assert done.returncode == 0, done.stderr
     assert "--method rates:" in done.stderr and "up to" in done.stderr  # the cost, before any call
+    assert "fresh generations per tree" in done.stdout and "flagged unstable" not in done.stdout  # first-pass's flag
+    assert "localization accuracy" not in done.stdout  # the realized cause is a secondary line, named as such
     trees = TREES.read(out)
     failing = [a for t in trees for a in t.attributions if a.root == "fail"]
     assert failing and all(t.method == "rates" for t in trees)

@@ -711,7 +711,7 @@ def format_summary(summary: DiagnosisSummary) -> str:
     lines.append(f"{'instances':22s}" + "".join(f"{int(summary.by_operator[op]['instances']):13d}" for op in ops)
                  + f"{summary.instances:9d}")
     unstable = summary.unstable
-    if unstable:  # a flag beside the sources, not a row of them
+    if unstable and summary.method != "rates":  # a flag beside the sources, not a row of them (first-pass's)
         lines.append(f"{'flagged unstable':22s}" + "".join(f"{unstable['by_operator'].get(op, 0.0):13.1%}" for op in ops)
                      + f"{unstable['share']:9.1%}" + (f"  ({unstable['undecided']} undecided)" if unstable["undecided"]
                                                        else ""))
@@ -731,7 +731,9 @@ def format_summary(summary: DiagnosisSummary) -> str:
     loc = summary.localization_accuracy
     if loc:
         causes = ", ".join(f"{c} {v['accuracy']:.1%} of {v['instances']}" for c, v in loc["by_cause"].items())
-        lines.append(f"localization accuracy {loc['accuracy']:.1%} ({loc['correct']} of {loc['instances']} recorded "
+        what = "realized-cause accuracy (which load mode fired in the root's draw; secondary)" \
+            if summary.method == "rates" else "localization accuracy"
+        lines.append(f"{what} {loc['accuracy']:.1%} ({loc['correct']} of {loc['instances']} recorded "
                      f"causes; {causes})")
     return "\n".join(lines)
 

@@ -61,7 +61,7 @@ class Scored:
         the largest; None when no instance has a confidence (first-pass)."""
         import numpy as np
 
-        found = [(a.confidence, _tolerated(a.guess or a.source, shares)) for a, shares in self.pairs
+        found = [(a.confidence, shares.tolerates(a.guess or a.source, DELTA)) for a, shares in self.pairs
                  if a.confidence is not None]
         if not found:
             return None
@@ -85,10 +85,6 @@ class Scored:
         exact = self.exact_mix
         return {s: bool(mix[s].low <= exact.get(s, 0.0) <= mix[s].high)
                 for s in (exact if names is None else names) if mix and s in mix}
-
-
-def _tolerated(source: str | None, shares: InstanceShares) -> bool:
-    return shares.share(source) >= max(shares.shares.values()) - DELTA - 1e-12
 
 
 def scored(bench: Path, trees: Mapping[str, DiagnosticTree], profile: str, judge: str,

@@ -98,6 +98,11 @@ class InstanceShares:
     def share(self, source: str | None) -> float:
         return self.shares.get(source or "", 0.0)
 
+    def tolerates(self, source: str | None, delta: float = DELTA) -> bool:
+        """Whether naming ``source`` is right within ``delta``: its share is within ``delta`` of
+        the largest (a source with no share, or none, only when every share is within it)."""
+        return self.share(source) >= max(self.shares.values()) - delta - 1e-12
+
 
 def hazard_shares(rates: Sequence[float], edge_rules: Sequence[str]) -> tuple[dict[str, float], float] | None:
     """The shares of a chain whose nodes have failure ``rates`` (root first) and whose edges were
@@ -181,8 +186,7 @@ def share_accuracy(named: Iterable[tuple[str | None, InstanceShares]], delta: fl
     given: Counter = Counter()
     for source, shares in named:
         count += 1
-        top = max(shares.shares.values())
-        tolerant += source not in (None, UNDETERMINED) and shares.share(source) >= top - delta - 1e-12
+        tolerant += source not in (None, UNDETERMINED) and shares.tolerates(source, delta)
         if shares.lead >= delta:
             clear += 1
             clear_correct += source == shares.dominant

@@ -10,7 +10,7 @@ decided by ``stub.handler(request_json)``, which returns one of:
 - ``(status, "text")``: the same when status is 200, else an OpenAI-shaped error with that message;
 - ``(status, {...})``: that JSON body, as is (a custom completion, an odd error ...).
 
-Every request is recorded (``stub.received``: path, headers, JSON body; ``stub.requests``:
+Every request is recorded (``stub.received``: path, headers, JSON body, the body's bytes; ``stub.requests``:
 the bodies of the chat requests). A handler that raises answers 500 and is re-raised when
 the ``with`` block ends, so a broken test handler cannot pass as a server error.
 
@@ -48,7 +48,7 @@ class Received:
     path: str
     headers: dict[str, str]  # lower-case names
     body: dict[str, Any] | None
-    raw: bytes = b""  # the body as sent, when it is not JSON (multipart image requests)
+    raw: bytes = b""  # the body as sent, byte for byte (JSON, or multipart image requests)
 
 
 def completion(content: str | None, *, model: str = "stub-model", finish_reason: str = "stop",
@@ -217,7 +217,7 @@ def _handler_class(stub: OpenAIStub) -> type[BaseHTTPRequestHandler]:
                 stub._record(Received("POST", self.path, self._headers(), None, raw))
                 self._send(400, error(400, "the body is not JSON"))
                 return
-            stub._record(Received("POST", self.path, self._headers(), body))
+            stub._record(Received("POST", self.path, self._headers(), body, raw))
             if self.path != "/v1/chat/completions":
                 self._send(404, error(404, f"no route {self.path}"))
                 return

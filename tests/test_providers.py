@@ -488,6 +488,70 @@ def test_reference_images_are_sent_with_their_real_media_type(bench, tmp_path):
     assert urls[-1].startswith("data:image/png;base64,")  # the generated image, a PNG
 
 
+@pytest.mark.parametrize("scale", ["binary", "tiers"])
+def test_a_judge_sends_what_chat_completions_create_sends_byte_for_byte(bench, monkeypatch, scale):
+    """The judge sends its chat requests through the client's ``post`` (without ``create``'s
+    request transform): the server gets the body ``create`` sends for the same arguments, byte for
+    byte, with the same headers (the key, the scale, the client's own); so does any other chat call
+    (the tagger's shape, an extra_body merged in), and an argument ``create`` does not take is
+    refused as there."""
+    import asyncio
+
+    import openai
+
+    from tracebench.scales import SCALE_HEADER
+
+    monkeypatch.setenv("TRACEBENCH_TEST_JUDGE_KEY", KEY)
+    cases = [c for c in read_cases(bench) if c.references][:2]
+    image = ImageBytes((bench / cases[0].references[0].path).read_bytes())
+    tag_request = {"messages": [{"role": "user", "content": "tag this"}], "response_format": {
+        "type": "json_schema", "json_schema": {"name": "tags", "schema": {"type": "object"}, "strict": False}}}
+
+    async def send(stub) -> None:
+        judge = make_judge("openai:stub-model", ModelSettings(base_url=stub.base_url, api_key_env="TRACEBENCH_TEST_JUDGE_KEY",
+                                                                 max_retries=0, timeout=30.0, scale=scale))
+        references = ReferenceFiles(bench)
+        for case in cases:
+            await judge.ask(case, list(case.checklist), image, [references.get(r.path) for r in case.references])
+        await judge.chat(**tag_request)
+        await judge.chat(**tag_request, extra_body={"seed": 7, "messages": [{"role": "user", "content": "merged"}]})
+        with pytest.raises(TypeError, match="stremm"):
+            await judge.chat(**tag_request, stremm=True)
+        await judge.aclose()
+
+    async def send_bare(stub, sent) -> None:
+        client = openai.AsyncOpenAI(api_key=KEY, base_url=stub.base_url, max_retries=0, timeout=30.0)
+        for request in sent[:-1]:
+            extra = {SCALE_HEADER: request.headers[SCALE_HEADER.lower()]} if SCALE_HEADER.lower() in request.headers else {}
+            await client.chat.completions.create(**json.loads(request.raw), extra_headers=extra)
+        await client.chat.completions.create(model="stub-model", **tag_request,
+                                             extra_body={"seed": 7, "messages": [{"role": "user", "content": "merged"}]})
+        await client.close()
+
+    def answer(request: dict):  # the judge's questions answered, anything else an empty object
+        properties = request["response_format"]["json_schema"]["schema"].get("properties", {})
+        return answering("yes")(request) if "answers" in properties else "{}"
+
+    with OpenAIStub(answer) as stub:
+        asyncio.run(send(stub))
+        sent = list(stub.received)
+        stub.received.clear()
+        asyncio.run(send_bare(stub, sent))
+        bare = list(stub.received)
+    assert len(sent) == len(cases) + 2 and len(bare) == len(sent)
+    assert [r.headers.get(SCALE_HEADER.lower()) for r in sent] == [scale] * len(cases) + [None, None]
+    assert sent[-1].body["seed"] == 7 and sent[-1].body["messages"][0]["content"] == "merged"
+    for ours, theirs in zip(sent, bare):
+        assert (ours.method, ours.path) == (theirs.method, theirs.path) == ("POST", "/v1/chat/completions")
+        same = ours.raw == theirs.raw  # not compared in the assert: pytest would diff 100 KiB of bytes
+        assert same, f"the bodies differ from byte {_first_difference(ours.raw, theirs.raw)}: {ours.raw[:120]!r}"
+        assert ours.headers == theirs.headers and ours.headers["authorization"] == f"Bearer {KEY}"
+
+
+def _first_difference(a: bytes, b: bytes) -> int:
+    return next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
 def test_verdict_records_carry_the_graded_value(bench, tmp_path):
     run_benchmark(bench, tmp_path / "run", RunOptions(generator="synthetic:global-interference", judges=["oracle"],
                   settings=SETTINGS))

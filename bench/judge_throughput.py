@@ -1,29 +1,35 @@
-"""Judge throughput of `trace run` against `trace serve` with latency, next to a bare client and the bound.
+"""Judge throughput of `trace run` against `trace serve` with latency, next to the bare openai client and the bound.
 
-Three numbers, measured in one run against the same server:
+Five rows, measured in one run against the same server, the same 400 requests:
 
-- ``tracebench``: ``run_benchmark(bench, out, RunOptions(generator="folder:<images>", judges=["openai:oracle"],
+- ``run``: ``run_benchmark(bench, out, RunOptions(generator="folder:<images>", judges=["openai:oracle"],
   concurrency=C))`` with a fresh cache folder each round, so every judge call goes to the
   server; calls/s = ``RunManifest.calls["openai:oracle"]`` / wall time of ``run_benchmark``
   (everything a user's ``trace run`` does: reading cases and images, building the requests,
   the cache, parsing the replies, writing images and verdicts);
-- ``bare``: a plain ``openai.AsyncOpenAI`` loop (``max_retries=0``) under an
-  ``asyncio.Semaphore(C)``, sending exactly the chat requests the tracebench judge sends
-  (captured beforehand from ``OpenAIJudge.ask`` with a recording client, so they are built
-  outside the timing): no cache, no parsing, no writing;
+- ``judge``: tracebench's judge alone, ``OpenAIJudge.ask`` (built by ``make_judge("openai:oracle",
+  settings)``, a fresh one each round) for every case under an ``asyncio.Semaphore(C)``: the
+  request built from the case, its image encoded, sent through the judge's client and the
+  reply read; the cases, images and references are read before the timing (no cache, no
+  verdicts, no files written);
+- ``create``: the bare ``openai.AsyncOpenAI(max_retries=0).chat.completions.create`` under an
+  ``asyncio.Semaphore(C)``, sending the judge's requests (captured beforehand, outside the
+  timing): the SDK's request transform and its parsing of the reply into a ``ChatCompletion``;
+- ``post``: the same client's ``post("/chat/completions", body=..., cast_to=httpx.Response)``:
+  the SDK without its request transform and without parsing the reply;
 - ``bound``: C / latency calls per second (every call waiting exactly the latency, nothing else).
 
-Capturing the requests: ``tracebench.providers.make_judge("openai:oracle", settings)`` builds
-the judge ``run_benchmark`` builds (an ``OpenAIJudge``); the capture uses a subclass of it,
-``_RecordingJudge(judge.model, judge.config)``, whose ``client()`` (the public hook every
-``OpenAIJudge`` call gets its client from) returns a recorder standing in for
-``AsyncOpenAI``. ``ask`` itself is not touched, so the recorded keyword arguments of
-``chat.completions.create`` are byte for byte what the real judge sends; no private
-attribute (``_clients``) is written. References go through ``ReferenceFiles`` as in the
-harness (the same bytes either way).
+Capturing the requests (before the timing): the judge ``make_judge`` builds, as a subclass whose
+``client()`` (the public hook every ``OpenAIJudge`` call gets its client from) returns a real
+``openai.AsyncOpenAI`` whose HTTP transport records each request (body bytes and headers) and
+answers it without a network. ``ask`` itself is not touched, so the recorded bodies are byte for
+byte what the judge sends, whichever client method it sends them with. Each body is then sent
+once through ``create`` and through ``post`` into the same recording transport, and the run stops
+unless both send the same body bytes and headers as the judge: the three client rows send the
+same requests. References go through ``ReferenceFiles`` as in the harness.
 
-``--concurrency`` takes several values (``--concurrency 32 128``): every round measures both
-methods at each of them, against the same server, so the ratios are measured side by side.
+``--concurrency`` takes several values (``--concurrency 32 128``): every round measures every
+method at each of them, against the same server, so the ratios are measured side by side.
 
 Setup (not timed): a benchmark is sampled once (``trace sample --slots 1-8 --per-slot N
 --no-applications``); its images are generated once (``trace run --generator synthetic:perfect
@@ -34,17 +40,17 @@ garbage collection of the measured rounds to traverse). The server is ``trace se
 --latency L`` in its own process (so client and server each get a core), on 127.0.0.1 and a
 free port; it is stopped at the end.
 
-Each of ``--rounds`` rounds runs both methods at each concurrency, alternating which goes
-first (and the order of the concurrencies); the report gives medians (and min-max) per
-concurrency. CPU seconds per call of the client process and of the server process are
-measured per round too (from getrusage and /proc/<pid>/stat), to show what limits
-throughput. The garbage collector runs (outside the timing) before each round. The 1-minute
-load average is printed before the run (other work on the machine) and at its highest
+Each of ``--rounds`` rounds runs every method at each concurrency, the order of the methods
+rotating from round to round (and the order of the concurrencies alternating); the report gives
+medians (and min-max) per concurrency. CPU seconds per call of the client process and of the
+server process are measured per round too (from getrusage and /proc/<pid>/stat), to show what
+limits throughput. The garbage collector runs (outside the timing) before each measurement. The
+1-minute load average is printed before the run (other work on the machine) and at its highest
 before a round (which counts this benchmark's own client and server, about 2).
 
 Cached re-run: after the measured rounds, ``run_benchmark`` runs again into new out folders
-sharing the cache folder of the last tracebench round at the first concurrency (no call is
-made); wall time and verdicts, scaled to 1,000 verdicts (median of ``--cached-rounds``).
+sharing the cache folder of the last ``run`` round at the first concurrency (no call is made);
+wall time and verdicts, scaled to 1,000 verdicts (median of ``--cached-rounds``).
 
 Run from the repository root, in the environment where tracebench is installed::
 
@@ -66,8 +72,8 @@ import sys
 import tempfile
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
 from _machine import machine
 
@@ -163,88 +169,183 @@ def prepare(bench: Path, prep: Path, per_slot: int) -> dict:
 
 # -- the requests tracebench sends -----------------------------------------------------------------
 
-
-class _Recorder:
-    """Stands in for the openai client: records the keyword arguments of chat.completions.create."""
-
-    def __init__(self) -> None:
-        self.requests: list[dict] = []
-        self.chat = SimpleNamespace(completions=SimpleNamespace(create=self._create))
-
-    async def _create(self, **kwargs):
-        self.requests.append(kwargs)
-        message = SimpleNamespace(content='{"answers": []}', refusal=None)
-        return SimpleNamespace(choices=[SimpleNamespace(message=message)], usage=None)
+REPLY = {"id": "recorded", "object": "chat.completion", "created": 0, "model": "oracle",
+         "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": '{"answers": []}'}}]}
 
 
-def captured_requests(bench: Path, images: Path, settings) -> list[dict]:
-    """The chat.completions.create arguments OpenAIJudge.ask sends, one per case (--judge-batch case)."""
-    from tracebench.providers import OpenAIJudge, ReferenceFiles, make_judge
+@dataclass(frozen=True)
+class Sent:
+    """One request as the client sent it: its body bytes and its headers (lower-case names)."""
+
+    body: bytes
+    headers: dict[str, str]
+
+    def create_kwargs(self) -> dict:
+        """The arguments of ``chat.completions.create`` that send this request."""
+        return json.loads(self.body) | {"extra_headers": self.extra_headers()}
+
+    def post_arguments(self) -> tuple[dict, dict]:
+        """(body, options) of ``client.post("/chat/completions", ...)`` that send this request."""
+        return json.loads(self.body), {"headers": self.extra_headers(), "security": {"bearer_auth": True}}
+
+    def extra_headers(self) -> dict[str, str]:
+        from tracebench.scales import SCALE_HEADER
+
+        name = SCALE_HEADER.lower()
+        return {SCALE_HEADER: self.headers[name]} if name in self.headers else {}
+
+
+def recording_client(sent: list[Sent]):
+    """A real ``AsyncOpenAI`` whose HTTP transport records every request and answers it at once."""
+    import openai
+
+    try:
+        import httpx2 as httpx
+    except ImportError:  # older openai releases use httpx
+        import httpx
+
+    def answer(request):
+        sent.append(Sent(request.read(), {k.lower(): v for k, v in request.headers.items() if k.lower() != "host"}))
+        return httpx.Response(200, json=REPLY)
+
+    return openai.AsyncOpenAI(base_url="http://127.0.0.1:9/v1", api_key="unused", max_retries=0,
+                              http_client=openai.DefaultAsyncHttpxClient(transport=httpx.MockTransport(answer)))
+
+
+def judge_inputs(bench: Path, images: Path) -> list[tuple]:
+    """(case, questions, generated image bytes, reference images) per case, read as the harness reads them."""
+    from tracebench.providers import ReferenceFiles
     from tracebench.sample import read_cases
+
+    references = ReferenceFiles(bench)
+    return [(case, list(case.checklist), (images / f"{case.id}.png").read_bytes(),
+             [references.get(ref.path) for ref in case.references]) for case in read_cases(bench)]
+
+
+def captured_requests(bench: Path, images: Path, settings) -> list[Sent]:
+    """The requests OpenAIJudge.ask sends, one per case (--judge-batch case), as sent on the wire;
+    checked to be what ``create`` and ``post`` send for them."""
+    from tracebench.providers import ImageBytes, OpenAIJudge, make_judge
 
     judge = make_judge("openai:oracle", settings)
     if type(judge) is not OpenAIJudge:
         raise SystemExit(f"make_judge('openai:oracle') built a {type(judge).__name__}, not an OpenAIJudge")
-    recorder = _Recorder()
+    sent: list[Sent] = []
+    recorder = recording_client(sent)
 
     class _RecordingJudge(OpenAIJudge):
         def client(self):
             return recorder
 
     recording = _RecordingJudge(judge.model, judge.config)
-    references = ReferenceFiles(bench)
+    recording.scale = judge.scale
 
-    async def build() -> None:
-        for case in read_cases(bench):
-            refs = [references.get(ref.path) for ref in case.references]
-            image = (images / f"{case.id}.png").read_bytes()
-            await recording.ask(case, list(case.checklist), image, refs)
+    async def build() -> list[Sent]:
+        for case, questions, image, refs in judge_inputs(bench, images):
+            await recording.ask(case, questions, ImageBytes(image), refs)
+        requests = list(sent)
+        for request in requests[:3]:  # the bare methods send the same bytes and headers
+            sent.clear()
+            await recorder.chat.completions.create(**request.create_kwargs())
+            body, options = request.post_arguments()
+            await recorder.post("/chat/completions", body=body, options=options, cast_to=_response_class())
+            for method, other in zip(("create", "post"), sent):
+                if other != request:
+                    differing = sorted(set(other.headers.items()) ^ set(request.headers.items()))
+                    raise SystemExit(f"bare {method} does not send the judge's request: body "
+                                     f"{'equal' if other.body == request.body else 'different'}, headers differing: "
+                                     f"{differing}")
+        await recorder.close()
+        return requests
 
-    asyncio.run(build())
-    return recorder.requests
+    return asyncio.run(build())
 
 
-# -- the two measured methods ---------------------------------------------------------------------
+def _response_class():
+    try:
+        import httpx2 as httpx
+    except ImportError:  # older openai releases use httpx
+        import httpx
+    return httpx.Response
 
 
-def bare_round(requests: list[dict], base_url: str, concurrency: int) -> tuple[int, int, float]:
-    """(calls answered, calls failed, wall seconds) of the bare AsyncOpenAI loop."""
+# -- the measured methods -------------------------------------------------------------------------
+
+
+def bare_round(requests: list[Sent], base_url: str, concurrency: int, method: str) -> tuple[int, int, float]:
+    """(calls answered, calls failed, wall seconds) of a bare AsyncOpenAI loop: ``create`` or ``post``.
+    The arguments are built before the timing."""
     import openai
+
+    response = _response_class()
+    if method == "create":
+        arguments = [r.create_kwargs() for r in requests]
+    else:
+        arguments = [r.post_arguments() for r in requests]
 
     async def main() -> tuple[int, int]:
         client = openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=300.0)
         limit = asyncio.Semaphore(concurrency)
         failures = 0
 
-        async def one(kwargs: dict) -> None:
+        async def one(argument) -> None:
             nonlocal failures
             async with limit:
                 try:
-                    await client.chat.completions.create(**kwargs)
+                    if method == "create":
+                        await client.chat.completions.create(**argument)
+                    else:
+                        await client.post("/chat/completions", body=argument[0], options=argument[1], cast_to=response)
                 except openai.APIError:
                     failures += 1
 
-        await asyncio.gather(*(one(kwargs) for kwargs in requests))
+        await asyncio.gather(*(one(argument) for argument in arguments))
         await client.close()
-        return len(requests) - failures, failures
+        return len(arguments) - failures, failures
 
     start = time.perf_counter()
     calls, failures = asyncio.run(main())
     return calls, failures, time.perf_counter() - start
 
 
-def tracebench_round(bench: Path, images: Path, out: Path, cache: Path, settings,
-                     concurrency: int) -> tuple[int, float, object]:
-    """(judge calls, wall seconds, manifest) of one run_benchmark with an empty cache."""
+def judge_round(inputs: list[tuple], settings, concurrency: int) -> tuple[int, int, float]:
+    """(calls answered, calls failed, wall seconds) of OpenAIJudge.ask for every case, a fresh judge."""
+    from tracebench.providers import CallFailed, ImageBytes, make_judge
+
+    async def main() -> tuple[int, int]:
+        judge = make_judge("openai:oracle", settings)
+        limit = asyncio.Semaphore(concurrency)
+        failures = 0
+
+        async def one(case, questions, image, refs) -> None:
+            nonlocal failures
+            async with limit:
+                try:
+                    await judge.ask(case, questions, ImageBytes(image), refs)  # the image encoded in the call, as in a run
+                except Exception as err:  # noqa: BLE001 - the judge's failures, translated as the wrapper does
+                    if isinstance(err, CallFailed) or judge.failure(err) is not None:
+                        failures += 1
+                    else:
+                        raise
+
+        await asyncio.gather(*(one(*item) for item in inputs))
+        await judge.aclose()
+        return len(inputs) - failures, failures
+
+    start = time.perf_counter()
+    calls, failures = asyncio.run(main())
+    return calls, failures, time.perf_counter() - start
+
+
+def run_round(bench: Path, images: Path, out: Path, cache: Path, settings, concurrency: int) -> tuple[int, int, float]:
+    """(judge calls, abstentions, wall seconds) of one run_benchmark with an empty cache."""
     from tracebench.run import RunOptions, run_benchmark
 
     start = time.perf_counter()
     manifest = run_benchmark(bench, out, RunOptions(generator=f"folder:{images}", judges=["openai:oracle"], settings=settings,
                              concurrency=concurrency, cache_dir=cache, progress=False))
     wall = time.perf_counter() - start
-    if manifest.abstentions:
-        raise SystemExit(f"tracebench run: {manifest.abstentions} abstentions (server errors?) in {out}")
-    return manifest.calls.get("openai:oracle", 0), wall, manifest
+    return manifest.calls.get("openai:oracle", 0), manifest.abstentions, wall
 
 
 def measured(server_pid: int, fn, *args):
@@ -258,12 +359,45 @@ def measured(server_pid: int, fn, *args):
     return result, own_cpu() - cpu0, process_cpu(server_pid) - srv0
 
 
-def summary(rates: list[float]) -> dict:
-    return {"median": round(statistics.median(rates), 1), "min": round(min(rates), 1), "max": round(max(rates), 1),
-            "rounds": [round(r, 1) for r in rates]}
+def summary(values: list[float], digits: int = 1) -> dict:
+    return {"median": round(statistics.median(values), digits), "min": round(min(values), digits),
+            "max": round(max(values), digits), "rounds": [round(v, digits) for v in values]}
 
 
-TARGETS = {32: 0.95, 128: 0.85}  # tracebench / bare, from the issue
+METHODS = ("run", "judge", "create", "post")
+WHAT = {"run": "trace run (run_benchmark)", "judge": "OpenAIJudge.ask", "create": "bare chat.completions.create",
+        "post": "bare client.post, no transform"}
+# the targets: client CPU per call of tracebench's judge, and its calls/s against bare create per concurrency
+CPU_TARGET_MS = 3.5
+RATE_TARGETS = {32: 1.10, 128: 1.00}
+
+
+def measure_rounds(args, levels, bench, images, tmp, server, base_url, settings, requests, inputs) -> dict:
+    """Per concurrency and method: calls answered, calls/s, client and server CPU ms per call, one value per round;
+    ``load``: the 1-minute load average before each round."""
+    runs = {c: {m: {"calls": [], "rate": [], "client": [], "server": []} for m in METHODS} | {"last_cache": None} for c in levels}
+    runs["load"] = []
+    for r in range(args.rounds):
+        runs["load"].append(os.getloadavg()[0])
+        for k, c in enumerate(levels if r % 2 == 0 else list(reversed(levels))):
+            shift = (r + k) % len(METHODS)
+            for method in METHODS[shift:] + METHODS[:shift]:
+                if method == "run":
+                    runs[c]["last_cache"] = tmp / f"cache-{c}-{r}"
+                    arguments = (run_round, bench, images, tmp / f"run-{c}-{r}", runs[c]["last_cache"], settings, c)
+                elif method == "judge":
+                    arguments = (judge_round, inputs, settings, c)
+                else:
+                    arguments = (bare_round, requests, base_url, c, method)
+                (calls, failures, wall), cpu, srv = measured(server.pid, *arguments)
+                if failures or not calls:
+                    raise SystemExit(f"{method} at concurrency {c}: {failures} of {len(requests)} calls failed")
+                m = runs[c][method]
+                m["calls"].append(calls)
+                m["rate"].append(calls / wall)
+                m["client"].append(1000 * cpu / calls)
+                m["server"].append(1000 * srv / calls)
+    return runs
 
 
 def main() -> None:
@@ -276,11 +410,13 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.2, help="seconds the server waits per call")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.latency <= 0:
+        parser.error("--latency must be above 0 (the bound is concurrency / latency)")
     if os.environ.get(NO_KEY_ENV):
         raise SystemExit(f"unset {NO_KEY_ENV}: the benchmark talks to a loopback server without a key")
     levels = list(dict.fromkeys(args.concurrency))
 
-    import openai  # noqa: F401  imported once here, not inside the first timed run
+    __import__("openai")  # imported once here, not inside the first timed run
 
     from tracebench.providers import ModelSettings
     from tracebench.run import RunOptions, run_benchmark
@@ -296,28 +432,9 @@ def main() -> None:
         try:
             settings = ModelSettings(base_url=base_url, api_key_env=NO_KEY_ENV)
             requests = captured_requests(bench, images, settings)
-            request_bytes = statistics.mean(len(json.dumps(r)) for r in requests)
-            runs = {c: {"tb": [], "bare": [], "tb_cpu": [], "bare_cpu": [], "last_cache": None} for c in levels}
-            load_rounds = []
-            for r in range(args.rounds):
-                load_rounds.append(os.getloadavg()[0])
-                for k, c in enumerate(levels if r % 2 == 0 else reversed(levels)):
-                    m = runs[c]
-                    order = ("tracebench", "bare") if (r + k) % 2 == 0 else ("bare", "tracebench")
-                    for method in order:
-                        if method == "bare":
-                            (calls, failures, wall), cpu, srv = measured(server.pid, bare_round, requests, base_url, c)
-                            if failures:
-                                raise SystemExit(f"bare loop: {failures} of {len(requests)} calls failed")
-                            m["bare"].append(calls / wall)
-                            m["bare_cpu"].append((cpu / calls, srv / calls))
-                        else:
-                            m["last_cache"] = tmp / f"cache-{c}-{r}"
-                            (calls, wall, _), cpu, srv = measured(
-                                server.pid, tracebench_round, bench, images, tmp / f"run-{c}-{r}", m["last_cache"],
-                                settings, c)
-                            m["tb"].append(calls / wall)
-                            m["tb_cpu"].append((cpu / calls, srv / calls))
+            inputs = judge_inputs(bench, images)
+            request_bytes = statistics.mean(len(r.body) for r in requests)
+            runs = measure_rounds(args, levels, bench, images, tmp, server, base_url, settings, requests, inputs)
 
             cached = []
             for k in range(args.cached_rounds):
@@ -334,62 +451,72 @@ def main() -> None:
             stop_server(server)
 
     load_after = os.getloadavg()[0]
-    by_concurrency = {}
-    for c, m in runs.items():
-        bound = c / args.latency
-        tb_s, bare_s = summary(m["tb"]), summary(m["bare"])
-        by_concurrency[str(c)] = {
-            "tracebench_calls_per_s": tb_s, "bare_calls_per_s": bare_s, "bound_calls_per_s": round(bound, 1),
-            "tracebench_vs_bare": round(tb_s["median"] / bare_s["median"], 3),
-            "target_vs_bare": TARGETS.get(c),
-            "tracebench_vs_bound": round(tb_s["median"] / bound, 3),
-            "bare_vs_bound": round(bare_s["median"] / bound, 3),
-            "cpu_ms_per_call": {
-                "tracebench_client": round(1000 * statistics.median(x[0] for x in m["tb_cpu"]), 2),
-                "bare_client": round(1000 * statistics.median(x[0] for x in m["bare_cpu"]), 2),
-                "server_during_tracebench": round(1000 * statistics.median(x[1] for x in m["tb_cpu"]), 2),
-                "server_during_bare": round(1000 * statistics.median(x[1] for x in m["bare_cpu"]), 2),
-            },
-        }
-    cached_wall = statistics.median(x[0] for x in cached)
-    verdicts = cached[0][1]
     result = {
         "machine": machine_text(),
         # before: other work on the machine; during (highest before a round) and after: with this benchmark's 2 processes
-        "load_average_1min": {"before": round(load_before, 2), "during_max": round(max(load_rounds), 2),
+        "load_average_1min": {"before": round(load_before, 2), "during_max": round(max(runs["load"]), 2),
                               "after": round(load_after, 2)},
         "cases": prep["cases"], "verdicts": prep["verdicts"], "calls_per_round": len(requests),
         "mean_request_kib": round(request_bytes / 1024, 1),
         "server": "trace serve, its own process",
         "latency_s": args.latency, "rounds": args.rounds,
-        "concurrency": by_concurrency,
-        "cached_rerun": {"concurrency": levels[0], "verdicts": verdicts, "cache_hits": cached[0][2],
-                         "wall_s": round(cached_wall, 3), "rounds_s": [round(x[0], 3) for x in cached],
-                         "s_per_1000_verdicts": round(cached_wall * 1000 / verdicts, 3)},
+        "concurrency": {str(c): report(runs[c], c, args.latency) for c in levels},
     }
+    cached_wall = statistics.median(x[0] for x in cached)
+    verdicts = cached[0][1]
+    result["cached_rerun"] = {"concurrency": levels[0], "verdicts": verdicts, "cache_hits": cached[0][2],
+                              "wall_s": round(cached_wall, 3), "rounds_s": [round(x[0], 3) for x in cached],
+                              "s_per_1000_verdicts": round(cached_wall * 1000 / max(verdicts, 1), 3)}
     if args.json:
         print(json.dumps(result))
         return
-    print(f"machine: {result['machine']}; 1-min load average {load_before:.2f} before (other work), "
-          f"up to {max(load_rounds):.2f} during, {load_after:.2f} after (with this benchmark's client and server)")
+    print_report(result, args)
+
+
+def report(runs: dict, concurrency: int, latency: float) -> dict:
+    """One concurrency's rows: each method's calls/s, CPU per call and ratios; the targets."""
+    bound = concurrency / latency
+    rows = {}
+    for method in METHODS:
+        m = runs[method]
+        rows[method] = {"what": WHAT[method], "calls": m["calls"], "calls_per_s": summary(m["rate"]),
+                        "client_cpu_ms_per_call": summary(m["client"], 2),
+                        "server_cpu_ms_per_call": summary(m["server"], 2)}
+    create = rows["create"]["calls_per_s"]["median"]
+    for method in METHODS:
+        rows[method]["of_create"] = round(rows[method]["calls_per_s"]["median"] / create, 3)
+        rows[method]["of_bound"] = round(rows[method]["calls_per_s"]["median"] / bound, 3)
+    targets = []
+    for method in ("run", "judge"):
+        cpu = rows[method]["client_cpu_ms_per_call"]["median"]
+        targets.append({"method": method, "target": f"client CPU per call <= {CPU_TARGET_MS} ms",
+                        "measured": f"{cpu} ms", "met": cpu <= CPU_TARGET_MS})
+        if concurrency in RATE_TARGETS:
+            ratio = rows[method]["of_create"]
+            targets.append({"method": method, "target": f"calls/s >= {RATE_TARGETS[concurrency]:.0%} of bare create",
+                            "measured": f"{ratio:.1%}", "met": ratio >= RATE_TARGETS[concurrency]})
+    return {"bound_calls_per_s": round(bound, 1), "methods": rows, "targets": targets}
+
+
+def print_report(result: dict, args) -> None:
+    load = result["load_average_1min"]
+    print(f"machine: {result['machine']}; 1-min load average {load['before']:.2f} before (other work), "
+          f"up to {load['during_max']:.2f} during, {load['after']:.2f} after (with this benchmark's client and server)")
     print(f"benchmark: {result['cases']} cases, {result['verdicts']} verdicts; {result['calls_per_round']} judge calls "
           f"per round (one per case), mean request {result['mean_request_kib']} KiB")
-    print(f"server: {result['server']}, --latency {args.latency}; concurrency {' '.join(map(str, levels))}; "
+    print(f"server: {result['server']}, --latency {args.latency}; concurrency {' '.join(result['concurrency'])}; "
           f"{args.rounds} rounds, interleaved")
-    for c, res in by_concurrency.items():
-        print(f"concurrency {c}:")
-        for name in ("tracebench", "bare"):
-            s = res[f"{name}_calls_per_s"]
-            print(f"  {name:<10} {s['median']:7.1f} calls/s (median; min-max {s['min']}-{s['max']}; rounds {s['rounds']})")
-        print(f"  {'bound':<10} {res['bound_calls_per_s']:7.1f} calls/s (concurrency / latency)")
-        target = res["target_vs_bare"]
-        verdict = "" if target is None else (f" (target >= {target:.0%}: "
-                                             f"{'met' if res['tracebench_vs_bare'] >= target else 'NOT met'})")
-        print(f"  tracebench / bare:  {res['tracebench_vs_bare']:.1%}{verdict}")
-        print(f"  tracebench / bound: {res['tracebench_vs_bound']:.1%}; bare / bound: {res['bare_vs_bound']:.1%}")
-        cpu = res["cpu_ms_per_call"]
-        print(f"  CPU per call: client {cpu['tracebench_client']} ms (tracebench) vs {cpu['bare_client']} ms (bare); "
-              f"server {cpu['server_during_tracebench']} / {cpu['server_during_bare']} ms")
+    for c, res in result["concurrency"].items():
+        print(f"concurrency {c} (bound {res['bound_calls_per_s']} calls/s = concurrency / latency):")
+        print(f"  {'method':<8} {'calls/s':>8} {'min-max':>13} {'of create':>9} {'of bound':>8} "
+              f"{'client CPU ms/call':>20} {'server CPU ms/call':>20}")
+        for method, row in res["methods"].items():
+            s, cl, sv = row["calls_per_s"], row["client_cpu_ms_per_call"], row["server_cpu_ms_per_call"]
+            print(f"  {method:<8} {s['median']:8.1f} {s['min']:6.1f}-{s['max']:<6.1f} {row['of_create']:9.1%} "
+                  f"{row['of_bound']:8.1%} {cl['median']:7.2f} ({cl['min']:.2f}-{cl['max']:.2f}) "
+                  f"{sv['median']:7.2f} ({sv['min']:.2f}-{sv['max']:.2f})")
+        for t in res["targets"]:
+            print(f"  target, {t['method']}: {t['target']}: {t['measured']} ({'met' if t['met'] else 'NOT met'})")
     r = result["cached_rerun"]
     print(f"cached re-run (concurrency {r['concurrency']}): {r['verdicts']} verdicts in {r['wall_s']} s (median of "
           f"{args.cached_rounds}: {r['rounds_s']}) = {r['s_per_1000_verdicts']} s per 1,000 verdicts (target < 2 s)")

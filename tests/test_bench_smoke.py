@@ -1,0 +1,42 @@
+"""Smoke runs of bench scripts at a tiny size, so a script cannot stop working unnoticed (one
+did: bench/judge_throughput.py faked a client method the judge no longer called). They check
+that the script ran to the end and reported sane rows; never a time or a speed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def bench(script: str, *args: str) -> dict:
+    """``python bench/SCRIPT ARGS --json``, as its docstring says to run it, from the repository root;
+    the JSON it printed."""
+    env = {k: v for k, v in os.environ.items() if k != "TRACEBENCH_BENCH_NO_KEY"}  # PYTHONPATH passed on
+    result = subprocess.run([sys.executable, str(ROOT / "bench" / script), *args, "--json"], capture_output=True,
+                            text=True, cwd=ROOT, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout)
+
+
+def test_judge_throughput_runs_every_method_against_trace_serve():
+    result = bench("judge_throughput.py", "--per-slot", "1", "--rounds", "1", "--cached-rounds", "1",
+                   "--concurrency", "2", "3", "--latency", "0.01")
+    cases = result["cases"]
+    assert cases >= 8 and result["calls_per_round"] == cases  # one judge call per case (slots 1..8)
+    assert result["mean_request_kib"] > 1  # the images went along
+    assert set(result["concurrency"]) == {"2", "3"}
+    for level in result["concurrency"].values():
+        rows = level["methods"]
+        assert set(rows) == {"run", "judge", "create", "post"}
+        for name, row in rows.items():
+            assert row["calls"] == [cases], name  # every call answered, in the one round
+            assert row["calls_per_s"]["median"] > 0 and row["client_cpu_ms_per_call"]["median"] > 0, name
+        assert rows["create"]["of_create"] == 1.0
+        assert {t["method"] for t in level["targets"]} == {"run", "judge"}
+    rerun = result["cached_rerun"]
+    assert rerun["verdicts"] == result["verdicts"] > 0 and rerun["cache_hits"] == cases

@@ -251,7 +251,8 @@ def captured_requests(bench: Path, images: Path, settings) -> list[Sent]:
             await recorder.post("/chat/completions", body=body, options=options, cast_to=_response_class())
             for method, other in zip(("create", "post"), sent):
                 if other != request:
-                    differing = sorted(set(other.headers.items()) ^ set(request.headers.items()))
+                    differing = sorted((name, "..." if name == "authorization" else value)  # no key in a message
+                                       for name, value in set(other.headers.items()) ^ set(request.headers.items()))
                     raise SystemExit(f"bare {method} does not send the judge's request: body "
                                      f"{'equal' if other.body == request.body else 'different'}, headers differing: "
                                      f"{differing}")

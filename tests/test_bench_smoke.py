@@ -40,3 +40,18 @@ def test_judge_throughput_runs_every_method_against_trace_serve():
         assert {t["method"] for t in level["targets"]} == {"run", "judge"}
     rerun = result["cached_rerun"]
     assert rerun["verdicts"] == result["verdicts"] > 0 and rerun["cache_hits"] == cases
+
+
+def test_rates_simulation_scores_every_replicate_and_the_oracle_prior_does_better():
+    fitted = bench("rates_simulation.py", "--per-slot", "1", "--budget", "20", "--replicates", "0", "1")
+    oracle = bench("rates_simulation.py", "--per-slot", "1", "--budget", "20", "--replicates", "0", "1",
+                   "--oracle-prior")
+    for result in (fitted, oracle):
+        assert [r["replicate"] for r in result["replicates"]] == [0, 1]
+        for r in result["replicates"]:
+            assert r["instances"] > 0 and 0.0 <= r["tolerant_accuracy"] <= 1.0 and 0.0 <= r["ece"] <= 1.0
+            assert 0 < r["generations_per_tree"] <= 4 * 20  # the per-tree cap
+            assert set(r["mix_error"]) and all(0.0 <= e <= 1.0 for e in r["mix_error"].values())
+    # the same draws of the run choose the same population under either prior
+    assert [r["instances"] for r in fitted["replicates"]] == [r["instances"] for r in oracle["replicates"]]
+    assert oracle["summary"]["mean_tolerant_accuracy"] >= fitted["summary"]["mean_tolerant_accuracy"] - 0.05

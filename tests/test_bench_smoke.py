@@ -40,3 +40,19 @@ def test_judge_throughput_runs_every_method_against_trace_serve():
         assert {t["method"] for t in level["targets"]} == {"run", "judge"}
     rerun = result["cached_rerun"]
     assert rerun["verdicts"] == result["verdicts"] > 0 and rerun["cache_hits"] == cases
+
+
+def test_judge_images_counts_what_each_batching_sends():
+    """Against its own tree: the same requests twice; op batches send fewer references than the
+    case's, and the dry run counts the images captured."""
+    result = bench("judge_images.py", "--per-slot", "1", "--distractors", "2", "--against", str(ROOT))
+    assert set(result["benchmarks"]) == {"default", "distractors 2"}
+    for entry in result["benchmarks"].values():
+        assert entry["cases"] >= 8 and "dry_run_mismatch" not in entry
+        assert entry["case_requests_identical"] and entry["case_keys_identical"]
+        assert entry["op_images_vs_against"] == 1.0
+        rows = entry["trees"]["this tree"]
+        assert rows["case"]["calls"] == entry["cases"] < rows["op"]["calls"]
+        assert rows["case"]["images"] == entry["references"] + entry["cases"]  # every reference and the image
+        assert rows["op"]["references_per_call"] < rows["case"]["references_per_call"]
+        assert rows["op"]["kib_per_call"] > 1

@@ -55,3 +55,19 @@ def test_rates_simulation_scores_every_replicate_and_the_oracle_prior_does_bette
     # the same draws of the run choose the same population under either prior
     assert [r["instances"] for r in fitted["replicates"]] == [r["instances"] for r in oracle["replicates"]]
     assert oracle["summary"]["mean_tolerant_accuracy"] >= fitted["summary"]["mean_tolerant_accuracy"] - 0.05
+
+
+def test_judge_images_counts_what_each_batching_sends():
+    """Against its own tree: the same requests twice; op batches send fewer references than the
+    case's, and the dry run counts the images captured."""
+    result = bench("judge_images.py", "--per-slot", "1", "--distractors", "2", "--against", str(ROOT))
+    assert set(result["benchmarks"]) == {"default", "distractors 2"}
+    for entry in result["benchmarks"].values():
+        assert entry["cases"] >= 8 and "dry_run_mismatch" not in entry
+        assert entry["case_requests_identical"] and entry["case_keys_identical"]
+        assert entry["op_images_vs_against"] == 1.0
+        rows = entry["trees"]["this tree"]
+        assert rows["case"]["calls"] == entry["cases"] < rows["op"]["calls"]
+        assert rows["case"]["images"] == entry["references"] + entry["cases"]  # every reference and the image
+        assert rows["op"]["references_per_call"] < rows["case"]["references_per_call"]
+        assert rows["op"]["kib_per_call"] > 1

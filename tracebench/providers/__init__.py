@@ -23,7 +23,8 @@ _MODULE_OF = {
     **dict.fromkeys(("STOP_AFTER", "AccessStats", "ModelAccess", "Stopped", "clip", "generation_key", "one_line",
                      "scrub"), "._access"),
     **dict.fromkeys(("CallFailed", "EndpointRefused", "Generation", "Generator", "Judge", "NotSent", "Provider",
-                     "ProviderSettings", "RateLimited", "Reply", "Transient", "asking", "building", "generator_view"),
+                     "ProviderSettings", "RateLimited", "Reply", "Transient", "asking", "building", "generator_view",
+                     "shown_references"),
                     "._base"),
     **dict.fromkeys(("COLLAGE_ID", "check_references", "collage_case"), "._collage"),
     **dict.fromkeys(("DEFAULT_BASE_URL", "DEFAULT_MAX_REPLY_BYTES", "ModelConfig", "ModelEntry", "ModelSettings",
@@ -32,7 +33,7 @@ _MODULE_OF = {
     **dict.fromkeys(("RunImages", "sample_seed"), "._local"),
     "RayGenerator": "._ray",
     **dict.fromkeys(("ImageBytes", "ReferenceFiles", "data_url", "digest", "image_suffix", "mime_type"), "._images"),
-    **dict.fromkeys(("JUDGE_TEMPLATES", "ChatReply", "OpenAIClients", "OpenAIImages", "OpenAIJudge",
+    **dict.fromkeys(("JUDGE_TEMPLATES", "SHOWN_TEMPLATES", "ChatReply", "OpenAIClients", "OpenAIImages", "OpenAIJudge",
                      "translate_openai_error"), "._openai"),
     "ENTRY_POINT_GROUPS": "._plugins",  # a leaf: the command line's help reads it without the providers
     **dict.fromkeys(("make_generator", "make_judge", "settings_for"), "._registry"),

@@ -34,7 +34,8 @@ from ._config import ModelConfig
 COLLAGE_ID = "collage"  # the source id of the one reference a collaged case is sent (providers/_collage.py)
 
 __all__ = ["CallFailed", "EndpointRefused", "NotSent", "Generation", "Generator", "generator_view", "used_references", "Judge", "Provider",
-           "ProviderSettings", "RateLimited", "Reply", "Transient", "asking", "building", "current_replica", "current_sample"]
+           "ProviderSettings", "RateLimited", "Reply", "Transient", "asking", "building", "current_replica", "current_sample",
+           "shown_references"]
 
 # which replica (index into Provider.replicas) the wrapper chose for the call being made
 current_replica: ContextVar[int] = ContextVar("current_replica", default=0)
@@ -308,6 +309,13 @@ class Judge(Provider):
         counts tokens of); None for a judge that is no served model."""
         return None
 
+    def references_sent(self, case: Case, questions: Sequence[Question]) -> tuple[int, ...]:
+        """The case's references (their places in ``case.references``, 0-based) this judge sends
+        with these questions: what ``trace run --dry-run`` and ``--max-cost`` count. The default:
+        every one (``ask`` is given them all); a served judge sends only those the questions name
+        when they are part of the checklist (:func:`shown_references`)."""
+        return tuple(range(len(case.references)))
+
     @abstractmethod
     def ask(self, case: Case, questions: Sequence[Question], image: bytes, references: Sequence[bytes]) -> Any:
         """The reply: a :class:`Reply`, its text (``{"answers": [{"id", "answer", "reason"}]}``,
@@ -327,6 +335,32 @@ class Judge(Provider):
 
             return Reply(json.dumps({"answers": [{"id": qid, "answer": answer} for qid, answer in reply.items()]}))
         raise CallFailed(f"{self.spec} returned {type(reply).__name__}, not a reply")
+
+
+def shown_references(case: Case, questions: Sequence[Question]) -> tuple[int, ...] | None:
+    """The references a judge call asking ``questions`` about ``case`` needs: the places (0-based,
+    in case order) of those the questions name in their ``images`` field ("Image 3": the
+    reference whose ``image`` it is), or None for every reference, as a call asking the whole
+    checklist always sends them (``--judge-batch case``). None too when the questions are the
+    case's whole checklist (or more), when they name every reference, and when the case cannot
+    say which it needs: its references not labelled Image 1 .. Image N in order (a judge labels
+    them by place), a question naming an image the case does not hold, or references while no
+    question of its checklist names any (a case written without the field)."""
+    references = case.references
+    if not references or len(questions) >= len(case.checklist):
+        return None
+    place = {r.image: k for k, r in enumerate(references)}
+    if any(place.get(f"Image {k + 1}") != k for k in range(len(references))):
+        return None
+    named: set[int] = set()
+    for q in questions:
+        for image in q.images:
+            if image not in place:
+                return None
+            named.add(place[image])
+    if len(named) == len(references) or not any(q.images for q in case.checklist):
+        return None
+    return tuple(sorted(named))
 
 
 def generator_view(case: Case) -> Case:

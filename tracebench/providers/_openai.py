@@ -30,15 +30,16 @@ from ..scales import DEFAULT_SCALE, KINDS, SCALE_HEADER, kind_of, spec_of
 from ..scales import answers as scale_answers
 from ..templating import render, template_hash
 from ._base import CallFailed, EndpointRefused, Generator, Judge, Provider, RateLimited, Reply, Transient, \
-    current_replica
+    current_replica, shown_references
 from ._config import ModelConfig
 from ._images import data_url, digest, image_kind, image_suffix, mime_type
 
-__all__ = ["JUDGE_TEMPLATES", "ChatReply", "OpenAIClients", "OpenAIImages", "OpenAIJudge", "ReplyTooLarge",
-           "translate_openai_error"]
+__all__ = ["JUDGE_TEMPLATES", "SHOWN_TEMPLATES", "ChatReply", "OpenAIClients", "OpenAIImages", "OpenAIJudge",
+           "ReplyTooLarge", "translate_openai_error"]
 
 JUDGE_TEMPLATES = ("judge/system.j2", "judge/user.j2")
 GRADED_TEMPLATES = ("judge/graded.j2", "judge/scales.toml")  # the judge's text on a graded scale
+SHOWN_TEMPLATES = ("judge/shown.j2",)  # the line of a call sending some of the references (--judge-batch op)
 
 
 class ReplyTooLarge(Exception):
@@ -372,26 +373,46 @@ def _image_fields(edit: bool) -> frozenset[str]:
 
 
 class OpenAIJudge(OpenAIClients, Judge):
-    """``openai:MODEL`` judge: one chat completion with the images and the questions, JSON output."""
+    """``openai:MODEL`` judge: one chat completion with the images and the questions, JSON output.
+
+    A call asking the case's whole checklist (``--judge-batch case``) sends every reference,
+    each after its label ("Image 2:"); one asking part of it (``--judge-batch op``) sends only
+    the references its questions name (:func:`~tracebench.providers.shown_references`), each
+    after the label of its number in the case, with a line first (templates/judge/shown.j2)
+    saying how many the case has and which are shown. Its cache key names them."""
 
     def key(self, case, questions, image, references):
+        shown = shown_references(case, questions)
+        sent = references if shown is None else [references[k] for k in shown]
         key = {"adapter": "openai-judge", "model": self.model, "base_url": self.base_url,
                "messages": _judge_text(case.prompt, _question_texts(questions, self.scale), self.scale),
-               "images": [digest(r) for r in references], "image": digest(image),
+               "images": [digest(r) for r in sent], "image": digest(image),
                "templates": _templates_hash()}
         if self.scale != DEFAULT_SCALE:  # a binary judge keeps the keys it always had
             key |= {"scale": self.scale, "graded_templates": _templates_hash(GRADED_TEMPLATES)}
+        if shown is not None:  # a call sending every reference keeps the key it always had
+            key |= {"shown": {"images": [k + 1 for k in shown], "of": len(references),
+                              "template": _templates_hash(SHOWN_TEMPLATES)}}
         return key
 
     def prompt_text(self, case, questions):
         system, user = _judge_text(case.prompt, _question_texts(questions, self.scale), self.scale)
-        return system + "\n" + user
+        shown = shown_references(case, questions)
+        note = "" if shown is None else _shown_text(shown, len(case.references)) + "\n"
+        return system + "\n" + note + user
+
+    def references_sent(self, case, questions):
+        shown = shown_references(case, questions)
+        return tuple(range(len(case.references))) if shown is None else shown
 
     async def ask(self, case, questions, image, references):
         system, user = _judge_text(case.prompt, _question_texts(questions, self.scale), self.scale)
+        shown = shown_references(case, questions)
         content: list[dict] = []
-        for k, data in enumerate(references):
-            content += [{"type": "text", "text": f"Image {k + 1}:"}, _image_part(data)]
+        if shown is not None:
+            content.append({"type": "text", "text": _shown_text(shown, len(references))})
+        for k in range(len(references)) if shown is None else shown:
+            content += [{"type": "text", "text": f"Image {k + 1}:"}, _image_part(references[k])]
         content += [{"type": "text", "text": "The generated image:"}, _image_part(image), {"type": "text", "text": user}]
         schema = {"type": "object", "required": ["answers"], "properties": {"answers": {"type": "array", "items": {
             "type": "object", "required": ["id", "answer"],
@@ -405,6 +426,12 @@ class OpenAIJudge(OpenAIClients, Judge):
         if reply.refusal:
             raise CallFailed(f"refusal: {reply.refusal}")
         return Reply(reply.content or "", reply.tokens, reply.model, reply.fingerprint, reply.usage)
+
+
+@lru_cache(maxsize=256)
+def _shown_text(shown: tuple[int, ...], total: int) -> str:
+    """The line before the references of a call that sends some of them (templates/judge/shown.j2)."""
+    return render(SHOWN_TEMPLATES[0], shown=[f"Image {k + 1}" for k in shown], total=total).strip()
 
 
 def _count(value: object) -> bool:

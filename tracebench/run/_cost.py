@@ -4,16 +4,19 @@ For every case the run would still make (cases done in the run folder, other sha
 over the generator's limit on images left out), the generation and each judge's calls are
 looked up in the cache as the run would look them up; what is there costs nothing. Counted:
 cases, images to generate, judge calls (one a case, or one an operator with ``--judge-batch
-op``), the images sent, and an estimate of the judges' tokens, by these documented rules:
+op``), the images sent (the generated image and the references each call sends:
+:meth:`~tracebench.providers.Judge.references_sent`, with ``--judge-batch op`` a served judge's
+only those its batch's questions name), and an estimate of the judges' tokens, by these
+documented rules:
 
 - **text**: a quarter of the characters of the text a served judge is sent (its system and
   user prompt, :meth:`~tracebench.providers.Judge.prompt_text`), rounded up: OpenAI's rule of
   thumb for English (about four characters a token); judges that are no served model send none;
 - **images**: OpenAI's per-image rule for vision input at the default detail: the image is
   scaled to fit 2048 x 2048, then its shorter side to 768; it costs 85 tokens plus 170 per
-  512-pixel tile (:func:`image_tokens`). A reference's size is read from its file; a generated
-  image not in the cache is assumed to be :data:`ASSUMED_SIZE` (or the ``size`` generator
-  option, when given);
+  512-pixel tile (:func:`image_tokens`), for each image a call sends. A reference's size is
+  read from its file; a generated image not in the cache is assumed to be
+  :data:`ASSUMED_SIZE` (or the ``size`` generator option, when given);
 - **output**: :data:`OUTPUT_TOKENS_PER_QUESTION` tokens per question answered (an id, an
   answer and a one-sentence reason, as the judge prompt asks).
 
@@ -170,9 +173,11 @@ class CostModel:
         self.generated = generated or ASSUMED_SIZE
         self._sizes: OrderedDict[str, int] = OrderedDict()  # reference path -> its image tokens (the latest kept)
 
-    def _reference_tokens(self, case: Case, refs: Sequence[bytes]) -> int:
+    def _reference_tokens(self, case: Case, refs: Sequence[bytes], sent: Iterable[int] | None = None) -> int:
+        """The image tokens of the case's references ``sent`` (their places; None: every one)."""
         total = 0
-        for ref, data in zip(case.references, refs):
+        for k in range(len(refs)) if sent is None else sent:
+            ref, data = case.references[k], refs[k]
             tokens = self._sizes.get(ref.path)
             if tokens is None:
                 tokens = self._sizes[ref.path] = image_tokens(_size(data) or self.generated)
@@ -212,7 +217,6 @@ class CostModel:
                 count.generation, image = "cached", hit[1]
             else:
                 count.generation, count.images_to_generator = "call", len(given)
-        ref_tokens = self._reference_tokens(case, refs)
         made_tokens = self._made_tokens(image)
         batches = [list(case.checklist)] if self.judge_batch == JudgeBatch.CASE else _by_op(case.checklist)
         for judge in self.judges:
@@ -222,10 +226,12 @@ class CostModel:
                     count.cached[judge.spec] += 1
                     continue
                 count.calls[judge.spec] += 1
-                count.images_to_judges += len(refs) + 1
+                sent = judge.references_sent(case, batch)  # every reference, or those the batch names
+                count.images_to_judges += len(sent) + 1
                 text = judge.prompt_text(case, batch)
                 if text is not None:  # a served judge: text and images in, answers out
-                    count.tokens_in[judge.spec] += text_tokens(text) + ref_tokens + made_tokens
+                    count.tokens_in[judge.spec] += text_tokens(text) + self._reference_tokens(case, refs, sent) \
+                        + made_tokens
                     count.tokens_out[judge.spec] += OUTPUT_TOKENS_PER_QUESTION * len(batch)
         return count
 
@@ -235,7 +241,8 @@ class CostModel:
         text = judge.prompt_text(case, questions)
         if text is None:
             return 0, 0
-        return (text_tokens(text) + self._reference_tokens(case, references) + self._made_tokens(image),
+        sent = judge.references_sent(case, questions)
+        return (text_tokens(text) + self._reference_tokens(case, references, sent) + self._made_tokens(image),
                 OUTPUT_TOKENS_PER_QUESTION * len(questions))
 
 

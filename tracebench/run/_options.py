@@ -14,7 +14,7 @@ from ..cache import TEMPORARY_PREFIX
 from ..errors import TraceError, other_fields
 from ..outcomes import ENSEMBLES
 from ..choices import Executor, JudgeBatch, executor_of
-from ..providers import JUDGE_TEMPLATES, Generator, asking, Judge, ModelSettings, RayGenerator, RunImages
+from ..providers import JUDGE_TEMPLATES, SHOWN_TEMPLATES, Generator, asking, Judge, ModelSettings, RayGenerator, RunImages
 from ..records import MAX_SAMPLES, RUN_FILE, RUN_MANIFEST, VERDICTS, RunManifest
 from ..scales import Scale, answer_scale, recorded_scale
 from ..templating import template_hash
@@ -130,7 +130,9 @@ class RunIdentity:
             judges=tuple(j.spec for j in judges), judge_batch=options.judge_batch, ensemble=ensemble,
             endpoints={p.spec: e for p in (generator, *judges) if (e := p.endpoint()) is not None},
             loaded_from=_loaded_from(options, source, generator, judges),
-            hashes={"judge_templates": template_hash(*JUDGE_TEMPLATES)},
+            hashes={"judge_templates": template_hash(*JUDGE_TEMPLATES),  # and an op batch's line on what it shows
+                    **({"judge_shown": template_hash(*SHOWN_TEMPLATES)} if options.judge_batch == JudgeBatch.OP
+                       else {})},
             shard=f"{shard[0]}/{shard[1]}" if shard else None, cases=0, verdicts=0, calls={}, cache_hits=0,
             abstentions=0, tokens=0, max_images=limit, collage=None if limit is None else options.collage,
             scale=recorded_scale(scale),

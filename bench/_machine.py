@@ -33,6 +33,23 @@ def machine(**versions: str) -> dict[str, object]:
     }
 
 
+def client_machine_text() -> str:
+    """The machine in one line, with the versions of the HTTP client stack (openai, httpx2 or
+    httpx): what the judge benchmarks name."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    versions = {}
+    for name in ("openai", "httpx2", "httpx"):
+        try:
+            versions[name] = version(name)
+        except PackageNotFoundError:
+            pass
+    info = machine(**versions)
+    virt = ", virtual machine" if info["virtualized"] else ""
+    return (f"{info['cpu']}{virt}, {info['cores']} cores, {info['python']}, "
+            + ", ".join(f"{name} {v}" for name, v in versions.items()))
+
+
 def compile_bytecode(tree: Path) -> None:
     """Write the bytecode of ``tree``'s tracebench package (``__pycache__``, ignored by git), as
     an installed package has it: pip compiles at install time, while a source checkout run with

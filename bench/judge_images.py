@@ -34,25 +34,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _machine import machine
+from _machine import client_machine_text
 
 ROOT = Path(__file__).resolve().parents[1]
 BATCHES = ("case", "op")
-
-
-def machine_text() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    versions = {}
-    for name in ("openai", "httpx2", "httpx"):
-        try:
-            versions[name] = version(name)
-        except PackageNotFoundError:
-            pass
-    info = machine(**versions)
-    virt = ", virtual machine" if info["virtualized"] else ""
-    return (f"{info['cpu']}{virt}, {info['cores']} cores, {info['python']}, "
-            + ", ".join(f"{name} {v}" for name, v in versions.items()))
 
 
 def prepare(work: Path, per_slot: int, distractors: int) -> Path:
@@ -173,7 +158,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     trees = {"this tree": ROOT} | ({"against": args.against.resolve()} if args.against else {})
-    result: dict = {"machine": machine_text(), "command": " ".join(sys.argv), "benchmarks": {}}
+    result: dict = {"machine": client_machine_text(), "command": " ".join(sys.argv), "benchmarks": {}}
     with tempfile.TemporaryDirectory(prefix="judge-images-") as tmp:
         for name, distractors in (("default", 0), (f"distractors {args.distractors}", args.distractors)):
             work = Path(tmp) / name.replace(" ", "-")

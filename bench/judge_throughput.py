@@ -75,24 +75,9 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from _machine import machine
+from _machine import client_machine_text
 
 NO_KEY_ENV = "TRACEBENCH_BENCH_NO_KEY"  # an unset variable: the loopback server needs no key
-
-
-def machine_text() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    versions = {}
-    for name in ("openai", "httpx2", "httpx"):
-        try:
-            versions[name] = version(name)
-        except PackageNotFoundError:
-            pass
-    info = machine(**versions)
-    virt = ", virtual machine" if info["virtualized"] else ""
-    return (f"{info['cpu']}{virt}, {info['cores']} cores, {info['python']}, "
-            + ", ".join(f"{name} {v}" for name, v in versions.items()))
 
 
 # -- the server, in its own process --------------------------------------------------------------
@@ -453,7 +438,7 @@ def main() -> None:
 
     load_after = os.getloadavg()[0]
     result = {
-        "machine": machine_text(),
+        "machine": client_machine_text(),
         # before: other work on the machine; during (highest before a round) and after: with this benchmark's 2 processes
         "load_average_1min": {"before": round(load_before, 2), "during_max": round(max(runs["load"]), 2),
                               "after": round(load_after, 2)},

@@ -58,9 +58,7 @@ class Item:
 
 def world(seed: int, per_slot: int, profile: str) -> tuple[int, list[Item]]:
     """(trees, the items of every tree's root instances with a rate above 0)."""
-    from tracebench.diagnose import exact_shares, instance_chain, plan_trees
-    from tracebench.diagnose._chains import _questions
-    from tracebench.diagnose._rates import Chain
+    from tracebench.diagnose import Chain, exact_shares, instance_chain, plan_trees
     from tracebench.sample import SampleOptions, read_cases, sample_benchmark
     from tracebench.zoo import parse_profile
 
@@ -77,7 +75,8 @@ def world(seed: int, per_slot: int, profile: str) -> tuple[int, list[Item]]:
             nodes = instance_chain(tree.nodes, instance)
             keys = tuple(tree.keys[n.id] for n in nodes)
             chain = Chain(tree.root.id, instance, keys, tuple(n.id for n in nodes), tuple(n.rule for n in nodes[1:]),
-                          tuple(_questions(node_case[n.id], instance) for n in nodes))
+                          tuple(sum(q.op == instance.op and q.target == instance.target for q in node_case[n.id].checklist)
+                                for n in nodes))
             items.append(Item(chain, shares.rates, shares))
     return len(plan.trees), items
 
@@ -85,7 +84,7 @@ def world(seed: int, per_slot: int, profile: str) -> tuple[int, list[Item]]:
 def oracle_priors(items: list[Item]) -> tuple[dict, dict]:
     """The exact edge priors (finest group: the distribution over RHO of its kept fractions) and
     root priors (over the grid), each instance weighted by its chance to fail at the root."""
-    from tracebench.diagnose._rates import GRID, RHO
+    from tracebench.diagnose import GRID, RHO
 
     edges: dict = {}
     roots: dict = {}
@@ -103,7 +102,7 @@ def oracle_priors(items: list[Item]) -> tuple[dict, dict]:
 
 def simulate(trees: int, items: list[Item], budget: float, replicate: int, flip: float,
              oracle: tuple[dict, dict] | None) -> dict:
-    from tracebench.diagnose._rates import Allocator, RatesSettings, _forward_backward, _observed
+    from tracebench.diagnose import Allocator, RatesSettings, observed_rate
 
     rng = np.random.default_rng(1000 + replicate)
     chosen = [item for item in items if rng.random() < item.rates[0]]  # failed in the run
@@ -114,17 +113,13 @@ def simulate(trees: int, items: list[Item], budget: float, replicate: int, flip:
         for key in item.chain.keys:
             at.setdefault(key, set()).add(item.chain.instance)
     diagnosed = len({item.chain.tree for item in chosen})
-    allocator = Allocator([item.chain for item in chosen], RatesSettings(budget=budget, flip=flip), trees=diagnosed)
-    if oracle is not None:
-        def passes(self, steps: int = 1):
-            self.edge_prior, self.root_prior = dict(oracle[0]), dict(oracle[1])
-            return {c: _forward_backward(self._root(c), self._emissions(c), self._edges(c)) for c in self.chains}
-        allocator._passes = passes.__get__(allocator)
+    allocator = Allocator([item.chain for item in chosen], RatesSettings(budget=budget, flip=flip), trees=diagnosed,
+                          given=oracle)
     while asked := allocator.requests():
         for key, count in sorted(asked.items()):
             for instance in sorted(at[key], key=repr):
                 r, q = rate[key, instance]
-                seen = float(_observed(np.array([r]), q, flip)[0])
+                seen = float(observed_rate(np.array([r]), q, flip)[0])
                 for _ in range(count):
                     allocator.observe(key, instance, bool(rng.random() < seen))
     estimates = allocator.estimates()

@@ -207,6 +207,22 @@ def test_the_leaderboard_ranks_runs_and_refuses_other_setups(world, shared_runs,
     assert mixed.mixed and [row.differs for row in mixed.rows if row.run == str(tmp_path / "ternary")] == [("scale",)]
 
 
+def test_op_batched_runs_that_showed_the_judge_other_references_do_not_share_a_board(world):
+    """An op run from before a batch showed only the references its questions name (no
+    ``judge_shown`` hash) judged with other images than one after: its scores do not compare."""
+    from tracebench.score._leaderboard import board_rows
+
+    manifest = RUN_MANIFEST.read(world["run"])
+    scores = score_run(world["run"])
+    now = manifest.model_copy(update={"judge_batch": "op", "hashes": {**manifest.hashes, "judge_shown": "ab" * 32}})
+    before = manifest.model_copy(update={"judge_batch": "op"})
+    with pytest.raises(TraceError, match=r"choice of reference images per judge call"):
+        board_rows([(Path("now"), now, scores), (Path("before"), before, scores)])
+    rows = board_rows([(Path("now"), now, scores), (Path("before"), before, scores)], mixed=True)
+    assert [row.differs for row in rows if row.run == "before"] == [("judge_shown",)]
+    assert len(board_rows([(Path("a"), now, scores), (Path("b"), now, scores)])) == 2
+
+
 def test_the_markdown_board_tells_runs_of_one_generator_apart_by_their_folder(world, tmp_path):
     import shutil
 

@@ -25,6 +25,7 @@ _WHERE = {
     "._diagnose": ("RootEvidence", "TreePlan", "diagnose", "export_nodes", "format_summary", "majority_verdicts",
                    "merge_diagnoses", "node_results", "plan_trees", "select_cases", "summarize"),
     "._run": ("DiagnoseOptions", "RATES_NO_SHARD", "diagnose_run", "named_providers"),
+    "._rates": ("Allocator", "Chain", "GRID", "RHO", "RatesSettings", "observed_rate"),
     "._node": ("compositions_of", "node_case", "root_formula"),
     "._rules": ("Downgrades", "Rule", "Source", "number_terms", "rules", "sources", "targets", "zoo_expectations"),
     "._tree": ("TreeNode", "build_tree", "draw_tree", "tree_json", "tree_nodes"),

@@ -55,8 +55,8 @@ from ..records import MAX_SAMPLES
 from ._hazard import PERSISTENT
 from ._rules import rules, sources
 
-__all__ = ["BATCH", "Allocator", "Chain", "ChainEstimate", "GRID", "MIN_GROUP", "RatesSettings",
-           "fit_prior", "share_sources"]
+__all__ = ["BATCH", "Allocator", "Chain", "ChainEstimate", "GRID", "MIN_GROUP", "RHO", "RatesSettings",
+           "fit_prior", "observed_rate", "share_sources"]
 
 GRID = 200  # cells over r in (0, 1)
 _R = (np.arange(GRID) + 0.5) / GRID
@@ -105,7 +105,7 @@ class RatesSettings:
 
 # ------------------------------------------------------------------------------ likelihood and priors
 
-def _observed(rates: np.ndarray, questions: int, flip: float) -> np.ndarray:
+def observed_rate(rates: np.ndarray, questions: int, flip: float) -> np.ndarray:
     """P(an instance of ``questions`` questions reads failed) at failure ``rates``."""
     if flip <= 0.0:
         return rates
@@ -115,7 +115,7 @@ def _observed(rates: np.ndarray, questions: int, flip: float) -> np.ndarray:
 
 
 def _log_likelihood(fails: int, trials: int, questions: int, flip: float) -> np.ndarray:
-    p = _observed(_R, questions, flip)
+    p = observed_rate(_R, questions, flip)
     return fails * np.log(p) + (trials - fails) * np.log1p(-p)
 
 
@@ -344,7 +344,7 @@ def _gain(cells: np.ndarray, close: np.ndarray, position: int, questions: int, f
     """The expected gain in the chain's tolerant accuracy from ``batch`` more generations at
     ``position``: the posterior draws (``cells``, and ``close`` per source) reweighted by each
     possible count of failures."""
-    p = _observed(_R[cells[:, position]], questions, flip)
+    p = observed_rate(_R[cells[:, position]], questions, flip)
     k = np.arange(batch + 1)[:, None]
     weights = _COMBINATIONS[batch][:, None] * p[None, :] ** k * (1.0 - p[None, :]) ** (batch - k)  # outcomes x draws
     after = (weights @ close).max(axis=1).sum() / len(cells)
@@ -373,6 +373,8 @@ class Allocator:
     root_prior: dict[tuple, np.ndarray] = field(default_factory=dict)  # root group -> prior over cells
     carried: Mapping[tuple, tuple[np.ndarray, float]] = field(default_factory=dict)  # earlier windows' expected counts
     fixed: set[str] = field(default_factory=set)  # keys whose generations were identical images: rate 0 or 1
+    given: tuple[Mapping[tuple, np.ndarray], Mapping[tuple, np.ndarray]] | None = None  # (edge, root) priors used as
+    # they are, never fitted: bench/rates_simulation.py's exact priors, the ceiling of the fit
 
     def __post_init__(self) -> None:
         self.tree_keys: dict[str, set[str]] = {}
@@ -470,6 +472,10 @@ class Allocator:
         """``steps`` EM steps of the edge priors; each chain's forward-backward pass under the
         priors before the last step."""
         emissions = {chain: self._emissions(chain) for chain in self.chains}
+        if self.given is not None:
+            self.edge_prior, self.root_prior = dict(self.given[0]), dict(self.given[1])
+            return {chain: _forward_backward(self._root(chain), emissions[chain], self._edges(chain))
+                    for chain in self.chains}
         for _ in range(steps):
             passes, expected = {}, {}
             for chain in self.chains:

@@ -90,7 +90,8 @@ def _setup(manifest: RunManifest) -> dict[str, object]:
     return {"benchmark": manifest.cases_hash, "shard": manifest.shard,
             "max_images": (manifest.max_images, manifest.collage), "judges": manifest.judges,
             "scale": manifest.answer_scale.value, "ensemble": manifest.ensemble, "judge_batch": manifest.judge_batch,
-            "judge_templates": manifest.hashes.get("judge_templates")}
+            "judge_templates": manifest.hashes.get("judge_templates"),
+            "judge_shown": manifest.hashes.get("judge_shown")}  # op batches: which references each call shows
 
 
 def board_rows(entries: Sequence[tuple[Path, RunManifest, Scores]], *, mixed: bool = False) -> list[LeaderboardRow]:
@@ -107,6 +108,7 @@ def board_rows(entries: Sequence[tuple[Path, RunManifest, Scores]], *, mixed: bo
         differs = tuple(key for key, value in setup.items() if value != first[key])
         if differs and not mixed:
             shown = {"benchmark": "benchmark (its cases.jsonl differs)", "judge_templates": "judge prompt templates",
+                     "judge_shown": "choice of reference images per judge call (--judge-batch op)",
                      "shard": "shard (other cases)", "max_images": "limit on images (other cases scored)"}
             raise TraceError(f"{root}: another {', '.join(shown.get(d, d) for d in differs)} than {entries[0][0]}; "
                              f"its scores do not compare (give --mixed to list them anyway, marked)")

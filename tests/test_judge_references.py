@@ -33,7 +33,8 @@ GENERATOR = "synthetic:perfect"
 
 @pytest.fixture(scope="module")
 def bench(shared_folder) -> Path:
-    return shared_folder("test_judge_references-bench", lambda out: sample_benchmark(
+    """tests/test_providers.py's benchmark, under its name: made once for both modules."""
+    return shared_folder("test_providers-bench", lambda out: sample_benchmark(
         out, SampleOptions(slots=(1, 2, 3, 5), per_slot=3, seed=2, applications=False)))
 
 
